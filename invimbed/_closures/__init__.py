@@ -1,0 +1,9 @@
+"""Closures of the nested-Jacobian hierarchy (DESIGN.md section 3)."""
+
+from .base import Closure, Layout
+from .jet import JetClosure
+from .stencil import StencilClosure
+
+CLOSURES = ("jet", "stencil", "crop")
+
+__all__ = ["CLOSURES", "Closure", "JetClosure", "Layout", "StencilClosure"]

@@ -1,0 +1,97 @@
+"""The closure contract: imbedded fields -> a plain right-hand side ``(p, y) -> dy/dp``.
+
+Every field ``U`` of DESIGN.md section 2 obeys ``dU/dp = -grad_x U . Phi - S_U``; the
+``grad_x U`` at the single point ``x`` needs ``U`` near ``x`` (the paper's nested
+Jacobians, Appendix sec. app-moan). A closure decides what to carry so that the
+hierarchy closes, and packs it into one flat state vector, so that integrators never
+see derivative providers, jets or stencils.
+
+Contract for implementers of a closure
+--------------------------------------
+1. Subclass :class:`Closure`; set ``name``. The constructor receives the problem's
+   derivative provider, the control and the batch of inputs ``x`` (B, N).
+2. :meth:`initial_state` gives the flat state at ``p = q``; :meth:`rhs` returns
+   ``dy/dp`` at depth ``p``; ``piece`` tells a piecewise control which piece to use.
+   Count nothing: the integrator counts right-hand-side evaluations.
+3. :meth:`fields` unpacks ``z`` (B, N), ``value`` (B,), ``adjoint`` (B, N) and
+   ``param_grad`` (B, n_w) from a state. Keep ``adjoint`` the gradient of ``value``
+   (carry ``V`` one order above ``Lam``).
+4. Optionally :meth:`error_estimate` (estimated absolute errors of the same fields) and
+   :meth:`disc_step` (the paper's layer recursion, eqs. disc-update and disc-lam).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._controls import OpenLoopControl
+from .._derivatives import DerivativeProvider
+
+
+class Layout:
+    """Named blocks of a flat state vector."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        self.shapes = dict(shapes)
+        self.slices: dict[str, slice] = {}
+        start = 0
+        for name, shape in self.shapes.items():
+            size = int(np.prod(shape, dtype=int))
+            self.slices[name] = slice(start, start + size)
+            start += size
+        self.size = start
+
+    def unpack(self, y: np.ndarray) -> dict[str, np.ndarray]:
+        return {n: y[s].reshape(self.shapes[n]) for n, s in self.slices.items()}
+
+    def pack(self, blocks: dict[str, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            out = np.empty(self.size)
+        for n, s in self.slices.items():
+            out[s] = np.asarray(blocks[n]).ravel()
+        return out
+
+
+class Closure:
+    """Base class of closures of the nested-Jacobian hierarchy (DESIGN.md section 3)."""
+
+    name = "closure"
+    has_error_estimate = False
+    supports_disc = False
+
+    def __init__(self, provider: DerivativeProvider, control: OpenLoopControl, x: np.ndarray,
+                 q: float) -> None:
+        self.provider = provider
+        self.control = control
+        self.x = x
+        self.q = q
+        self.B, self.N = x.shape
+        self.M = control.size
+        self.nw = control.n_params
+
+    # The contract ---------------------------------------------------------------
+    def initial_state(self) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def rhs(self, p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def fields(self, y: np.ndarray) -> dict[str, np.ndarray]:  # pragma: no cover
+        raise NotImplementedError
+
+    def error_estimate(self, y: np.ndarray) -> dict[str, np.ndarray] | None:
+        return None
+
+    def disc_step(self, p_new: float, p_old: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
+        raise ValueError(f"closure {self.name!r} does not implement the paper's discrete "
+                         f"recursion (method='disc'); use closure='jet' or 'crop'")
+
+    # Helpers shared by closures --------------------------------------------------------
+    def _theta(self, p: float, piece: Any, rows: int) -> np.ndarray:
+        th = self.control.theta(p, piece)
+        return np.broadcast_to(th, (rows, self.M))
+
+    def _param_jacobian(self, p: float, piece: Any) -> np.ndarray:
+        return self.control.jacobian(p, piece)

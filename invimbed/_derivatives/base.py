@@ -1,0 +1,146 @@
+"""The normalised derivative interface that every solver talks to.
+
+Whatever the source of derivatives (user callables, finite differences, later sympy),
+the closures and the adjoint reference ask for them in one form:
+
+``provider.derivative(which, t, z, theta, dz=0, dth=0)``
+
+* ``which`` is ``"f"`` (dynamics), ``"R"`` (running loss) or ``"T"`` (terminal loss);
+* ``z`` has shape ``(B, N)``, ``theta`` shape ``(B, M)`` (ignored for ``"T"``);
+* the result is the tensor of partial derivatives of order ``dz`` in ``z`` and ``dth``
+  in ``theta``, batched, with the axes ``(B, *out, *[N] * dz, *[M] * dth)`` where
+  ``out`` is ``(N,)`` for ``"f"`` and ``()`` for the losses. For instance
+  ``derivative("f", t, z, th, dz=1)[b, i, j] = d f_i / d z_j`` and
+  ``derivative("f", t, z, th, dz=1, dth=1)[b, i, j, k] = d^2 f_i / d z_j d theta_k``.
+
+Contract for implementers of a provider
+---------------------------------------
+1. Subclass :class:`DerivativeProvider`; set ``n_state`` (N), ``n_theta`` (M) and
+   ``max_order`` (the highest total order ``dz + dth`` you can give, ``None`` for
+   any).
+2. Implement ``_derivative(which, t, z, theta, dz, dth)`` on validated, batched inputs;
+   the public :meth:`DerivativeProvider.derivative` checks the order and the shape.
+3. Derivative tensors are symmetric in their ``z`` axes and stored in full; a provider
+   may compute them any way it likes (closed form, code generation, differences).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_WHICH = ("f", "R", "T")
+
+
+class DerivativeOrderError(ValueError):
+    """A derivative of a higher order than the provider can give was requested."""
+
+
+class DerivativeProvider:
+    """Base class: derivatives of ``f``, ``R``, ``T`` in ``z`` and ``theta``.
+
+    Attributes
+    ----------
+    n_state : int
+        ``N``.
+    n_theta : int
+        ``M``.
+    max_order : int or None
+        The highest total order ``dz + dth`` this provider gives (``None``: any).
+    name : str
+        Short description used in messages.
+    """
+
+    n_state: int
+    n_theta: int
+    max_order: int | None = None
+    name: str = "provider"
+
+    def out_shape(self, which: str) -> tuple[int, ...]:
+        return (self.n_state,) if which == "f" else ()
+
+    def derivative(self, which: str, t: float, z: np.ndarray, theta: np.ndarray | None,
+                   dz: int = 0, dth: int = 0) -> np.ndarray:
+        """Batched derivative tensor; see the module docstring for the axes."""
+        if which not in _WHICH:
+            raise ValueError(f"`which` must be one of {_WHICH}, but got {which!r}")
+        if which == "T" and dth:
+            raise ValueError("the terminal loss T(z) does not depend on theta: `dth` must be 0")
+        if self.max_order is not None and dz + dth > self.max_order:
+            raise DerivativeOrderError(
+                f"{self.name} gives derivatives up to total order {self.max_order}, but "
+                f"order {dz + dth} of {which} (dz={dz}, dth={dth}) was requested; give exact "
+                f"derivatives (user callables in `derivatives=`, or a symbolic provider) "
+                f"or lower the jet order"
+            )
+        z = np.asarray(z, dtype=float)
+        B = z.shape[0]
+        if theta is None or which == "T":
+            theta = np.zeros((B, self.n_theta))
+        else:
+            theta = np.broadcast_to(np.asarray(theta, dtype=float), (B, self.n_theta))
+        out = self._derivative(which, t, z, theta, dz, dth)
+        expected = (B,) + self.out_shape(which) + (self.n_state,) * dz + (self.n_theta,) * dth
+        if out.shape != expected:
+            raise ValueError(
+                f"{self.name}: derivative of {which} (dz={dz}, dth={dth}) must have shape "
+                f"{expected}, but has shape {out.shape}"
+            )
+        return out
+
+    def _derivative(self, which: str, t: float, z: np.ndarray, theta: np.ndarray,
+                    dz: int, dth: int) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{self.name}: N={self.n_state}, M={self.n_theta}, max_order={self.max_order}>"
+
+
+def symmetrize(tensor: np.ndarray, k: int) -> np.ndarray:
+    """Average ``tensor`` over all permutations of its last ``k`` axes."""
+    if k < 2:
+        return tensor
+    from itertools import permutations
+
+    lead = tensor.ndim - k
+    acc = np.zeros_like(tensor)
+    perms = list(permutations(range(lead, tensor.ndim)))
+    for perm in perms:
+        acc += np.transpose(tensor, tuple(range(lead)) + perm)
+    return acc / len(perms)
+
+
+def parse_key(key: Any) -> tuple[str, int, int]:
+    """Parse a user derivative name such as ``"f_z"``, ``"R_ztheta"``, ``"T_zz"``.
+
+    Returns ``(which, dz, dth)``. The ``z`` letters must come before ``theta`` (the
+    axes convention of :class:`DerivativeProvider`).
+    """
+    if not isinstance(key, str) or "_" not in key:
+        raise ValueError(
+            f"derivative names look like 'f_z', 'f_theta', 'f_zz', 'f_ztheta', 'R_z', "
+            f"'R_theta', 'R_zz', 'T_z', 'T_zz' (z before theta), but got {key!r}"
+        )
+    which, rest = key.split("_", 1)
+    if which not in _WHICH:
+        raise ValueError(f"derivative name {key!r} must start with 'f_', 'R_' or 'T_'")
+    dz = 0
+    dth = 0
+    while rest:
+        if rest.startswith("theta"):
+            dth += 1
+            rest = rest[5:]
+        elif rest.startswith("z") and dth == 0:
+            dz += 1
+            rest = rest[1:]
+        else:
+            raise ValueError(
+                f"derivative name {key!r}: after '{which}_' expected a run of 'z' then a run "
+                f"of 'theta' (e.g. 'f_ztheta'), but could not read {rest!r}"
+            )
+    if dz + dth == 0:
+        raise ValueError(f"derivative name {key!r} names no derivative")
+    if which == "T" and dth:
+        raise ValueError(f"derivative name {key!r}: T(z) has no theta derivatives")
+    return which, dz, dth

@@ -1,0 +1,183 @@
+"""The imbedding sweep: every depth in one pass (the paper's Algorithm 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._closures import CLOSURES, JetClosure, StencilClosure
+from ._derivatives import DerivativeOrderError
+from ._integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
+from ._problem import BolzaProblem
+from ._results import ImbeddingResult
+from ._setup import ALL_METHODS, depth_gradient, pack_result, prepare
+from ._validation import check_choice, describe
+
+FIELDS = ("z", "value", "adjoint", "param_grad")
+
+
+def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = None,
+                    closure: str = "jet", order: int = 1, method: str = "RK45",
+                    rtol: float = 1e-6, atol: float = 1e-9, step: float | None = None,
+                    estimate_error: bool = True, difference: str = "central",
+                    delta: Any = None, **options: Any) -> ImbeddingResult:
+    r"""Solve a Bolza problem for every requested depth in one sweep in ``p``.
+
+    Integrates the imbedded fields of DESIGN.md section 2 --- the output
+    ``Z(p, x) = z(q; p, x)`` (Theorem 1, eq. z-inim-t), the loss ``V(p, x)``, the
+    imbedded adjoint ``Lam = grad_x V`` (Theorem 2, eq. lam-inim) and the parameter
+    gradient ``Lam_w`` (eq. aug-lam-th-pde) --- from ``p = q``, where they are known
+    (``x``, ``T(x)``, ``grad T(x)``, 0), down to the deepest requested depth. No forward
+    pass in ``t`` is made.
+
+    Parameters
+    ----------
+    problem : BolzaProblem
+        Dynamics, running loss and terminal loss.
+    x : array_like, shape (N,) or (B, N)
+        The input (initial state at ``t = p``); a batch is solved vectorised.
+    depths : array_like, shape (n,)
+        Strictly monotone depths ``p_i <= q``, in any order; results follow it.
+    control : Constant, PiecewiseConstant, Control or None
+        Open-loop control ``theta(t; w)``; ``None`` means ``theta`` of size 0.
+    closure : {"jet", "stencil", "crop"}
+        How the nested Jacobians are closed (DESIGN.md section 3). ``"jet"`` (default,
+        recommended) carries Taylor coefficients: order 1 is exact for affine dynamics
+        with at most quadratic losses and has error ``O(s^3)`` in depth ``s = q - p``
+        otherwise. ``"stencil"`` carries the fields at ``2N + 1`` (``difference=
+        "central"``, eq. grad-symm) or ``N + 1`` (``"forward"``, eq. grad-newton-x)
+        points and needs only first derivatives. ``"crop"`` is the paper's eq. cropping,
+        kept for reproduction only: its error is ``O(s^2)`` even for linear dynamics.
+    order : int, default 1
+        Jet order ``K`` (``closure="jet"``). The provider must give derivatives up to
+        order ``K + 1`` (``K + 2`` with the error estimate).
+    method : str, default "RK45"
+        ``"RK45"``, ``"RK23"``, ``"DOP853"``, ``"Radau"``, ``"BDF"``, ``"LSODA"`` (scipy's
+        adaptive solvers), fixed-step ``"euler"``, ``"midpoint"``, ``"rk4"`` (need
+        ``step``), or ``"disc"``: the paper's discrete architecture, one layer between
+        consecutive requested depths (eqs. disc-update and disc-lam).
+    rtol, atol : float
+        Tolerances of the adaptive solvers.
+    step : float, optional
+        Largest step in ``p`` for the fixed-step methods (each interval between requested
+        depths and control jumps is divided evenly); ``max_step`` for scipy methods.
+    estimate_error : bool, default True
+        ``closure="jet"`` only: carry the jet of order ``K + 1`` alongside (sharing every
+        derivative evaluation) and report the difference in ``error_estimate``. It costs
+        one more derivative order; switch it off for speed.
+    difference : {"central", "forward"}
+        Difference quotient of ``closure="stencil"``.
+    delta : float or array_like, optional
+        Stencil spacing ``Delta_i``; default ``1e-3 * max(1, |x_i|)``.
+    **options
+        Passed to ``scipy.integrate.solve_ivp`` (e.g. ``first_step``).
+
+    Returns
+    -------
+    ImbeddingResult
+        ``depths``, ``z``, ``value``, ``adjoint``, ``param_grad``, ``depth_grad``,
+        ``success``, ``status``, ``message``, ``nfev``, ``error_estimate``. A non-finite
+        value during the sweep ends it with ``success=False`` and a message naming the
+        depth; depths not reached hold NaN.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For invalid arguments; the message names the argument, what was expected and
+        what was received.
+
+    Notes
+    -----
+    The depth gradient is the exact ``dJ/dp = -(Lam . Phi + R)`` (DESIGN.md section 2),
+    not the paper's recursion eqs. aug-lam-t-init/aug-lam-t-pde, which is wrong (for
+    ``dz/dt = 0.7 z``, ``T = z^2/2``, ``x = 1.3``, ``p = -1`` it gives 8.155 where
+    ``-dJ/dp = 4.797``).
+
+    References
+    ----------
+    A. Corbett and D. Kangin, "Imbedding Deep Neural Networks", ICLR 2022.
+
+    Examples
+    --------
+    >>> import numpy as np, invimbed
+    >>> problem = invimbed.BolzaProblem(lambda t, z, th: -z + th,
+    ...                                 terminal_loss=lambda z: 0.5 * z @ z)
+    >>> res = invimbed.solve_imbedding(problem, [1.0], [-1.0, -0.5],
+    ...                                control=invimbed.Constant([0.5]))
+    >>> bool(res.success), res.z.shape, res.param_grad.shape
+    (True, (2, 1), (2, 1))
+    """
+    check_choice(closure, "closure", CLOSURES)
+    setup = prepare(problem, x, depths, control, method, rtol, atol, step, ALL_METHODS)
+    if not isinstance(order, (int, np.integer)) or isinstance(order, bool) or order < 1:
+        raise ValueError(f"`order` must be an integer >= 1, but got {describe(order)}")
+    if closure != "jet" and order != 1:
+        raise ValueError(f"`order` applies to closure='jet' only; closure={closure!r} needs "
+                         f"order=1, but got order={order}")
+    check_choice(difference, "difference", ("central", "forward"))
+    est = bool(estimate_error) and closure == "jet" and method != "disc"
+    prov = setup.provider
+    if closure in ("jet", "crop"):
+        need = order + 1 + (1 if est else 0)
+        if prov.max_order is not None and need > prov.max_order:
+            hint = " or pass estimate_error=False" if est and need - 1 <= prov.max_order else ""
+            raise DerivativeOrderError(
+                f"closure='jet' of order {order}{' with its error estimate' if est else ''} "
+                f"needs derivatives up to order {need}, but the {prov.name} gives up to "
+                f"{prov.max_order}; give exact derivatives (user callables or a symbolic "
+                f"provider){hint}"
+            )
+        clo = JetClosure(prov, setup.control, setup.x, setup.q, order=order,
+                         estimate_error=est, crop=(closure == "crop"))
+    else:
+        clo = StencilClosure(prov, setup.control, setup.x, setup.q, difference=difference,
+                             delta=delta)
+
+    y0 = clo.initial_state()
+    breakpoints = setup.control.breakpoints
+    if method in SCIPY_METHODS:
+        if step is not None:
+            options.setdefault("max_step", float(step))
+        outcome = integrate_scipy(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
+                                  setup.piece_of, method=method, rtol=rtol, atol=atol, **options)
+    else:
+        outcome = integrate_fixed(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
+                                  setup.piece_of, method=method, step=step,
+                                  disc_step=clo.disc_step)
+
+    n, B = setup.depths_desc.size, setup.x.shape[0]
+    fields = {k: [] for k in FIELDS + ("depth_grad",)}
+    errors = {k: [] for k in FIELDS} if clo.has_error_estimate else None
+    nan_fields = None
+    for p, y in zip(setup.depths_desc, outcome.ys):
+        if np.all(np.isfinite(y)):
+            fl = clo.fields(y)
+            fl["depth_grad"] = depth_gradient(setup, float(p), fl["adjoint"])
+            er = clo.error_estimate(y) if errors is not None else None
+        else:
+            if nan_fields is None:
+                tmpl = clo.fields(y0)
+                nan_fields = {k: np.full_like(v, np.nan) for k, v in tmpl.items()}
+                nan_fields["depth_grad"] = np.full(B, np.nan)
+            fl = nan_fields
+            er = {k: nan_fields[k] for k in FIELDS} if errors is not None else None
+        for k in fields:
+            fields[k].append(fl[k])
+        if errors is not None:
+            for k in errors:
+                errors[k].append(er[k])
+    stacked = {k: np.stack(v) for k, v in fields.items()}
+    success = outcome.success and all(np.all(np.isfinite(v)) for v in stacked.values())
+    message = outcome.message
+    if outcome.success and not success:
+        bad = [float(p) for p, v in zip(setup.depths_desc, stacked["depth_grad"])
+               if not np.all(np.isfinite(v))]
+        message = (f"Non-finite depth gradient at depth p = {bad[0]:.10g} (the dynamics or "
+                   f"running loss is not finite at x there)." if bad else
+                   "Non-finite value in the results.")
+    return pack_result(
+        setup, stacked, success=success, message=message, nfev=outcome.nfev,
+        closure=clo.name, method=method,
+        error_estimate=None if errors is None else {k: np.stack(v) for k, v in errors.items()},
+    )

@@ -1,0 +1,52 @@
+"""Pieces shared by the depth integrators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+
+class NonFiniteError(ArithmeticError):
+    """A right-hand side or state became non-finite at depth ``p``."""
+
+    def __init__(self, p: float, what: str = "right-hand side") -> None:
+        super().__init__(f"non-finite value in the {what} at depth p = {p:.10g}")
+        self.p = p
+
+
+@dataclass
+class Outcome:
+    """What an integrator returns: states at the requested depths and its bookkeeping."""
+
+    ys: np.ndarray                    # (n, size), NaN where not reached
+    nfev: int = 0
+    success: bool = True
+    message: str = "The sweep reached every requested depth."
+    failed_at: float | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class CountingRHS:
+    """Counts evaluations and turns non-finite values into :class:`NonFiniteError`."""
+
+    def __init__(self, rhs: Callable[[float, np.ndarray, Any], np.ndarray]) -> None:
+        self.rhs = rhs
+        self.nfev = 0
+
+    def __call__(self, p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
+        self.nfev += 1
+        if not np.all(np.isfinite(y)):
+            raise NonFiniteError(p, "imbedded fields")
+        dy = self.rhs(p, y, piece)
+        if not np.all(np.isfinite(dy)):
+            raise NonFiniteError(p)
+        return dy
+
+
+def segments(q: float, p_min: float, breakpoints: np.ndarray) -> list[tuple[float, float]]:
+    """Intervals ``(a, b)``, ``a > b``, from ``q`` down to ``p_min``, split at breakpoints."""
+    inner = sorted((float(b) for b in breakpoints if p_min < b < q), reverse=True)
+    ends = [q] + inner + [p_min]
+    return [(ends[i], ends[i + 1]) for i in range(len(ends) - 1) if ends[i] > ends[i + 1]]

@@ -1,0 +1,221 @@
+"""The Bolza problem (DESIGN.md section 1; the paper's eq. loss-total).
+
+It knows nothing of solvers: it holds the user's dynamics and losses, evaluates them
+on batches, validates what they return, and hands out the derivative provider.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ._derivatives import DerivativeProvider, FiniteDifferences, parse_key
+from ._validation import check_callable, describe
+
+
+class BolzaProblem:
+    r"""A Bolza optimal-control problem on the depth interval ``[p, q]``.
+
+    .. math::
+
+        \dot z = f(t, z, \theta(t)),\quad z(p) = x,\qquad
+        J(\theta; p, x) = \int_p^q R(t, z, \theta)\,dt + T(z(q))
+
+    (the paper's eq. loss-total).
+
+    Parameters
+    ----------
+    dynamics : callable ``f(t, z, theta) -> array, shape (N,)``
+        The vector field.
+    running_loss : callable ``R(t, z, theta) -> float``, optional
+        Running loss; zero when omitted.
+    terminal_loss : callable ``T(z) -> float``, optional
+        Terminal loss; zero when omitted.
+    q : float, default 0.0
+        The output end of the depth interval; every depth ``p`` must satisfy ``p <= q``.
+    derivatives : dict or DerivativeProvider, optional
+        Exact derivatives. A dict maps names to callables with the same arguments as the
+        function they differentiate: ``"f_z"`` (N, N), ``"f_theta"`` (N, M), ``"f_zz"``
+        (N, N, N), ``"f_ztheta"`` (N, N, M), ``"f_zzz"``, ``"R_z"`` (N,), ``"R_theta"``
+        (M,), ``"R_zz"`` (N, N), ``"R_ztheta"`` (N, M), ``"R_zzz"``, ``"T_z"`` (N,),
+        ``"T_zz"`` (N, N), ``"T_zzz"``; output axes first, then ``z`` axes, then
+        ``theta`` axes. Anything missing is obtained by central finite differences of
+        the highest derivative given (see :class:`invimbed.FiniteDifferences`). A
+        :class:`~invimbed.DerivativeProvider` instance is used as it is.
+    vectorized : bool, default False
+        If True, every function (and derivative) accepts a batch: ``z`` of shape
+        (B, N) and ``theta`` of shape (B, M), and returns the batch of results
+        ((B, N) for the dynamics, (B,) for the losses). Vectorised functions make
+        batched solves and finite differences fast; otherwise they are called row by
+        row.
+
+    Raises
+    ------
+    TypeError
+        If a function is not callable, or ``derivatives`` is neither a dict nor a
+        provider.
+    ValueError
+        If ``q`` is not finite or a derivative name is unknown.
+
+    Examples
+    --------
+    >>> import numpy as np, invimbed
+    >>> g = 9.81
+    >>> problem = invimbed.BolzaProblem(
+    ...     lambda t, z, th: np.array([z[1], -g]),
+    ...     terminal_loss=lambda z: 0.5 * z[0] ** 2, q=1.0)
+    >>> problem
+    BolzaProblem(q=1.0, running_loss=no, terminal_loss=yes, derivatives='finite differences')
+    """
+
+    def __init__(self, dynamics: Callable, running_loss: Callable | None = None,
+                 terminal_loss: Callable | None = None, *, q: float = 0.0,
+                 derivatives: Mapping[str, Callable] | DerivativeProvider | None = None,
+                 vectorized: bool = False) -> None:
+        check_callable(dynamics, "dynamics")
+        check_callable(running_loss, "running_loss", allow_none=True)
+        check_callable(terminal_loss, "terminal_loss", allow_none=True)
+        try:
+            q = float(q)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"`q` must be a real number, but got {describe(q)}") from exc
+        if not np.isfinite(q):
+            raise ValueError(f"`q` must be finite, but got {q}")
+        self.dynamics = dynamics
+        self.running_loss = running_loss
+        self.terminal_loss = terminal_loss
+        self.q = q
+        self.vectorized = bool(vectorized)
+        self._user_provider: DerivativeProvider | None = None
+        self._known: dict[tuple[str, int, int], Callable] = {}
+        if isinstance(derivatives, DerivativeProvider):
+            self._user_provider = derivatives
+        elif derivatives is not None:
+            if not isinstance(derivatives, Mapping):
+                raise TypeError(
+                    "`derivatives` must be a dict of callables (e.g. {'f_z': ...}) or a "
+                    f"DerivativeProvider, but got {describe(derivatives)}"
+                )
+            for key, fn in derivatives.items():
+                parsed = parse_key(key)
+                check_callable(fn, f"derivatives[{key!r}]")
+                if parsed[0] == "R" and running_loss is None:
+                    raise ValueError(f"`derivatives` gives {key!r} but `running_loss` is None")
+                if parsed[0] == "T" and terminal_loss is None:
+                    raise ValueError(f"`derivatives` gives {key!r} but `terminal_loss` is None")
+                self._known[parsed] = fn
+        self._providers: dict[tuple[int, int], DerivativeProvider] = {}
+        self._checked: set[tuple[int, int]] = set()
+
+    def __repr__(self) -> str:
+        if self._user_provider is not None:
+            deriv = repr(self._user_provider.name)
+        elif self._known:
+            deriv = repr("user: " + ", ".join(sorted(_key_name(k) for k in self._known)))
+        else:
+            deriv = repr("finite differences")
+        return (f"BolzaProblem(q={self.q}, running_loss={'yes' if self.running_loss else 'no'}, "
+                f"terminal_loss={'yes' if self.terminal_loss else 'no'}, derivatives={deriv})")
+
+    # -- evaluation on batches ---------------------------------------------------------
+    def _batched(self, fn: Callable | None, which: str, key: tuple[str, int, int]) -> Callable:
+        """Wrap a user callable as ``g(t, z (B,N), theta (B,M)) -> (B, *shape)``."""
+        if fn is None:  # a missing loss is zero, and so are its derivatives
+            def zero(t, z, theta):
+                n, m = z.shape[1], theta.shape[1]
+                shape = (z.shape[0],) + (n,) * key[1] + (m,) * key[2]
+                return np.zeros(shape)
+            return zero
+        vectorized = self.vectorized
+
+        def call(t, z, theta):
+            if which == "T":
+                return fn(z)
+            return fn(t, z, theta)
+
+        if vectorized:
+            def g(t, z, theta):
+                return np.asarray(call(t, z, theta), dtype=float)
+        else:
+            def g(t, z, theta):
+                rows = [np.asarray(call(t, z[b], theta[b]), dtype=float) for b in range(z.shape[0])]
+                if not rows:
+                    return np.zeros((0,))
+                return np.stack(rows)
+        return g
+
+    def provider(self, n_state: int, n_theta: int) -> DerivativeProvider:
+        """The derivative provider for state size ``N`` and control size ``M``."""
+        if self._user_provider is not None:
+            prov = self._user_provider
+            if (getattr(prov, "n_state", n_state), getattr(prov, "n_theta", n_theta)) != (n_state, n_theta):
+                raise ValueError(
+                    f"the problem's derivative provider is for N={prov.n_state}, "
+                    f"M={prov.n_theta}, but the solve has N={n_state}, M={n_theta}"
+                )
+            return prov
+        key = (n_state, n_theta)
+        if key not in self._providers:
+            functions = {
+                "f": self._batched(self.dynamics, "f", ("f", 0, 0)),
+                "R": self._batched(self.running_loss, "R", ("R", 0, 0)),
+                "T": self._batched(self.terminal_loss, "T", ("T", 0, 0)),
+            }
+            known = {k: self._batched(fn, k[0], k) for k, fn in self._known.items()}
+            if self.running_loss is None:
+                for dz in range(1, 6):
+                    for dth in range(0, 3):
+                        known.setdefault(("R", dz, dth), self._batched(None, "R", ("R", dz, dth)))
+                known.setdefault(("R", 0, 1), self._batched(None, "R", ("R", 0, 1)))
+                known.setdefault(("R", 0, 2), self._batched(None, "R", ("R", 0, 2)))
+            if self.terminal_loss is None:
+                for dz in range(1, 6):
+                    known.setdefault(("T", dz, 0), self._batched(None, "T", ("T", dz, 0)))
+            self._providers[key] = FiniteDifferences(functions, n_state, n_theta, known=known)
+        return self._providers[key]
+
+    def check_shapes(self, t: float, x: np.ndarray, theta: np.ndarray) -> None:
+        """Call each function once at ``(t, x[0], theta)`` and check what it returns.
+
+        Raises
+        ------
+        ValueError
+            If the dynamics do not return shape (N,), or a loss is not a scalar, or a
+            value is not finite at the starting point.
+        """
+        n_state, n_theta = x.shape[1], theta.size
+        key = (n_state, n_theta)
+        if key in self._checked:
+            return
+        z0 = x[:1]
+        th0 = theta[None, :]
+        checks = [("dynamics", self.dynamics, "f", (n_state,)),
+                  ("running_loss", self.running_loss, "R", ()),
+                  ("terminal_loss", self.terminal_loss, "T", ())]
+        for name, fn, which, shape in checks:
+            if fn is None:
+                continue
+            if self.vectorized:
+                out = fn(z0) if which == "T" else fn(t, z0, th0)
+                expected = (1,) + shape
+            else:
+                out = fn(z0[0]) if which == "T" else fn(t, z0[0], th0[0])
+                expected = shape
+            try:
+                out = np.asarray(out, dtype=float)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"`{name}` must return real numbers, but returned "
+                                f"{describe(out)}") from exc
+            if out.shape != expected:
+                what = "an array of shape (N,) = " + str((n_state,)) if which == "f" else "a scalar"
+                batch = " (vectorized=True: a leading batch axis)" if self.vectorized else ""
+                raise ValueError(
+                    f"`{name}` must return {what}{batch}, i.e. shape {expected}, but returned "
+                    f"shape {out.shape}"
+                )
+        self._checked.add(key)
+
+
+def _key_name(key: tuple[str, int, int]) -> str:
+    return f"{key[0]}_{'z' * key[1]}{'theta' * key[2]}"

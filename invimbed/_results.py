@@ -1,0 +1,68 @@
+"""Result objects, in the style of scipy's ``OdeResult``."""
+
+from __future__ import annotations
+
+from scipy.optimize import OptimizeResult
+
+
+class ImbeddingResult(OptimizeResult):
+    """The fields of every requested depth, from :func:`solve_imbedding` or
+    :func:`solve_adjoint`.
+
+    A dict with attribute access. Arrays follow the order in which the depths were
+    given; a batched input ``x`` of shape (B, N) adds a batch axis after the depth axis.
+
+    Attributes
+    ----------
+    depths : ndarray, shape (n,)
+        The requested depths ``p_i``.
+    z : ndarray, shape (n, N) or (n, B, N)
+        ``Z(p_i, x) = z(q; p_i, x)``, the output of the depth-``p_i`` network
+        (eq. z-inim-q).
+    value : ndarray, shape (n,) or (n, B)
+        ``V(p_i, x) = J(theta; p_i, x)``, the loss (eq. loss-total).
+    adjoint : ndarray, shape (n, N) or (n, B, N)
+        ``Lam(p_i, x) = grad_x J``, the imbedded adjoint (eq. lam-def, Theorem 2).
+    param_grad : ndarray, shape (n, n_w) or (n, B, n_w)
+        ``dJ/dw``, the gradient in the control parameters (eq. aug-lam-th-pde).
+    depth_grad : ndarray, shape (n,) or (n, B)
+        ``dJ/dp = -(Lam . Phi + R)`` at ``(p_i, x)`` (DESIGN.md section 2). At a jump of a
+        piecewise-constant control it is the derivative from above (``p -> p_i+``).
+    success : bool
+        Whether the sweep reached every requested depth with finite values.
+    status : int
+        0 success; -1 integration failure (see ``message``).
+    message : str
+        Human-readable description; on failure it names the depth where it happened.
+    nfev : int
+        Number of right-hand-side evaluations (of the whole batch).
+    error_estimate : OptimizeResult or None
+        Where the closure has one (``closure="jet"`` with ``estimate_error=True``):
+        estimated absolute errors of ``z``, ``value``, ``adjoint``, ``param_grad`` (same
+        shapes), from the difference with the jet one order higher.
+    closure, method : str
+        What produced the result.
+    """
+
+    def __repr__(self) -> str:
+        order = ["message", "success", "status", "closure", "method", "nfev", "depths", "z",
+                 "value", "adjoint", "param_grad", "depth_grad", "error_estimate"]
+        keys = [k for k in order if k in self] + [k for k in self if k not in order]
+        width = max(map(len, keys)) + 1
+        import numpy as np
+
+        lines = []
+        for k in keys:
+            v = self[k]
+            if isinstance(v, np.ndarray):
+                text = np.array2string(v, precision=6, threshold=12, edgeitems=2,
+                                       prefix=" " * (width + 2))
+            elif isinstance(v, OptimizeResult):
+                text = "{" + ", ".join(f"{kk}: array{getattr(vv, 'shape', '')}"
+                                       for kk, vv in v.items()) + "}"
+            else:
+                text = repr(v)
+            lines.append(f"{k.rjust(width)}: {text}")
+        return "\n".join(lines)
+
+    __str__ = __repr__

@@ -1,0 +1,106 @@
+"""Validation and bookkeeping shared by :func:`solve_imbedding` and :func:`solve_adjoint`.
+
+It holds only what both need to read the user's arguments and to pack a result; the
+numerics of the two solvers share nothing beyond the problem and its derivatives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._controls import OpenLoopControl, as_control
+from ._derivatives import DerivativeProvider
+from ._integrators import FIXED_METHODS, SCIPY_METHODS
+from ._problem import BolzaProblem
+from ._results import ImbeddingResult
+from ._validation import as_depths, as_state, check_choice, check_positive, describe
+
+
+@dataclass
+class Setup:
+    problem: BolzaProblem
+    x: np.ndarray               # (B, N)
+    batched: bool
+    depths: np.ndarray          # as given
+    order: np.ndarray           # indices sorting depths descending
+    depths_desc: np.ndarray
+    control: OpenLoopControl
+    provider: DerivativeProvider
+
+    @property
+    def q(self) -> float:
+        return self.problem.q
+
+    def piece_of(self, a: float, b: float) -> Any:
+        """The control piece on the open interval between ``b`` and ``a``."""
+        return self.control.piece(0.5 * (a + b), min(a, b), max(a, b))
+
+
+def prepare(problem: Any, x: Any, depths: Any, control: Any, method: str, rtol: Any,
+            atol: Any, step: Any, allowed_methods: tuple[str, ...]) -> Setup:
+    if not isinstance(problem, BolzaProblem):
+        raise TypeError(f"`problem` must be an invimbed.BolzaProblem, but got {describe(problem)}")
+    xb, batched = as_state(x, None, "x")
+    dep = as_depths(depths, problem.q)
+    ctrl = as_control(control)
+    check_choice(method, "method", allowed_methods)
+    check_positive(rtol, "rtol")
+    check_positive(atol, "atol")
+    if method in FIXED_METHODS and method != "disc":
+        if step is None:
+            raise ValueError(f"`step` is required for the fixed-step method {method!r}: give the "
+                             f"largest step in depth, e.g. step=0.01; got step=None")
+        check_positive(step, "step")
+    elif step is not None and method in SCIPY_METHODS:
+        check_positive(step, "step")
+    # the control must cover [p_min, q]; PiecewiseConstant raises naming both ranges
+    p_min = float(dep.min())
+    ctrl.theta(problem.q)
+    ctrl.theta(p_min)
+    problem.check_shapes(problem.q, xb, ctrl.theta(problem.q))
+    provider = problem.provider(xb.shape[1], ctrl.size)
+    order = np.argsort(-dep, kind="stable")
+    return Setup(problem, xb, batched, dep, order, dep[order], ctrl, provider)
+
+
+def depth_gradient(setup: Setup, p: float, adjoint: np.ndarray) -> np.ndarray:
+    """``dJ/dp = -(Lam . f(p, x, theta(p)) + R(p, x, theta(p)))`` (DESIGN.md section 2)."""
+    th = np.broadcast_to(setup.control.theta(p), (setup.x.shape[0], setup.control.size))
+    f = setup.provider.derivative("f", p, setup.x, th)
+    R = setup.provider.derivative("R", p, setup.x, th)
+    return -(np.einsum("bi,bi->b", adjoint, f) + R)
+
+
+def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, message: str,
+                nfev: int, closure: str, method: str,
+                error_estimate: dict[str, np.ndarray] | None = None,
+                **extra: Any) -> ImbeddingResult:
+    """Put per-depth fields (in descending-depth order, axes (n, B, ...)) back in the
+    user's order and drop the batch axis for an unbatched ``x``."""
+    inverse = np.empty_like(setup.order)
+    inverse[setup.order] = np.arange(setup.order.size)
+
+    def arrange(a: np.ndarray) -> np.ndarray:
+        a = a[inverse]
+        return a if setup.batched else a[:, 0]
+
+    res = ImbeddingResult(
+        depths=setup.depths.copy(),
+        **{k: arrange(v) for k, v in fields.items()},
+        success=bool(success),
+        status=0 if success else -1,
+        message=message,
+        nfev=int(nfev),
+        closure=closure,
+        method=method,
+        error_estimate=(None if error_estimate is None else
+                        ImbeddingResult({k: arrange(v) for k, v in error_estimate.items()})),
+        **extra,
+    )
+    return res
+
+
+ALL_METHODS = SCIPY_METHODS + FIXED_METHODS
