@@ -163,16 +163,10 @@ class BolzaProblem:
                 "T": self._batched(self.terminal_loss, "T", ("T", 0, 0)),
             }
             known = {k: self._batched(fn, k[0], k) for k, fn in self._known.items()}
-            if self.running_loss is None:
-                for dz in range(1, 6):
-                    for dth in range(0, 3):
-                        known.setdefault(("R", dz, dth), self._batched(None, "R", ("R", dz, dth)))
-                known.setdefault(("R", 0, 1), self._batched(None, "R", ("R", 0, 1)))
-                known.setdefault(("R", 0, 2), self._batched(None, "R", ("R", 0, 2)))
-            if self.terminal_loss is None:
-                for dz in range(1, 6):
-                    known.setdefault(("T", dz, 0), self._batched(None, "T", ("T", dz, 0)))
-            self._providers[key] = FiniteDifferences(functions, n_state, n_theta, known=known)
+            zero = tuple(w for w, fn in (("R", self.running_loss), ("T", self.terminal_loss))
+                         if fn is None)
+            self._providers[key] = FiniteDifferences(functions, n_state, n_theta, known=known,
+                                                     zero=zero)
         return self._providers[key]
 
     def check_shapes(self, t: float, x: np.ndarray, theta: np.ndarray) -> None:

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from .base import DerivativeProvider
+from .base import DerivativeOrderError, DerivativeProvider
 
 EPS = np.finfo(float).eps
 
@@ -46,21 +46,27 @@ class FiniteDifferences(DerivativeProvider):
         levels of central differences lose most significant digits.
     scale : float
         Multiplies the step rule (``h`` above); 1 by default.
+    zero : tuple of str
+        Functions known to be identically zero (a missing loss): all their derivatives
+        are zero, of any order.
     """
 
     name = "finite-difference provider"
 
     def __init__(self, functions: dict[str, BatchedFn], n_state: int, n_theta: int,
                  known: dict[tuple[str, int, int], BatchedFn] | None = None,
-                 max_fd_levels: int = 3, scale: float = 1.0) -> None:
+                 max_fd_levels: int = 3, scale: float = 1.0,
+                 zero: tuple[str, ...] = ()) -> None:
         self.functions = dict(functions)
         self.known = dict(known or {})
+        self.zero = tuple(zero)
         self.n_state = n_state
         self.n_theta = n_theta
         self.max_fd_levels = max_fd_levels
         self.scale = scale
-        top = max((dz + dth for (_, dz, dth) in self.known), default=0)
-        self.max_order = max_fd_levels + top if self.known else max_fd_levels
+        tops = [max((kz + kt for (w, kz, kt) in self.known if w == which), default=0)
+                + max_fd_levels for which in ("f", "R", "T") if which not in self.zero]
+        self.max_order = min(tops)
         if self.known:
             self.name = "user-derivative provider (finite differences beyond what was given)"
 
@@ -95,13 +101,16 @@ class FiniteDifferences(DerivativeProvider):
         return best
 
     def _with_step(self, which, t, z, theta, dz, dth, factor):
+        if which in self.zero:  # a missing loss is zero, and so is every derivative
+            shape = (z.shape[0],) + self.out_shape(which) + (self.n_state,) * dz
+            return np.zeros(shape + (self.n_theta,) * dth)
         base = self._base(which, dz, dth)
         fn = self.functions[which] if base[1:] == (0, 0) else self.known[base]
         levels_z = dz - base[1]
         levels_th = dth - base[2]
         levels = levels_z + levels_th
         if levels > self.max_fd_levels:
-            raise ValueError(
+            raise DerivativeOrderError(
                 f"{which} derivative (dz={dz}, dth={dth}) would need {levels} nested levels "
                 f"of finite differences (at most {self.max_fd_levels} allowed); give exact "
                 f"derivatives"

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
-from scipy.integrate import solve_ivp
+from scipy.integrate import BDF, DOP853, LSODA, RK23, RK45, Radau
 
 from .common import CountingRHS, NonFiniteError, Outcome, segments
 
-SCIPY_METHODS = ("RK45", "RK23", "DOP853", "Radau", "BDF", "LSODA")
+METHODS = {"RK45": RK45, "RK23": RK23, "DOP853": DOP853, "Radau": Radau, "BDF": BDF,
+           "LSODA": LSODA}
+SCIPY_METHODS = tuple(METHODS)
 
 
 def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.ndarray,
@@ -18,9 +20,11 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
                     **options: Any) -> Outcome:
     """Integrate ``dy/dp = rhs(p, y)`` from ``q`` down to ``depths_desc[-1]`` in one sweep.
 
-    The states at the requested depths come from the solver's dense output
-    (``t_eval``), so the work does not grow with the number of depths; the sweep is
-    restarted only where the control jumps (``breakpoints``).
+    This is ``solve_ivp``'s loop over one of its ``OdeSolver`` classes, kept here so that a
+    failure part-way keeps every depth reached before it. The states at the requested
+    depths come from the solver's dense output, so the work does not grow with the
+    number of depths; the sweep is restarted only where the control jumps
+    (``breakpoints``).
     """
     counting = CountingRHS(rhs)
     n = depths_desc.size
@@ -33,31 +37,37 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
     p_min = float(depths_desc[-1])
     for a, b in segments(q, p_min, breakpoints):
         piece = piece_of(a, b)
-        want = [(i, p) for i, p in enumerate(depths_desc) if b <= p < a]
-        # the segment end is always evaluated: it starts the next segment
-        t_eval = np.array(sorted({float(p) for _, p in want} | {b}, reverse=True))
+        want = [(i, float(p)) for i, p in enumerate(depths_desc) if b <= p < a]
 
         def fun(p, yy, _piece=piece):
             return counting(p, yy, _piece)
 
         try:
-            sol = solve_ivp(fun, (a, b), y, method=method, t_eval=t_eval, rtol=rtol,
-                            atol=atol, **options)
+            solver = METHODS[method](fun, a, y, b, rtol=rtol, atol=atol, **options)
+            while solver.status == "running":
+                t_old = solver.t
+                message = solver.step()
+                if solver.status == "failed":
+                    out.success = False
+                    out.failed_at = float(solver.t)
+                    out.message = f"Integration failed at depth p = {solver.t:.10g}: {message}"
+                    break
+                t_new = solver.t
+                passed = [(i, p) for i, p in want if t_new <= p < t_old or (p == t_new == b)]
+                if passed:
+                    # the solver's dense output: the work does not grow with the depths
+                    interp = solver.dense_output()
+                    for i, p in passed:
+                        ys[i] = solver.y if p == t_new else interp(p)
+                if not np.all(np.isfinite(solver.y)):
+                    raise NonFiniteError(float(t_new), "imbedded fields")
         except NonFiniteError as exc:
             out.success = False
             out.failed_at = exc.p
             out.message = (f"Integration stopped: {exc}. The fields blew up; check the "
                            f"dynamics and losses near that depth, or request shallower depths.")
+        if not out.success:
             break
-        reached = dict(zip(sol.t.tolist(), sol.y.T))
-        for i, p in want:
-            if float(p) in reached:
-                ys[i] = reached[float(p)]
-        if sol.status != 0:
-            out.success = False
-            out.failed_at = float(sol.t[-1]) if sol.t.size else a
-            out.message = f"Integration failed at depth p = {out.failed_at:.10g}: {sol.message}"
-            break
-        y = sol.y[:, -1].copy()
+        y = solver.y.copy()
     out.nfev = counting.nfev
     return out
