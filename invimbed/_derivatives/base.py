@@ -67,9 +67,10 @@ class DerivativeProvider:
             raise ValueError(f"`which` must be one of {_WHICH}, but got {which!r}")
         if which == "T" and dth:
             raise ValueError("the terminal loss T(z) does not depend on theta: `dth` must be 0")
-        if self.max_order is not None and dz + dth > self.max_order:
+        limit = self.order_limit(which)
+        if limit is not None and dz + dth > limit:
             raise DerivativeOrderError(
-                f"{self.name} gives derivatives up to total order {self.max_order}, but "
+                f"{self.name} gives derivatives up to total order {limit}, but "
                 f"order {dz + dth} of {which} (dz={dz}, dth={dth}) was requested; give exact "
                 f"derivatives (user callables in `derivatives=`, or a symbolic provider) "
                 f"or lower the jet order"
@@ -88,6 +89,10 @@ class DerivativeProvider:
                 f"{expected}, but has shape {out.shape}"
             )
         return out
+
+    def order_limit(self, which: str) -> int | None:
+        """Highest total order available for ``which`` (default: ``max_order``)."""
+        return self.max_order
 
     def _derivative(self, which: str, t: float, z: np.ndarray, theta: np.ndarray,
                     dz: int, dth: int) -> np.ndarray:  # pragma: no cover - abstract

@@ -71,6 +71,9 @@ class FiniteDifferences(DerivativeProvider):
             self.name = "user-derivative provider (finite differences beyond what was given)"
 
     # -- the interface ---------------------------------------------------------------
+    def order_limit(self, which: str) -> int | None:
+        return None if which in self.zero else self.max_order
+
     def _derivative(self, which, t, z, theta, dz, dth):
         return self._with_step(which, t, z, theta, dz, dth, factor=1.0)
 

@@ -1,0 +1,189 @@
+"""Command line: ``python -m invimbed <command>`` (or the ``invimbed`` console script).
+
+Commands
+--------
+demo
+    Solve the projectile of the paper's Figure 1 by imbedding and by the adjoint
+    method, print the comparison table, optionally plot it (see :mod:`invimbed._demo`).
+
+Each command is a subparser with a ``handler`` default; add a command by writing an
+``_add_<name>`` function that registers its subparser and a ``_run_<name>(args) -> int``
+handler, and calling it from :func:`build_parser`.
+
+Exit codes: 0 success, 1 a numerical failure (a solver failed or the results disagree),
+2 a usage error (bad option or value; argparse's convention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from . import __version__
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+DEMO_AGREEMENT = 1e-6
+"""Largest ``|a - b| / max(1, |b|)`` the demo accepts between imbedding, adjoint and closed
+form (its solves run at ``rtol = 1e-8``; the observed differences are about ``1e-10``)."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2 (q and one deeper depth), "
+                                         f"got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    return value
+
+
+def _add_demo(commands: argparse._SubParsersAction) -> None:
+    demo = commands.add_parser(
+        "demo",
+        help="solve the projectile of the paper's Figure 1 and compare with the adjoint method",
+        description=(
+            "Solve the projectile z = [h, v], dz/dt = [v, -g] (g = 9.81, q = 1, terminal "
+            "loss T = (h - h_target)^2 / 2) at many depths p in one imbedding sweep, compare "
+            "with the classical adjoint method (one forward and backward solve per depth) "
+            "and with the closed form h(q) = h0 + v0 s - g s^2/2, s = q - p."
+        ),
+    )
+    demo.add_argument("--depths", type=_positive_int, default=21, metavar="N",
+                      help="number of depths, evenly spaced from q = 1 down to --p-min "
+                           "(default: 21)")
+    demo.add_argument("--p-min", type=_finite_float, default=-1.0, metavar="P",
+                      help="deepest depth, below q = 1 (default: -1)")
+    demo.add_argument("--closure", choices=("jet", "stencil", "crop"), default="jet",
+                      help="closure of the imbedding sweep (default: jet); all three are "
+                           "exact for this affine problem")
+    demo.add_argument("--v0", type=_finite_float, default=10.0,
+                      help="initial upward speed in m/s (default: 10)")
+    demo.add_argument("--h-target", type=_finite_float, default=5.0, metavar="H",
+                      help="target height of the terminal loss in m (default: 5)")
+    demo.add_argument("--rtol", type=_positive_float, default=1e-8,
+                      help="relative tolerance of both solvers (default: 1e-8)")
+    demo.add_argument("--atol", type=_positive_float, default=1e-10,
+                      help="absolute tolerance of both solvers (default: 1e-10)")
+    demo.add_argument("--plot", metavar="FILE",
+                      help="write a figure of h(q) and v(q) against p to FILE (format from "
+                           "the extension, e.g. demo.png); needs matplotlib "
+                           "(pip install invimbed[plot])")
+    demo.set_defaults(handler=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from ._demo import plot_projectile, run_projectile
+
+    prog = "invimbed demo"
+    if args.p_min >= 1.0:
+        return _fail(prog, f"--p-min must be below q = 1, got {args.p_min:g}", EXIT_USAGE)
+    if args.plot:
+        try:  # fail before computing rather than after
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return _fail(prog, "--plot needs matplotlib, which is not installed; install it "
+                               "with `pip install invimbed[plot]`")
+    try:
+        demo = run_projectile(args.depths, p_min=args.p_min, v0=args.v0,
+                              h_target=args.h_target, closure=args.closure,
+                              rtol=args.rtol, atol=args.atol)
+    except (TypeError, ValueError) as exc:
+        return _fail(prog, str(exc), EXIT_USAGE)
+    print(demo.report())
+    if not demo.success:
+        failed = demo.imbedding if not demo.imbedding.success else demo.adjoint
+        return _fail(prog, f"a solver failed: {failed.message}")
+    worst = demo.worst_relative_diff()
+    if not worst <= DEMO_AGREEMENT:
+        return _fail(prog, f"the imbedding, adjoint and closed form disagree: largest "
+                           f"relative difference {worst:.2e} > {DEMO_AGREEMENT:g}")
+    print(f"\nOK: imbedding, adjoint and closed form agree (largest relative difference "
+          f"{worst:.1e} <= {DEMO_AGREEMENT:g}).")
+    if args.plot:
+        try:
+            plot_projectile(demo, args.plot)
+        except (ImportError, OSError, ValueError) as exc:
+            return _fail(prog, f"could not write the plot {args.plot!r}: {exc}")
+        print(f"wrote {args.plot}")
+    return EXIT_OK
+
+
+def _fail(prog: str, message: str, code: int = EXIT_FAILURE) -> int:
+    sys.stdout.flush()
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, with one subparser per command."""
+    parser = argparse.ArgumentParser(
+        prog="invimbed",
+        description="invimbed: Bolza optimal-control problems by invariant imbedding.",
+    )
+    parser.add_argument("--version", action="version", version=f"invimbed {__version__}")
+    commands = parser.add_subparsers(title="commands", dest="command", metavar="<command>")
+    _add_demo(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line and return the exit code.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments without the program name; ``sys.argv[1:]`` when omitted.
+
+    Returns
+    -------
+    int
+        0 on success, 1 on a numerical failure, 2 on a usage error. Usage errors (and
+        ``--help``) print argparse's message and return its code instead of raising
+        :class:`SystemExit`, so that ``main`` can be called in-process.
+
+    Examples
+    --------
+    >>> from invimbed.__main__ import main
+    >>> main(["demo", "--depths", "5"])  # doctest: +SKIP
+    0
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help, --version or a usage error
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_usage(sys.stderr)
+        print("invimbed: error: a command is required (e.g. `invimbed demo`)", file=sys.stderr)
+        return EXIT_USAGE
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
