@@ -17,6 +17,7 @@ Exit codes: 0 success, 1 a numerical failure (a solver failed or the results dis
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Sequence
 
@@ -104,7 +105,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         return _fail(prog, f"--p-min must be below q = 1, got {args.p_min:g}", EXIT_USAGE)
     if args.plot:
         try:  # fail before computing rather than after
-            import matplotlib  # noqa: F401
+            importlib.import_module("matplotlib")
         except ImportError:
             return _fail(prog, "--plot needs matplotlib, which is not installed; install it "
                                "with `pip install invimbed[plot]`")

@@ -24,7 +24,7 @@ This module computes and formats; the command line lives in :mod:`invimbed.__mai
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -63,7 +63,7 @@ def projectile_problem(q: float = 1.0, h_target: float = 5.0,
     """
     zeros3 = np.zeros((2, 2, 2))
     zeros4 = np.zeros((2, 2, 2, 2))
-    derivatives = {
+    derivatives: dict[str, Callable[..., np.ndarray]] = {
         "f_z": lambda t, z, th: np.array([[0.0, 1.0], [0.0, 0.0]]),
         "f_zz": lambda t, z, th: zeros3,
         "f_zzz": lambda t, z, th: zeros4,
@@ -191,7 +191,8 @@ class ProjectileDemo:
             f"  terminal loss T(z) = (h - {self.h_target:g})^2 / 2; closed form "
             f"h(q) = h0 + v0 s - g s^2/2 with s = q - p",
             f"  {n} depths p from {self.depths[0]:g} down to {self.depths[-1]:g}; closure "
-            f"{self.closure!r} (order 1), RK45, rtol = {self.rtol:g}, atol = {self.atol:g}",
+            f"{self.closure!r}{' (order 1)' if self.closure == 'jet' else ''}, RK45, "
+            f"rtol = {self.rtol:g}, atol = {self.atol:g}",
             "",
             f"{'':>7} | {'imbedding (one sweep)':^25} | {'adjoint (per depth)':^25} | "
             f"{'closed form':^12} | {'imbedding - adjoint':^19}",
@@ -311,10 +312,10 @@ def plot_projectile(demo: ProjectileDemo, path: str) -> None:
                 label=f"imbedding ({demo.closure}, one sweep)")
         ax.plot(p, demo.adjoint.z[:, k], "o", ms=4, mfc="none", color="C3",
                 label="adjoint (per depth)")
-        ax.set_xlabel("depth p (throw time; q = %g)" % demo.q)
+        ax.set_xlabel(f"depth p (time of the throw; landing at q = {demo.q:g})")
         ax.set_ylabel(label)
-        ax.invert_xaxis()
         ax.grid(alpha=0.3)
+    axes[0].invert_xaxis()  # the sweep runs from q down: q on the left (axes are shared)
     axes[0].legend(loc="best", fontsize="small")
     fig.suptitle(f"Projectile, x = [h0, v0] = [{demo.x[0]:g}, {demo.x[1]:g}]: "
                  f"Z(p, x) = z(q; p, x) for every depth p")

@@ -31,7 +31,7 @@ cropped to the identity); kept to reproduce the paper, not recommended.
 
 from __future__ import annotations
 
-from math import comb
+from math import comb, prod
 from typing import Any
 
 import numpy as np
@@ -47,9 +47,7 @@ def _contract(U: np.ndarray, Phi: np.ndarray, out_nd: int) -> np.ndarray:
     a = U.shape[2 + out_nd:]
     c = Phi.shape[2:]
     N = Phi.shape[1]
-    P = int(np.prod(o, dtype=int))
-    na = int(np.prod(a, dtype=int))
-    nc = int(np.prod(c, dtype=int))
+    P, na, nc = prod(o), prod(a), prod(c)
     U2 = U.reshape(B, P, N, na).transpose(0, 1, 3, 2).reshape(B, P * na, N)
     res = np.matmul(U2, Phi.reshape(B, N, nc))
     return res.reshape((B,) + o + a + c)

@@ -26,6 +26,8 @@ Contract for implementers of a provider
 
 from __future__ import annotations
 
+from functools import lru_cache
+from itertools import permutations
 from typing import Any
 
 import numpy as np
@@ -106,14 +108,18 @@ def symmetrize(tensor: np.ndarray, k: int) -> np.ndarray:
     """Average ``tensor`` over all permutations of its last ``k`` axes."""
     if k < 2:
         return tensor
-    from itertools import permutations
+    perms = _axis_permutations(tensor.ndim, k)
+    acc = np.transpose(tensor, perms[0]).copy()
+    for perm in perms[1:]:
+        acc += np.transpose(tensor, perm)
+    acc /= len(perms)
+    return acc
 
-    lead = tensor.ndim - k
-    acc = np.zeros_like(tensor)
-    perms = list(permutations(range(lead, tensor.ndim)))
-    for perm in perms:
-        acc += np.transpose(tensor, tuple(range(lead)) + perm)
-    return acc / len(perms)
+
+@lru_cache(maxsize=None)
+def _axis_permutations(ndim: int, k: int) -> list[tuple[int, ...]]:
+    lead = tuple(range(ndim - k))
+    return [lead + perm for perm in permutations(range(ndim - k, ndim))]
 
 
 def parse_key(key: Any) -> tuple[str, int, int]:

@@ -1,0 +1,325 @@
+"""Cost of the imbedding sweep against the per-depth adjoint reference.
+
+Problem: two pendulums coupled by a spring, each driven by a constant torque,
+
+    z = [phi1, phi2, omega1, omega2],   theta = u = [u1, u2] (invimbed.Constant),
+    d phi_i / dt   = omega_i,
+    d omega_1 / dt = -sin(phi1) - k (phi1 - phi2) - c omega1 + u1,
+    d omega_2 / dt = -sin(phi2) - k (phi2 - phi1) - c omega2 + u2,
+    R = a (2 - cos phi1 - cos phi2) + rho |u|^2 / 2,
+    T = |z - z_target|^2 / 2,
+
+with every derivative up to order three written by hand and vectorised (batch axis
+first, then the output axes, then the ``z`` axes, then the ``theta`` axes).
+
+For ``n`` requested depths evenly spaced in ``[p_min, q]`` it measures, in one run,
+the wall time (best of a few repeats, ``time.perf_counter``) and the number of
+right-hand-side evaluations (``nfev``) of
+
+* ``solve_imbedding`` (jet, order 1) with ``estimate_error=True`` and ``False``;
+* the same with finite-difference derivatives only (no ``derivatives=`` given);
+* ``solve_adjoint`` (a forward and a backward solve per depth),
+
+all at the same ``rtol``/``atol``, and prints a table with the ratios. The imbedding
+sweep's ``nfev`` does not grow with ``n`` (the depths come from dense output); the
+reference's grows linearly. Note that one ``nfev`` is not the same work for both: an
+imbedding evaluation computes derivative tensors of ``f`` and ``R`` up to order 2 (3
+with the error estimate) and carries ``N^2``-sized Jacobians, an adjoint evaluation
+needs ``f`` or ``f_z`` only; hence the wall time as well.
+
+The last columns say how accurate the sweep is: the jet of order 1 is exact only for
+affine dynamics, so on this nonlinear problem it differs from the reference by its
+truncation error ``O((q - p)^3)`` (DESIGN.md section 3), which the error estimate
+reports.
+
+Run:  python benchmarks/bench_core.py [--quick] [--rtol 1e-8] [--atol 1e-10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+import scipy
+
+import invimbed
+
+K_SPRING = 0.5      # coupling spring
+C_DAMP = 0.1        # damping
+A_RUN = 0.2         # weight of the running loss on the angles
+RHO = 0.05          # weight of the control effort
+Z_TARGET = np.array([1.0, 1.0, 0.0, 0.0])
+N, M = 4, 2
+
+Q = 0.0
+P_MIN = -1.0
+X0 = np.array([0.8, -0.4, 0.3, 0.0])
+U0 = np.array([0.2, -0.1])
+
+
+# -- the problem: vectorised functions and exact derivatives ------------------------------
+def f(t: float, z: np.ndarray, th: np.ndarray) -> np.ndarray:
+    """Dynamics, z (B, 4), th (B, 2) -> (B, 4)."""
+    p1, p2, w1, w2 = z.T
+    return np.stack([
+        w1,
+        w2,
+        -np.sin(p1) - K_SPRING * (p1 - p2) - C_DAMP * w1 + th[:, 0],
+        -np.sin(p2) - K_SPRING * (p2 - p1) - C_DAMP * w2 + th[:, 1],
+    ], axis=1)
+
+
+def f_z(t, z, th):
+    B = z.shape[0]
+    out = np.zeros((B, N, N))
+    out[:, 0, 2] = 1.0
+    out[:, 1, 3] = 1.0
+    out[:, 2, 0] = -np.cos(z[:, 0]) - K_SPRING
+    out[:, 2, 1] = K_SPRING
+    out[:, 2, 2] = -C_DAMP
+    out[:, 3, 0] = K_SPRING
+    out[:, 3, 1] = -np.cos(z[:, 1]) - K_SPRING
+    out[:, 3, 3] = -C_DAMP
+    return out
+
+
+def f_zz(t, z, th):
+    out = np.zeros((z.shape[0], N, N, N))
+    out[:, 2, 0, 0] = np.sin(z[:, 0])
+    out[:, 3, 1, 1] = np.sin(z[:, 1])
+    return out
+
+
+def f_zzz(t, z, th):
+    out = np.zeros((z.shape[0], N, N, N, N))
+    out[:, 2, 0, 0, 0] = np.cos(z[:, 0])
+    out[:, 3, 1, 1, 1] = np.cos(z[:, 1])
+    return out
+
+
+def f_theta(t, z, th):
+    out = np.zeros((z.shape[0], N, M))
+    out[:, 2, 0] = 1.0
+    out[:, 3, 1] = 1.0
+    return out
+
+
+def R(t, z, th):
+    return A_RUN * (2.0 - np.cos(z[:, 0]) - np.cos(z[:, 1])) + 0.5 * RHO * np.sum(th ** 2, axis=1)
+
+
+def R_z(t, z, th):
+    out = np.zeros((z.shape[0], N))
+    out[:, 0] = A_RUN * np.sin(z[:, 0])
+    out[:, 1] = A_RUN * np.sin(z[:, 1])
+    return out
+
+
+def R_zz(t, z, th):
+    out = np.zeros((z.shape[0], N, N))
+    out[:, 0, 0] = A_RUN * np.cos(z[:, 0])
+    out[:, 1, 1] = A_RUN * np.cos(z[:, 1])
+    return out
+
+
+def R_zzz(t, z, th):
+    out = np.zeros((z.shape[0], N, N, N))
+    out[:, 0, 0, 0] = -A_RUN * np.sin(z[:, 0])
+    out[:, 1, 1, 1] = -A_RUN * np.sin(z[:, 1])
+    return out
+
+
+def T(z):
+    return 0.5 * np.sum((z - Z_TARGET) ** 2, axis=1)
+
+
+def _zeros(*shape: int) -> Callable:
+    return lambda t, z, th: np.zeros((z.shape[0],) + shape)
+
+
+DERIVATIVES: dict[str, Callable] = {
+    "f_z": f_z, "f_zz": f_zz, "f_zzz": f_zzz,
+    "f_theta": f_theta, "f_ztheta": _zeros(N, N, M), "f_zztheta": _zeros(N, N, N, M),
+    "R_z": R_z, "R_zz": R_zz, "R_zzz": R_zzz,
+    "R_theta": lambda t, z, th: RHO * th, "R_ztheta": _zeros(N, M), "R_zztheta": _zeros(N, N, M),
+    "T_z": lambda z: z - Z_TARGET,
+    "T_zz": lambda z: np.broadcast_to(np.eye(N), (z.shape[0], N, N)).copy(),
+    "T_zzz": lambda z: np.zeros((z.shape[0], N, N, N)),
+}
+
+
+def make_problem(exact: bool) -> invimbed.BolzaProblem:
+    """The coupled pendulums, with the exact derivatives or with finite differences only."""
+    return invimbed.BolzaProblem(f, R, T, q=Q, vectorized=True,
+                                 derivatives=DERIVATIVES if exact else None)
+
+
+def check_derivatives() -> float:
+    """Largest difference between the hand-written derivatives and central differences
+    at a random point (a guard against a wrong tensor)."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(3, N))
+    th = rng.normal(size=(3, M))
+    exact = make_problem(True).provider(N, M)
+    fd = make_problem(False).provider(N, M)
+    worst = 0.0
+    for which, dz, dth in [("f", 1, 0), ("f", 2, 0), ("f", 3, 0), ("f", 0, 1), ("f", 1, 1),
+                           ("R", 1, 0), ("R", 2, 0), ("R", 3, 0), ("R", 0, 1), ("R", 1, 1),
+                           ("T", 1, 0), ("T", 2, 0), ("T", 3, 0)]:
+        a = exact.derivative(which, 0.0, z, th, dz=dz, dth=dth)
+        b = fd.derivative(which, 0.0, z, th, dz=dz, dth=dth)
+        worst = max(worst, float(np.max(np.abs(a - b))))
+    return worst
+
+
+# -- measuring ------------------------------------------------------------------------------
+def best_times(calls: list[Callable[[], Any]], repeats: int) -> tuple[list[float], list[Any]]:
+    """Best wall time of ``repeats`` timed calls of each function, and the last results.
+
+    Each function is called once untimed (warm-up); the timed calls are interleaved
+    round-robin, so that a burst of load from elsewhere on the machine spreads over
+    all the cases instead of falling on one of them.
+    """
+    results = [fn() for fn in calls]
+    best = [float("inf")] * len(calls)
+    for _ in range(repeats):
+        for i, fn in enumerate(calls):
+            t0 = time.perf_counter()
+            results[i] = fn()
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best, results
+
+
+def machine_info() -> str:
+    return "\n".join([
+        f"platform : {platform.platform()}",
+        f"machine  : {platform.machine()} {platform.processor() or ''}".rstrip(),
+        f"CPUs     : {os.cpu_count()}",
+        f"python   : {platform.python_version()} ({platform.python_implementation()})",
+        f"numpy    : {np.__version__}",
+        f"scipy    : {scipy.__version__}",
+        f"invimbed : {invimbed.__version__}",
+    ])
+
+
+def run(ns: list[int], repeats: int, rtol: float, atol: float) -> list[dict[str, Any]]:
+    control = invimbed.Constant(U0)
+    exact = make_problem(True)
+    fd = make_problem(False)
+    tol = dict(rtol=rtol, atol=atol)
+    cases = [
+        ("imbedding jet-1 + estimate", "exact",
+         lambda pb, d: invimbed.solve_imbedding(pb, X0, d, control=control, estimate_error=True,
+                                                **tol), exact),
+        ("imbedding jet-1", "exact",
+         lambda pb, d: invimbed.solve_imbedding(pb, X0, d, control=control, estimate_error=False,
+                                                **tol), exact),
+        ("imbedding jet-1", "fin. diff.",
+         lambda pb, d: invimbed.solve_imbedding(pb, X0, d, control=control, estimate_error=False,
+                                                **tol), fd),
+        ("adjoint (per depth)", "exact",
+         lambda pb, d: invimbed.solve_adjoint(pb, X0, d, control=control, **tol), exact),
+    ]
+    rows = []
+    for n in ns:
+        depths = np.linspace(Q, P_MIN, n)
+        calls = [lambda solve=solve, pb=pb: solve(pb, depths) for _, _, solve, pb in cases]
+        times, outs = best_times(calls, repeats)
+        results = []
+        for (name, deriv, _, _), seconds, res in zip(cases, times, outs):
+            if not res.success:
+                raise RuntimeError(f"{name} ({deriv}) failed for n = {n}: {res.message}")
+            results.append((name, deriv, seconds, res))
+        ref_time, ref = results[-1][2], results[-1][3]
+        for name, deriv, seconds, res in results:
+            est = res.get("error_estimate")
+            rows.append({
+                "n": n, "method": name, "derivatives": deriv, "nfev": res.nfev,
+                "time": seconds, "nfev_ratio": ref.nfev / res.nfev,
+                "time_ratio": ref_time / seconds,
+                "err_z": float(np.max(np.abs(res.z - ref.z))),
+                "err_grad": float(np.max(np.abs(res.param_grad - ref.param_grad))),
+                "est_z": None if est is None else float(np.max(est.z)),
+            })
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    head = (f"{'n':>4}  {'method':<27} {'derivs':<10} {'nfev':>7} {'time [ms]':>10} "
+            f"{'adj/this nfev':>13} {'adj/this time':>13}  {'max|dz|':>8} {'max|dJ/du|':>10} "
+            f"{'est z':>8}")
+    lines = [head, "-" * len(head)]
+    last_n = None
+    for r in rows:
+        if last_n is not None and r["n"] != last_n:
+            lines.append("")
+        last_n = r["n"]
+        is_ref = r["method"].startswith("adjoint")
+        err = "(ref)" if is_ref else f"{r['err_z']:.1e}"
+        errg = "(ref)" if is_ref else f"{r['err_grad']:.1e}"
+        est = "-" if r["est_z"] is None else f"{r['est_z']:.1e}"
+        lines.append(
+            f"{r['n']:>4}  {r['method']:<27} {r['derivatives']:<10} {r['nfev']:>7} "
+            f"{1e3 * r['time']:>10.2f} {r['nfev_ratio']:>13.1f} {r['time_ratio']:>13.1f}  "
+            f"{err:>8} {errg:>10} {est:>8}"
+        )
+    return "\n".join(lines)
+
+
+def growth(rows: list[dict[str, Any]]) -> str:
+    """nfev and time at the largest n over those at the smallest, per method."""
+    ns = sorted({r["n"] for r in rows})
+    lo, hi = ns[0], ns[-1]
+    out = [f"growth from n = {lo} to n = {hi} ({hi / lo:g} x the depths):"]
+    for key in dict.fromkeys((r["method"], r["derivatives"]) for r in rows):
+        a = next(r for r in rows if (r["method"], r["derivatives"]) == key and r["n"] == lo)
+        b = next(r for r in rows if (r["method"], r["derivatives"]) == key and r["n"] == hi)
+        out.append(f"  {key[0]:<27} {key[1]:<10} nfev x {b['nfev'] / a['nfev']:5.2f}   "
+                   f"time x {b['time'] / a['time']:5.2f}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="n = 8 and 32 only, one timed repeat (a smoke test)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed repeats per case, best taken (default 5, 1 with --quick)")
+    parser.add_argument("--rtol", type=float, default=1e-8)
+    parser.add_argument("--atol", type=float, default=1e-10)
+    args = parser.parse_args(argv)
+    ns = [8, 32] if args.quick else [8, 32, 128]
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 5)
+    if repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {repeats}")
+
+    print("invimbed benchmark: imbedding sweep vs per-depth adjoint")
+    print(machine_info())
+    print(f"problem  : two coupled pendulums, N = {N}, constant control M = {M}, running + "
+          f"terminal loss, vectorized=True")
+    print(f"depths   : n evenly spaced in [p_min, q] = [{P_MIN:g}, {Q:g}]; method RK45, "
+          f"rtol = {args.rtol:g}, atol = {args.atol:g}; best of {repeats} timed repeat(s)")
+    print(f"check    : max |exact - finite-difference derivative| = {check_derivatives():.1e} "
+          f"(difference noise; a wrong tensor would show O(1))")
+    print()
+    t0 = time.perf_counter()
+    rows = run(ns, repeats, args.rtol, args.atol)
+    print(format_table(rows))
+    print()
+    print(growth(rows))
+    print()
+    print("nfev: right-hand-side evaluations. 'adj/this': the adjoint reference's nfev or time")
+    print("over this row's (> 1: this row is cheaper). max|dz|, max|dJ/du|: largest difference")
+    print("from the adjoint reference over all depths (the jet-1 truncation error, O((q-p)^3));")
+    print("est z: the jet's own error estimate (order 1 vs 2).")
+    print(f"total benchmark time {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
