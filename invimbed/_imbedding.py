@@ -44,11 +44,13 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     closure : {"jet", "stencil", "crop"}
         How the nested Jacobians are closed (DESIGN.md section 3). ``"jet"`` (default,
         recommended) carries Taylor coefficients: order 1 is exact for affine dynamics
-        with at most quadratic losses and has error ``O(s^3)`` in depth ``s = q - p``
-        otherwise. ``"stencil"`` carries the fields at ``2N + 1`` (``difference=
+        with at most quadratic losses; otherwise ``z`` and ``value`` have error
+        ``O(s^3)`` in depth ``s = q - p`` (``O(s^(K+2))`` for order ``K``), and so do
+        ``adjoint`` and ``depth_grad`` unless ``D^3 T != 0`` (a non-quadratic terminal
+        loss), which makes them ``O(s^2)`` (``O(s^(K+1))``). ``"stencil"`` carries the fields at ``2N + 1`` (``difference=
         "central"``, eq. grad-symm) or ``N + 1`` (``"forward"``, eq. grad-newton-x)
         points and needs only first derivatives. ``"crop"`` is the paper's eq. cropping,
-        kept for reproduction only: its error is ``O(s^2)`` even for linear dynamics.
+        kept for reproduction only: it is not exact even for linear dynamics.
     order : int, default 1
         Jet order ``K`` (``closure="jet"``). The provider must give derivatives up to
         order ``K + 1`` (``K + 2`` with the error estimate).

@@ -19,14 +19,22 @@ dropped: that is the truncation. Carried orders, for a jet of order ``K``:
   ``D^k ([grad_w f]^T Lam + grad_w R)``.
 
 For affine dynamics with at most quadratic losses ``Z_2 = V_3 = 0`` exactly, so order 1
-is exact (the Riccati transformation). Otherwise the error is ``O(s^(K+2))`` in the
-depth ``s = q - p`` and does not shrink with the integrator's step. The error estimate
+is exact (the Riccati transformation). Otherwise, in the depth ``s = q - p``: the dropped
+``Z_{K+1}`` starts at 0 and grows like ``s``, so ``Z_0`` errs by ``O(s^(K+2))``; the dropped
+``V_{K+2}`` starts at ``D^(K+2) T(x)``, so ``Lam = V_1`` errs by ``O(s^(K+1))`` and ``V_0``
+by ``O(s^(K+2))`` when that is non-zero (a non-quadratic terminal loss for ``K = 1``), and
+by ``O(s^(K+2))`` and ``O(s^(K+3))`` when it vanishes. None of it shrinks with the
+integrator's step. The error estimate
 carries the jet of order ``K + 1`` alongside (sharing every derivative evaluation) and
 reports the difference.
 
 ``crop=True`` replaces the ``Z_1`` equation by the continuous form of the paper's
 eq. cropping, ``dZ_1/dp = -grad_z Phi`` (the factor ``Z_1`` in ``Z_1 . grad Phi``
-cropped to the identity); kept to reproduce the paper, not recommended.
+cropped to the identity); kept to reproduce the paper, not recommended: it is not
+exact even for ``dz/dt = a z`` (``Z_1 = 1 + a s`` instead of ``e^(a s)``). The paper
+prints the layer form without the step factor ``p_i - p_{i+1}``; with the unit steps of
+its experiments the two agree up to the sign of the step, which we take from
+eq. disc-update. The other fields are carried as in the jet of order 1.
 """
 
 from __future__ import annotations
