@@ -1,5 +1,6 @@
-"""The documentation's code runs: the Python blocks of the tutorial (and of the README
-and the landing page) are executed in order, one fresh namespace per file.
+"""The documentation's code runs: the ```python blocks of docs/tutorial.md, of the other
+pages that have any (index, method, closures) and of README.md (skipped when it is
+missing or has none) are executed in order, one fresh namespace per file.
 
 A block that raises fails the test with the file and the line of the block, and the
 traceback points into the Markdown file itself.
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["docs/tutorial.md", "docs/index.md", "README.md"]
+DOCS = ["docs/tutorial.md", "docs/index.md", "docs/method.md", "docs/closures.md",
+        "README.md"]
 
 FENCE = re.compile(
     r"^(?P<indent>[ \t]*)```python[^\n]*\n(?P<code>.*?)^(?P=indent)```[ \t]*$",

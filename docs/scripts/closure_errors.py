@@ -14,7 +14,7 @@ Printed, as Markdown tables (pasted into docs/closures.md):
    closure, and the log-log slope in ``s`` of the error of every field (``z``,
    ``value``, ``adjoint``, ``param_grad``, ``depth_grad``), fitted over ``s <= 0.4``
    and over all depths;
-2. for the jet, ``error_estimate / true error`` per field;
+2. for the jet, the relative error and ``error_estimate / true error``, per field;
 3. the jet's error with the integrator at ``rtol=1e-6`` and at ``rtol=1e-10``: the
    same, because the error is the closure's, not the integrator's.
 
@@ -242,6 +242,14 @@ def main():
         print()
 
         jet = results["jet"]
+        print("Jet: relative error, `|error| / |reference|` (largest entries), per field:\n")
+        print("| s | " + " | ".join(ALL) + " |")
+        print("|---" * (len(ALL) + 1) + "|")
+        for i, s in enumerate(S):
+            cells = [f"{errors(jet, ref, k)[i] / np.abs(ref[k][i]).max():.1e}" for k in ALL]
+            print(f"| {s} | " + " | ".join(cells) + " |")
+        print()
+
         print("Jet: `error_estimate / true error`, per field:\n")
         print("| s | " + " | ".join(FIELDS) + " |")
         print("|---" * (len(FIELDS) + 1) + "|")

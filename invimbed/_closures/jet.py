@@ -1,35 +1,38 @@
 """The jet closure: Taylor coefficients of each field around ``x`` (DESIGN.md section 3).
 
-A field ``U(p, x + delta)`` is carried as its derivative tensors ``U_k = D^k U(p, x)``,
-``k = 0..L`` (full, symmetric tensors). The transport term of
-``dU/dp = -grad_x U . Phi - S_U`` has, at order ``k``, the Leibniz expansion
+A field ``U(p, x + delta)`` is carried as a truncated polynomial in ``delta``, its Taylor
+coefficients ``u_alpha = D^alpha U(p, x) / alpha!`` for ``|alpha| <= L``: ``C(N + L, L)``
+numbers, the symmetric derivative tensors stored without redundancy
+(:mod:`invimbed._derivatives.multiindex`). With ``Phi(p, x + delta) = f(p, x + delta,
+theta(p))`` expanded the same way (eq. phi-inim), the transport term of
+``dU/dp = -grad_x U . Phi - S_U`` is a polynomial product,
 
-    D^k (grad U . Phi) = sum_{j=0..k} C(k, j) Sym[ U_{j+1} . Phi_j' ],   j' = k - j
+    grad_x U . Phi = sum_i (d U / d delta_i)(delta) * Phi_i(delta),   truncated at degree L,
 
-where ``Phi_m = D^m_z f(p, x, theta(p))`` and ``.`` contracts ``U``'s first derivative
-axis with ``Phi``'s output axis. The order-``L`` equation needs ``U_{L+1}``, which is
-dropped: that is the truncation. Carried orders, for a jet of order ``K``:
+and the coefficient of degree ``L`` of ``U`` would need degree ``L + 1``, which is
+dropped: that is the truncation. Carried degrees, for a jet of order ``K``:
 
-* ``Z`` (Thm 1, eq. z-inim-t): orders ``0..K``, no source, ``Z_1(q) = I``;
-* ``V`` (the loss): orders ``0..K+1`` with source ``D^k R``; ``Lam = V_1`` (eq. lam-def)
-  is therefore carried to order ``K`` *as the gradient of V*, so the source of
-  Theorem 2 (eq. lam-inim), ``[grad_z f]^T Lam + grad_z R``, appears by itself in the
-  order-1 equation and Lam never drifts from the gradient of the value;
-* ``W = Lam_w`` (eq. aug-lam-th-pde): orders ``0..K`` with source
-  ``D^k ([grad_w f]^T Lam + grad_w R)``.
+* ``Z`` (Thm 1, eq. z-inim-t): degree ``K``, no source, ``Z(q, x + delta) = x + delta``;
+* ``V`` (the loss): degree ``K + 1`` with source ``R``; ``Lam = grad V`` (eq. lam-def)
+  is therefore carried to degree ``K`` *as the gradient of V*: the source of Theorem 2
+  (eq. lam-inim), ``[grad_z f]^T Lam + grad_z R``, appears by itself, and Lam never
+  drifts from the gradient of the value;
+* ``W = Lam_w`` (eq. aug-lam-th-pde): degree ``K`` with source
+  ``[grad_w f]^T Lam + grad_w R``, a polynomial product with ``Lam = grad V``.
 
-For affine dynamics with at most quadratic losses ``Z_2 = V_3 = 0`` exactly, so order 1
-is exact (the Riccati transformation). Otherwise, in the depth ``s = q - p``: the dropped
-``Z_{K+1}`` starts at 0 and grows like ``s``, so ``Z_0`` errs by ``O(s^(K+2))``; the dropped
-``V_{K+2}`` starts at ``D^(K+2) T(x)``, so ``Lam = V_1`` errs by ``O(s^(K+1))`` and ``V_0``
-by ``O(s^(K+2))`` when that is non-zero (a non-quadratic terminal loss for ``K = 1``), and
-by ``O(s^(K+2))`` and ``O(s^(K+3))`` when it vanishes. None of it shrinks with the
-integrator's step. The error estimate
-carries the jet of order ``K + 1`` alongside (sharing every derivative evaluation) and
-reports the difference.
+Error law. For affine dynamics with at most quadratic losses the dropped coefficients
+vanish, so order 1 is exact (the Riccati transformation). Otherwise, in the depth
+``s = q - p``: the dropped degree ``K + 1`` of ``Z`` starts at 0 and grows like ``s``,
+so ``z`` errs by ``O(s^(K+2))``; the dropped degree ``K + 2`` of ``V`` starts at the
+terminal loss's, so ``Lam`` errs by ``O(s^(K+1))`` and ``V`` by ``O(s^(K+2))`` when
+``D^(K+2) T(x) != 0`` (a non-quadratic terminal loss for ``K = 1``), and by
+``O(s^(K+2))`` and ``O(s^(K+3))`` when it vanishes. None of it shrinks with the
+integrator's step. The error estimate carries the jet of order ``K + 1`` alongside
+(sharing every derivative evaluation: its coefficients are a superset) and reports the
+difference.
 
-``crop=True`` replaces the ``Z_1`` equation by the continuous form of the paper's
-eq. cropping, ``dZ_1/dp = -grad_z Phi`` (the factor ``Z_1`` in ``Z_1 . grad Phi``
+``crop=True`` replaces the degree-1 equation of ``Z`` by the continuous form of the
+paper's eq. cropping, ``dZ_1/dp = -grad_z Phi`` (the factor ``Z_1`` in ``Z_1 . grad Phi``
 cropped to the identity); kept to reproduce the paper, not recommended: it is not
 exact even for ``dz/dt = a z`` (``Z_1 = 1 + a s`` instead of ``e^(a s)``). The paper
 prints the layer form without the step factor ``p_i - p_{i+1}``; with the unit steps of
@@ -39,63 +42,62 @@ eq. disc-update. The other fields are carried as in the jet of order 1.
 
 from __future__ import annotations
 
-from math import comb, prod
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from scipy import sparse
 
-from .._derivatives import symmetrize
+from .._derivatives.multiindex import (degree_slices, n_coefficients, poly_derivatives,
+                                       product_table)
 from .base import Closure, Layout
 
 
-def _contract(U: np.ndarray, Phi: np.ndarray, out_nd: int) -> np.ndarray:
-    """``U[b, *o, i, *a] Phi[b, i, *c] -> [b, *o, *a, *c]``."""
-    B = U.shape[0]
-    o = U.shape[1:1 + out_nd]
-    a = U.shape[2 + out_nd:]
-    c = Phi.shape[2:]
-    N = Phi.shape[1]
-    P, na, nc = prod(o), prod(a), prod(c)
-    U2 = U.reshape(B, P, N, na).transpose(0, 1, 3, 2).reshape(B, P * na, N)
-    res = np.matmul(U2, Phi.reshape(B, N, nc))
-    return res.reshape((B,) + o + a + c)
+@lru_cache(maxsize=None)
+def _product_plan(n: int, order_a: int, order_b: int, order_out: int):
+    ia, ib, io = product_table(n, order_a, order_b, order_out)
+    scatter = sparse.csr_matrix((np.ones(io.size), (np.arange(io.size), io)),
+                                shape=(io.size, n_coefficients(n, order_out)))
+    return ia, ib, scatter
 
 
-def transport(U: list[np.ndarray], Phi: list[np.ndarray], out_nd: int) -> list[np.ndarray]:
-    """Derivative tensors of ``grad_x U . Phi`` up to the order carried (``U_{L+1} = 0``)."""
-    L = len(U) - 1
-    res = []
-    for k in range(L + 1):
-        acc = np.zeros_like(U[k])
-        for j in range(min(k, L - 1) + 1):
-            acc = acc + comb(k, j) * _contract(U[j + 1], Phi[k - j], out_nd)
-        res.append(symmetrize(acc, k))
-    return res
+def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b: int,
+                     order_out: int) -> np.ndarray:
+    """Truncated product summed over a shared axis: ``sum_i a[..., i, :] * b[:, i, ...]``.
 
-
-def param_source(G: list[np.ndarray], Lam: list[np.ndarray], Rw: list[np.ndarray],
-                 order: int) -> list[np.ndarray]:
-    """Derivative tensors of ``[grad_w f]^T Lam + grad_w R`` up to ``order``.
-
-    ``G[j]`` has axes (B, N, n_w, *[N]*j), ``Lam[m]`` (B, N, *[N]*m), ``Rw[k]``
-    (B, n_w, *[N]*k).
+    ``a`` has axes (B, *P, I, ca) and ``b`` (B, I, *Q, cb), polynomial coefficients last;
+    the result (B, *P, *Q, C(n + order_out, order_out)) holds the coefficients of
+    ``sum_i a_i(delta) b_i(delta)`` up to degree ``order_out``.
     """
-    res = []
-    for k in range(order + 1):
-        acc = Rw[k].copy()
-        for j in range(k + 1):
-            Gj = G[j]
-            B, N, nw = Gj.shape[:3]
-            Lm = Lam[k - j]
-            t = np.einsum("biwa,bic->bwac", Gj.reshape(B, N, nw, -1), Lm.reshape(B, N, -1))
-            acc = acc + comb(k, j) * t.reshape((B, nw) + (N,) * k)
-        res.append(symmetrize(acc, k))
-    return res
+    ia, ib, scatter = _product_plan(n, order_a, order_b, order_out)
+    B = a.shape[0]
+    P = a.shape[1:-2]
+    Q = b.shape[2:-1]
+    I = a.shape[-2]
+    a2 = a.reshape(B, -1, I, a.shape[-1])[..., ia]            # (B, p, I, pairs)
+    b2 = b.reshape(B, I, -1, b.shape[-1])[..., ib]            # (B, I, q, pairs)
+    prod = np.einsum("bpin,biqn->bpqn", a2, b2)               # (B, p, q, pairs)
+    flat = prod.reshape(-1, ia.size)
+    out = np.asarray((scatter.T @ flat.T).T)
+    return out.reshape((B,) + P + Q + (scatter.shape[1],))
+
+
+def transport(U: np.ndarray, Phi: np.ndarray, n: int, degree: int) -> np.ndarray:
+    """Coefficients of ``grad_x U . Phi`` up to ``degree`` (U of degree ``degree``).
+
+    ``U`` has axes (B, *out, C(n + degree, degree)); ``Phi`` (B, n, c) with at least the
+    coefficients up to ``degree``.
+    """
+    if degree == 0:
+        return np.zeros_like(U)
+    dU = poly_derivatives(U, n, degree)                       # (B, *out, n, c(degree-1))
+    phi = Phi[..., :n_coefficients(n, degree)]
+    return contract_product(dU, phi, n, degree - 1, degree, degree)
 
 
 class JetClosure(Closure):
     """Jet of order ``K`` for ``Z``, ``K + 1`` for ``V`` (so ``Lam`` is its gradient), ``K``
-    for ``Lam_w``; see the module docstring for the equations."""
+    for ``Lam_w``; see the module docstring for the equations and the error law."""
 
     name = "jet"
     supports_disc = True
@@ -112,55 +114,43 @@ class JetClosure(Closure):
         B, N, nw = self.B, self.N, self.nw
         shapes: dict[str, tuple[int, ...]] = {}
         for K in self.orders:
-            for k in range(K + 1):
-                shapes[f"Z{K}_{k}"] = (B, N) + (N,) * k
-            for k in range(K + 2):
-                shapes[f"V{K}_{k}"] = (B,) + (N,) * k
+            shapes[f"Z{K}"] = (B, N, n_coefficients(N, K))
+            shapes[f"V{K}"] = (B, n_coefficients(N, K + 1))
             if nw:
-                for k in range(K + 1):
-                    shapes[f"W{K}_{k}"] = (B, nw) + (N,) * k
+                shapes[f"W{K}"] = (B, nw, n_coefficients(N, K))
         self.layout = Layout(shapes)
         top = max(self.orders)
-        self.f_order = top + 1   # V of order K+1 needs D^(K+1) f and D^(K+1) R
-        self.w_order = top       # W of order K needs D^K of grad_w f, grad_w R
+        self.f_order = top + 1   # V of degree K+1 needs Phi and R to degree K+1
+        self.w_order = top       # W of degree K needs grad_w f and grad_w R to degree K
 
     # -- the contract ------------------------------------------------------------------
     def initial_state(self) -> np.ndarray:
         B, N = self.B, self.N
-        x = self.x
-        T = [self.provider.derivative("T", self.q, x, None, dz=k) for k in range(self.f_order + 1)]
+        T = self.provider.taylor("T", self.q, self.x, None, self.f_order)
         blocks = {}
         for K in self.orders:
-            blocks[f"Z{K}_0"] = x
+            Z = np.zeros((B, N, n_coefficients(N, K)))
+            Z[:, :, 0] = self.x
             if K >= 1:
-                blocks[f"Z{K}_1"] = np.broadcast_to(np.eye(N), (B, N, N))
-            for k in range(2, K + 1):
-                blocks[f"Z{K}_{k}"] = np.zeros((B, N) + (N,) * k)
-            for k in range(K + 2):
-                blocks[f"V{K}_{k}"] = T[k]
+                Z[:, :, 1:N + 1] = np.eye(N)
+            blocks[f"Z{K}"] = Z
+            blocks[f"V{K}"] = T[:, :n_coefficients(N, K + 1)]
             if self.nw:
-                for k in range(K + 1):
-                    blocks[f"W{K}_{k}"] = np.zeros((B, self.nw) + (N,) * k)
+                blocks[f"W{K}"] = np.zeros((B, self.nw, n_coefficients(N, K)))
         return self.layout.pack(blocks)
 
-    def coefficients(self, p: float, piece: Any = None) -> dict[str, list[np.ndarray]]:
-        """Derivative tensors of ``f``, ``R`` (and their ``w`` gradients) at ``(p, x)``."""
+    def coefficients(self, p: float, piece: Any = None) -> dict[str, np.ndarray]:
+        """Taylor coefficients of ``f``, ``R`` (and their ``w`` gradients) at ``(p, x)``."""
         prov = self.provider
-        x = self.x
         th = self._theta(p, piece, self.B)
-        Phi = [prov.derivative("f", p, x, th, dz=k) for k in range(self.f_order + 1)]
-        R = [prov.derivative("R", p, x, th, dz=k) for k in range(self.f_order + 1)]
-        coef = {"Phi": Phi, "R": R}
+        coef = {"Phi": prov.taylor("f", p, self.x, th, self.f_order),
+                "R": prov.taylor("R", p, self.x, th, self.f_order)}
         if self.nw:
-            J = self._param_jacobian(p, piece)  # (M, nw)
-            G, Rw = [], []
-            for j in range(self.w_order + 1):
-                fj = prov.derivative("f", p, x, th, dz=j, dth=1) @ J  # (B, N, *[N]*j, nw)
-                G.append(np.moveaxis(fj, -1, 2))
-                rj = prov.derivative("R", p, x, th, dz=j, dth=1) @ J  # (B, *[N]*j, nw)
-                Rw.append(np.moveaxis(rj, -1, 1))
-            coef["G"] = G
-            coef["Rw"] = Rw
+            J = self._param_jacobian(p, piece)                          # (M, nw)
+            Gt = prov.taylor("f", p, self.x, th, self.w_order, dth=1)   # (B, N, M, c)
+            Rt = prov.taylor("R", p, self.x, th, self.w_order, dth=1)   # (B, M, c)
+            coef["G"] = np.einsum("bimc,mw->biwc", Gt, J)
+            coef["Rw"] = np.einsum("bmc,mw->bwc", Rt, J)
         return coef
 
     def rhs(self, p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
@@ -172,34 +162,38 @@ class JetClosure(Closure):
         return self.layout.pack(out)
 
     def _rhs_jet(self, K: int, blocks: dict, coef: dict) -> dict[str, np.ndarray]:
+        N = self.N
         Phi, R = coef["Phi"], coef["R"]
-        Z = [blocks[f"Z{K}_{k}"] for k in range(K + 1)]
-        V = [blocks[f"V{K}_{k}"] for k in range(K + 2)]
         out = {}
-        tZ = transport(Z, Phi, 1)
+        tZ = transport(blocks[f"Z{K}"], Phi, N, K)
         if self.crop:
-            tZ[1] = Phi[1]
-        for k in range(K + 1):
-            out[f"Z{K}_{k}"] = -tZ[k]
-        tV = transport(V, Phi, 0)
-        for k in range(K + 2):
-            out[f"V{K}_{k}"] = -(tV[k] + R[k])
+            tZ[..., 1:N + 1] = Phi[..., 1:N + 1]
+        out[f"Z{K}"] = -tZ
+        V = blocks[f"V{K}"]
+        out[f"V{K}"] = -(transport(V, Phi, N, K + 1) + R[:, :V.shape[-1]])
         if self.nw:
-            W = [blocks[f"W{K}_{k}"] for k in range(K + 1)]
-            tW = transport(W, Phi, 1)
-            sW = param_source(coef["G"], V[1:], coef["Rw"], K)
-            for k in range(K + 1):
-                out[f"W{K}_{k}"] = -(tW[k] + sW[k])
+            Lam = poly_derivatives(V, N, K + 1)                          # (B, N, c(K))
+            src = self._param_source(coef, Lam, K)
+            out[f"W{K}"] = -(transport(blocks[f"W{K}"], Phi, N, K) + src)
         return out
+
+    def _param_source(self, coef: dict, Lam: np.ndarray, K: int) -> np.ndarray:
+        """Coefficients of ``[grad_w f]^T Lam + grad_w R`` up to degree ``K``."""
+        N = self.N
+        c = n_coefficients(N, K)
+        G = coef["G"][..., :c]                                 # (B, N, nw, c)
+        Gw = np.moveaxis(G, 1, 2)                              # (B, nw, N, c)
+        return contract_product(Gw, Lam[:, :, None, :], N, K, K, K)[:, :, 0] + coef["Rw"][..., :c]
 
     def fields(self, y: np.ndarray, K: int | None = None) -> dict[str, np.ndarray]:
         K = self.order if K is None else K
         b = self.layout.unpack(y)
+        N = self.N
         return {
-            "z": b[f"Z{K}_0"].copy(),
-            "value": b[f"V{K}_0"].copy(),
-            "adjoint": b[f"V{K}_1"].copy(),
-            "param_grad": b[f"W{K}_0"].copy() if self.nw else np.zeros((self.B, 0)),
+            "z": b[f"Z{K}"][..., 0].copy(),
+            "value": b[f"V{K}"][..., 0].copy(),
+            "adjoint": b[f"V{K}"][..., 1:N + 1].copy(),
+            "param_grad": b[f"W{K}"][..., 0].copy() if self.nw else np.zeros((self.B, 0)),
         }
 
     def error_estimate(self, y: np.ndarray) -> dict[str, np.ndarray] | None:
@@ -214,42 +208,31 @@ class JetClosure(Closure):
         """One layer of eqs. disc-update and disc-lam, from ``p_old = p_{i+1}`` to
         ``p_new = p_i``, with ``Phi`` and every coefficient taken at ``p_i``.
 
-        ``Z_i = Z_{i+1} - h grad Z_{i+1} . Phi(p_i)`` (disc-update), and
-        ``Lam_i = Lam_{i+1} - h [grad Lam_i . Phi(p_i) + [grad_z f]^T Lam_{i+1} + grad_z R]``
-        (disc-lam, with the running-loss term): the Jacobian ``grad Lam`` is the one at
-        ``p_i``, updated first, as the paper writes it. ``h = p_i - p_{i+1}``. The
-        Jacobians themselves take one forward-Euler step of their jet-1 (or crop)
-        equations. Jet order 1 only.
+        ``Z_i = Z_{i+1} - h grad Z_{i+1} . Phi(p_i)`` (disc-update, every coefficient),
+        and ``Lam_i = Lam_{i+1} - h [grad Lam_i . Phi(p_i) + [grad_z f]^T Lam_{i+1} +
+        grad_z R]`` (disc-lam, with the running-loss term): the Jacobian ``grad Lam`` is
+        the one at ``p_i``, updated first, as the paper writes it; ``Lam_w`` likewise.
+        ``h = p_i - p_{i+1}``. Every other coefficient takes one forward-Euler step of its
+        jet (or crop) equation.
         """
-        if self.order != 1:
-            raise ValueError(f"method='disc' (the paper's layer recursion) is defined for "
-                             f"jet order 1, but order={self.order}")
         h = p_new - p_old
+        N = self.N
         coef = self.coefficients(p_new, piece)
-        Phi, R = coef["Phi"], coef["R"]
-        blocks = self.layout.unpack(y)
+        old = self.layout.unpack(y)
         new = {}
         for K in self.orders:
-            # K == 1 here (the estimate is disabled for method='disc')
-            Z0, Z1 = blocks[f"Z{K}_0"], blocks[f"Z{K}_1"]
-            V0, V1, V2 = (blocks[f"V{K}_{k}"] for k in range(3))
-            A = Phi[1]
-            AT = np.swapaxes(A, 1, 2)
-            new[f"Z{K}_1"] = Z1 - h * (A if self.crop else Z1 @ A)
-            new[f"Z{K}_0"] = Z0 - h * np.einsum("bij,bj->bi", Z1, Phi[0])
-            hess_f = np.einsum("bi,bijk->bjk", V1, Phi[2])
-            V2n = V2 - h * (V2 @ A + AT @ V2 + hess_f + R[2])
-            new[f"V{K}_2"] = V2n
-            new[f"V{K}_1"] = V1 - h * (np.einsum("bij,bj->bi", V2n, Phi[0])
-                                       + np.einsum("bji,bj->bi", A, V1) + R[1])
-            new[f"V{K}_0"] = V0 - h * (np.einsum("bi,bi->b", V1, Phi[0]) + R[0])
+            step = self._rhs_jet(K, old, coef)
+            upd = {k: old[k] + h * v for k, v in step.items()}
+            sl = degree_slices(N, K + 1)
+            mixed = dict(old)
+            mixed[f"V{K}"] = old[f"V{K}"].copy()
+            mixed[f"V{K}"][..., sl[2]] = upd[f"V{K}"][..., sl[2]]
             if self.nw:
-                W0, W1 = blocks[f"W{K}_0"], blocks[f"W{K}_1"]
-                G, Rw = coef["G"], coef["Rw"]
-                src1 = (np.einsum("biw,bic->bwc", G[0], V2) + np.einsum("biwa,bi->bwa", G[1], V1)
-                        + Rw[1])
-                W1n = W1 - h * (W1 @ A + src1)
-                new[f"W{K}_1"] = W1n
-                new[f"W{K}_0"] = W0 - h * (np.einsum("bwj,bj->bw", W1n, Phi[0])
-                                           + np.einsum("biw,bi->bw", G[0], V1) + Rw[0])
+                mixed[f"W{K}"] = old[f"W{K}"].copy()
+                mixed[f"W{K}"][..., sl[1]] = upd[f"W{K}"][..., sl[1]]
+            again = self._rhs_jet(K, mixed, coef)
+            upd[f"V{K}"][..., sl[1]] = old[f"V{K}"][..., sl[1]] + h * again[f"V{K}"][..., sl[1]]
+            if self.nw:
+                upd[f"W{K}"][..., 0] = old[f"W{K}"][..., 0] + h * again[f"W{K}"][..., 0]
+            new.update(upd)
         return self.layout.pack(new)

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from .multiindex import tensors_to_taylor
+
 _WHICH = ("f", "R", "T")
 
 
@@ -91,6 +93,26 @@ class DerivativeProvider:
                 f"{expected}, but has shape {out.shape}"
             )
         return out
+
+    def taylor(self, which: str, t: float, z: np.ndarray, theta: np.ndarray | None,
+               order: int, dth: int = 0) -> np.ndarray:
+        """Taylor coefficients in ``z`` of ``which`` (or of its ``theta``-gradient when
+        ``dth == 1``) around each ``z``, up to degree ``order``.
+
+        Returns an array of shape ``(B, *out, *[M] * dth, C(N + order, order))`` with
+        ``c_alpha = D^alpha_z g / alpha!`` in the graded order of
+        :func:`invimbed._derivatives.multiindex.multi_indices`. The default builds it
+        from :meth:`derivative`; providers that can produce coefficients directly
+        (symbolic code generation) override it.
+        """
+        tensors = []
+        out_nd = len(self.out_shape(which))
+        for k in range(order + 1):
+            tk = self.derivative(which, t, z, theta, dz=k, dth=dth)
+            for j in range(dth):  # theta axes go before the z axes
+                tk = np.moveaxis(tk, tk.ndim - dth + j, 1 + out_nd + j)
+            tensors.append(tk)
+        return tensors_to_taylor(tensors, self.n_state)
 
     def order_limit(self, which: str) -> int | None:
         """Highest total order available for ``which`` (default: ``max_order``)."""
