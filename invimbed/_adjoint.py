@@ -110,10 +110,10 @@ def _one_depth(setup: Setup, p: float, method: str, rtol: float, atol: float,
 
     for hi, lo in segs:
         piece = setup.piece_of(hi, lo)
-        th = np.broadcast_to(ctrl.theta(0.5 * (lo + hi), piece), (B, M))
 
-        def forward(t, yy, th=th):
+        def forward(t, yy, piece=piece):
             z = yy[:B * N].reshape(B, N)
+            th = np.broadcast_to(ctrl.theta(t, piece), (B, M))
             f = prov.derivative("f", t, z, th)
             r = prov.derivative("R", t, z, th)
             return np.concatenate([f.ravel(), r])
@@ -123,17 +123,18 @@ def _one_depth(setup: Setup, p: float, method: str, rtol: float, atol: float,
         nfev += sol.nfev
         if sol.status != 0 or not np.all(np.isfinite(sol.y)):
             return bad("forward solve", float(sol.t[-1]))
-        dense.append((lo, hi, sol.sol, th, piece))
+        dense.append((lo, hi, sol.sol, piece))
         y = sol.y[:, -1]
     zq = y[:B * N].reshape(B, N)
     value = y[B * N:] + prov.derivative("T", q, zq, None)
     lam = prov.derivative("T", q, zq, None, dz=1)
     mu = np.zeros((B, nw))
     yb = np.concatenate([lam.ravel(), mu.ravel()])
-    for lo, hi, sol_z, th, piece in reversed(dense):
+    for lo, hi, sol_z, piece in reversed(dense):
 
-        def backward(t, yy, sol_z=sol_z, th=th, piece=piece):
+        def backward(t, yy, sol_z=sol_z, piece=piece):
             z = sol_z(t)[:B * N].reshape(B, N)
+            th = np.broadcast_to(ctrl.theta(t, piece), (B, M))
             lm = yy[:B * N].reshape(B, N)
             A = prov.derivative("f", t, z, th, dz=1)
             rz = prov.derivative("R", t, z, th, dz=1)

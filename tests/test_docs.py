@@ -56,3 +56,14 @@ def test_python_blocks_run(name, monkeypatch):
         except Exception as exc:  # noqa: BLE001 - report which block failed
             pytest.fail(f"{name}: the ```python block at line {line} raised "
                         f"{type(exc).__name__}: {exc}")
+
+
+def test_api_page_lists_every_public_name():
+    """docs/api.md has a ``::: invimbed.NAME`` entry for every name in ``__all__``."""
+    import invimbed
+
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^::: invimbed\.(\w+)\s*$", text, flags=re.MULTILINE))
+    public = set(invimbed.__all__) - {"__version__"}
+    assert not public - listed, f"add to docs/api.md: {sorted(public - listed)}"
+    assert not listed - public, f"not public, remove from docs/api.md: {sorted(listed - public)}"

@@ -56,8 +56,13 @@ from .base import Closure, Layout
 @lru_cache(maxsize=None)
 def _product_plan(n: int, order_a: int, order_b: int, order_out: int):
     ia, ib, io = product_table(n, order_a, order_b, order_out)
-    scatter = sparse.csr_matrix((np.ones(io.size), (np.arange(io.size), io)),
-                                shape=(io.size, n_coefficients(n, order_out)))
+    n_out = n_coefficients(n, order_out)
+    if io.size * n_out <= 2_000_000:  # small: one dense BLAS product
+        scatter = np.zeros((io.size, n_out))
+        scatter[np.arange(io.size), io] = 1.0
+    else:
+        scatter = sparse.csr_matrix((np.ones(io.size), (np.arange(io.size), io)),
+                                    shape=(io.size, n_out))
     return ia, ib, scatter
 
 
@@ -78,8 +83,8 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
     b2 = b.reshape(B, I, -1, b.shape[-1])[..., ib]            # (B, I, q, pairs)
     prod = np.einsum("bpin,biqn->bpqn", a2, b2)               # (B, p, q, pairs)
     flat = prod.reshape(-1, ia.size)
-    out = np.asarray((scatter.T @ flat.T).T)
-    return out.reshape((B,) + P + Q + (scatter.shape[1],))
+    out = flat @ scatter if isinstance(scatter, np.ndarray) else (scatter.T @ flat.T).T
+    return np.asarray(out).reshape((B,) + P + Q + (scatter.shape[1],))
 
 
 def transport(U: np.ndarray, Phi: np.ndarray, n: int, degree: int) -> np.ndarray:

@@ -1,0 +1,509 @@
+"""Exact derivatives of any order from sympy expressions, generated once and compiled.
+
+:class:`SympyProvider` differentiates the user's sympy expressions for ``f``, ``R``
+and ``T`` symbolically and turns every request of the derivative interface into a
+compiled, batch-vectorised function, generated once:
+
+1. **Expressions.** A request ``(which, order, dth)`` lists one expression per
+   *distinct* entry: for a full tensor (:meth:`SympyProvider.derivative`) one per
+   sorted index tuple of the symmetric ``z`` axes (and of the ``theta`` axes); for
+   Taylor coefficients (:meth:`SympyProvider.taylor`) one per multi-index ``alpha``,
+   ``D^alpha_z g / alpha!``, so that a jet of degree ``K`` costs ``C(N + K, K)``
+   expressions, not ``N^K``. Derivatives are memoised and built from one another
+   (``D^alpha g = d/dz_j D^(alpha - e_j) g``), so raising the order only adds the new
+   ones. Entries that are identically zero are not computed at all.
+2. **Common subexpressions.** ``sympy.cse`` runs over all the expressions of one request
+   at once: a pendulum's ``sin`` and ``cos`` are evaluated once per call whatever the
+   order.
+3. **Code.** ``sympy.lambdify`` turns them into a numpy function of the columns of the
+   batch (constant entries, which lambdify returns as scalars, are broadcast), or, with
+   ``compile="numba"``, a loop over the batch is generated from the same cse'd
+   expressions and compiled with ``numba.njit`` (sympy has no numba printer).
+4. **Cache.** Compiled functions are kept per ``(which, order, dth)`` (and per kind of
+   request): the code is generated on the first call only. ``codegen_calls`` counts
+   the generations.
+
+sympy (and numba) are imported only when a provider is built, so ``import invimbed``
+works without them.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations_with_replacement, product
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .base import _WHICH, DerivativeProvider
+from .multiindex import factorials, multi_indices
+
+_COMPILERS = (None, "numpy", "numba")
+
+
+def import_sympy() -> Any:
+    """Import sympy or raise an ImportError that says how to install it."""
+    try:
+        import sympy
+    except ImportError as exc:  # pragma: no cover - exercised with sympy hidden
+        raise ImportError(
+            "symbolic derivatives need sympy, which is not installed: "
+            "pip install invimbed[symbolic]  (or pip install sympy)"
+        ) from exc
+    return sympy
+
+
+def import_numba() -> Any:
+    """Import numba or raise an ImportError that says how to install it."""
+    try:
+        import numba
+    except ImportError as exc:
+        raise ImportError(
+            "compile='numba' needs numba, which is not installed: "
+            "pip install invimbed[numba]  (or pip install numba), or use compile=None"
+        ) from exc
+    return numba
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} (type {type(value).__name__})"
+
+
+class SympyProvider(DerivativeProvider):
+    r"""Exact derivatives of every order of ``f``, ``R``, ``T`` given as sympy expressions.
+
+    Parameters
+    ----------
+    t : sympy.Symbol
+        The time (depth) variable.
+    z : sequence of N sympy.Symbol
+        The state variables, in the order of the state vector.
+    theta : sequence of M sympy.Symbol
+        The control variables (may be empty).
+    dynamics : sequence of N sympy expressions (or a sympy Matrix)
+        ``f(t, z, theta)``, one expression per state variable.
+    running_loss : sympy expression, optional
+        ``R(t, z, theta)``; zero when omitted.
+    terminal_loss : sympy expression, optional
+        ``T(z)``, in ``z`` only; zero when omitted.
+    compile : {None, "numba"}, default None
+        ``None`` evaluates the lambdified numpy code (vectorised over the batch);
+        ``"numba"`` compiles a loop over the batch with ``numba.njit`` (faster for the
+        small batches of a sweep, at a one-time compilation cost of about a second per
+        request). Prefer ``None`` unless a benchmark on your problem says otherwise.
+
+    Attributes
+    ----------
+    n_state, n_theta : int
+        ``N`` and ``M``.
+    max_order : None
+        Any order of derivative is available.
+    codegen_calls : int
+        How many times code was generated (once per distinct request).
+
+    Raises
+    ------
+    TypeError
+        If an argument is a string (text is never parsed: build expressions from sympy
+        symbols), or not a sympy symbol/expression where one is expected.
+    ValueError
+        If the sizes disagree, a symbol is repeated, an expression uses a symbol that is
+        not among ``t``, ``z``, ``theta`` (or ``terminal_loss`` uses ``t`` or ``theta``),
+        an expression contains an undefined function, or ``compile`` is unknown.
+    ImportError
+        If sympy (``pip install invimbed[symbolic]``) or, for ``compile="numba"``, numba
+        (``pip install invimbed[numba]``) is missing.
+
+    Examples
+    --------
+    >>> import numpy as np, sympy as sp
+    >>> from invimbed._derivatives.symbolic import SympyProvider
+    >>> t, phi, v, u = sp.symbols("t phi v u")
+    >>> prov = SympyProvider(t, [phi, v], [u], [v, -sp.sin(phi) + u],
+    ...                      terminal_loss=(phi - 1) ** 2 / 2)
+    >>> z = np.array([[0.3, 0.1]])
+    >>> float(prov.derivative("f", 0.0, z, [[0.0]], dz=3)[0, 1, 0, 0, 0])  # d^3(-sin)/dphi^3
+    0.955336489125606
+    >>> prov.taylor("T", 0.0, z, None, order=2).round(3)   # 1, phi, v, phi^2, phi v, v^2
+    array([[ 0.245, -0.7  ,  0.   ,  0.5  ,  0.   ,  0.   ]])
+    """
+
+    name = "symbolic (sympy) provider"
+    max_order = None
+
+    def __init__(self, t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
+                 running_loss: Any = None, terminal_loss: Any = None, *,
+                 compile: str | None = None) -> None:
+        sp = import_sympy()
+        self._sp = sp
+        if compile not in _COMPILERS:
+            raise ValueError(f"`compile` must be None or 'numba', but got {_describe(compile)}")
+        self.compile = None if compile == "numpy" else compile
+        if self.compile == "numba":
+            self._numba = import_numba()
+        t = _symbol(sp, t, "t")
+        zs = _symbols(sp, z, "z")
+        ths = _symbols(sp, theta, "theta")
+        if not zs:
+            raise ValueError("`z` must hold at least one state symbol, but it is empty")
+        seen: dict[Any, str] = {t: "t"}
+        for name, group in (("z", zs), ("theta", ths)):
+            for i, s in enumerate(group):
+                if s in seen:
+                    raise ValueError(f"symbol {s} appears twice (as `{seen[s]}` and as "
+                                     f"`{name}[{i}]`): every variable needs its own symbol")
+                seen[s] = f"{name}[{i}]"
+        self.t, self.z, self.theta = t, zs, ths
+        self.n_state, self.n_theta = len(zs), len(ths)
+        allowed = {t, *zs, *ths}
+        f = _expressions(sp, dynamics, "dynamics", self.n_state)
+        for i, e in enumerate(f):
+            _check_symbols(sp, e, f"dynamics[{i}]", allowed, "t, z and theta")
+        R = sp.S.Zero if running_loss is None else _expression(sp, running_loss, "running_loss")
+        _check_symbols(sp, R, "running_loss", allowed, "t, z and theta")
+        T = sp.S.Zero if terminal_loss is None else _expression(sp, terminal_loss, "terminal_loss")
+        _check_symbols(sp, T, "terminal_loss", set(zs), "z (the terminal loss is T(z(q)))")
+        self.expressions = {"f": tuple(f), "R": R, "T": T}
+        # code is printed with plain names, whatever the user's symbols are called
+        self._t_arg = sp.Symbol("_t")
+        self._z_args = tuple(sp.Symbol(f"_z{i}") for i in range(self.n_state))
+        self._th_args = tuple(sp.Symbol(f"_th{k}") for k in range(self.n_theta))
+        self._rename = {t: self._t_arg, **dict(zip(zs, self._z_args)),
+                        **dict(zip(ths, self._th_args))}
+        self._diffs: dict[tuple, Any] = {}
+        self._compiled: dict[tuple, _Compiled] = {}
+        self.codegen_calls = 0
+
+    def __repr__(self) -> str:
+        comp = "" if self.compile is None else f", compile={self.compile!r}"
+        return (f"<{self.name}: N={self.n_state}, M={self.n_theta}, max_order=None, "
+                f"{len(self._compiled)} compiled requests{comp}>")
+
+    # -- symbolic derivatives ---------------------------------------------------------
+    def _base(self, which: str, i: int) -> Any:
+        return self.expressions["f"][i] if which == "f" else self.expressions[which]
+
+    def _diff(self, which: str, i: int, alpha: tuple[int, ...], beta: tuple[int, ...]) -> Any:
+        """``D^alpha_z D^beta_theta`` of output ``i`` of ``which`` (memoised)."""
+        key = (which, i, alpha, beta)
+        hit = self._diffs.get(key)
+        if hit is not None:
+            return hit
+        if any(beta):
+            k = max(j for j, b in enumerate(beta) if b)
+            parent = self._diff(which, i, alpha, beta[:k] + (beta[k] - 1,) + beta[k + 1:])
+            expr = parent.diff(self.theta[k]) if parent != 0 else self._sp.S.Zero
+        elif any(alpha):
+            j = max(j for j, a in enumerate(alpha) if a)
+            parent = self._diff(which, i, alpha[:j] + (alpha[j] - 1,) + alpha[j + 1:], beta)
+            expr = parent.diff(self.z[j]) if parent != 0 else self._sp.S.Zero
+        else:
+            expr = self._base(which, i)
+        self._diffs[key] = expr
+        return expr
+
+    def expression(self, which: str, dz: int = 0, dth: int = 0) -> Any:
+        """The full symbolic derivative tensor, a sympy ``Array`` with axes
+        ``(*out, *[N]*dz, *[M]*dth)`` (no batch axis)."""
+        _check_request(which, dz, dth, "dz")
+        n_out = self.n_state if which == "f" else 1
+        entries = []
+        for i in range(n_out):
+            for zi in product(range(self.n_state), repeat=dz):
+                for ti in product(range(self.n_theta), repeat=dth):
+                    entries.append(self._diff(which, i, _exponents(zi, self.n_state),
+                                              _exponents(ti, self.n_theta)))
+        shape = self.out_shape(which) + (self.n_state,) * dz + (self.n_theta,) * dth
+        if not shape:
+            return entries[0]
+        return self._sp.Array(entries, shape) if entries else self._sp.Array([], shape)
+
+    # -- the interface ----------------------------------------------------------------
+    def _derivative(self, which, t, z, theta, dz, dth):
+        return self._request("tensor", which, dz, dth)(t, z, theta)
+
+    def taylor(self, which: str, t: float, z: np.ndarray, theta: np.ndarray | None,
+               order: int, dth: int = 0) -> np.ndarray:
+        """Taylor coefficients ``D^alpha_z g / alpha!`` generated directly, one expression
+        per multi-index (see :meth:`DerivativeProvider.taylor` for the layout)."""
+        _check_request(which, order, dth, "order")
+        z = np.asarray(z, dtype=float)
+        if z.ndim != 2 or z.shape[1] != self.n_state:
+            raise ValueError(f"`z` must have shape (B, {self.n_state}), but has shape {z.shape}")
+        B = z.shape[0]
+        if theta is None or which == "T":
+            theta = np.zeros((B, self.n_theta))
+        else:
+            theta = np.broadcast_to(np.asarray(theta, dtype=float), (B, self.n_theta))
+        return self._request("taylor", which, order, dth)(t, z, theta)
+
+    # -- code generation --------------------------------------------------------------
+    def _request(self, kind: str, which: str, order: int, dth: int) -> "_Compiled":
+        key = (kind, which, order, dth)
+        comp = self._compiled.get(key)
+        if comp is None:
+            comp = self._build(kind, which, order, dth)
+            self._compiled[key] = comp
+        return comp
+
+    def _build(self, kind: str, which: str, order: int, dth: int) -> "_Compiled":
+        N, M = self.n_state, self.n_theta
+        n_out = N if which == "f" else 1
+        th_combos = list(combinations_with_replacement(range(M), dth))
+        th_pos = {c: j for j, c in enumerate(th_combos)}
+        if kind == "taylor":
+            alphas = [tuple(int(v) for v in a) for a in multi_indices(N, order)]
+            scale = [int(round(f)) for f in factorials(N, order)]
+        else:
+            z_combos = list(combinations_with_replacement(range(N), order))
+            alphas = [_exponents(c, N) for c in z_combos]
+            z_pos = {c: j for j, c in enumerate(z_combos)}
+            scale = [1] * len(alphas)
+        # distinct entries, order (out, theta combo, alpha)
+        exprs = []
+        for i in range(n_out):
+            for tc in th_combos:
+                beta = _exponents(tc, M)
+                for a, s in zip(alphas, scale):
+                    e = self._diff(which, i, a, beta)
+                    exprs.append(e if s == 1 else e / s)   # s = alpha!, an integer
+        n_a, n_t = len(alphas), len(th_combos)
+        # gather: the full output (row-major) from the distinct entries
+        if kind == "taylor":
+            shape = self.out_shape(which) + (M,) * dth + (n_a,)
+            gather = [i * n_t * n_a + th_pos[tuple(sorted(ti))] * n_a + a
+                      for i in range(n_out) for ti in product(range(M), repeat=dth)
+                      for a in range(n_a)]
+        else:
+            shape = self.out_shape(which) + (N,) * order + (M,) * dth
+            gather = [i * n_t * n_a + th_pos[tuple(sorted(ti))] * n_a + z_pos[tuple(sorted(zi))]
+                      for i in range(n_out) for zi in product(range(N), repeat=order)
+                      for ti in product(range(M), repeat=dth)]
+        nonzero = [j for j, e in enumerate(exprs) if e != 0]
+        row = np.full(len(exprs), len(nonzero), dtype=np.int64)  # zeros read the last row
+        row[nonzero] = np.arange(len(nonzero))
+        gather = row[np.asarray(gather, dtype=np.int64)] if gather else np.zeros(0, np.int64)
+        fn = self._generate([exprs[j] for j in nonzero])
+        return _Compiled(fn, len(nonzero), gather, shape, self.compile == "numba")
+
+    def _generate(self, exprs: list[Any]) -> Callable:
+        """Compile ``exprs`` (cse'd together) into ``fn(t, z (B, N), theta (B, M), out)``
+        that writes ``out[:, j]`` (numba) or returns the list of values (numpy)."""
+        self.codegen_calls += 1
+        sp = self._sp
+        if not exprs:
+            return _nothing
+        renamed = [e.xreplace(self._rename) for e in exprs]
+        repl, reduced = sp.cse(renamed, symbols=sp.numbered_symbols("_c"))
+        args = (self._t_arg,) + self._z_args + self._th_args
+        if self.compile == "numba":
+            return _numba_kernel(sp, self._numba, args, repl, reduced, self.n_state,
+                                 self.n_theta)
+        return sp.lambdify(args, list(reduced), modules="numpy", cse=lambda _: (repl, reduced),
+                           docstring_limit=0)
+
+    def numeric(self, which: str) -> Callable:
+        """A vectorised numpy callable for ``which`` itself, in the call convention of
+        :class:`invimbed.BolzaProblem` with ``vectorized=True``: ``f(t, z, theta)``,
+        ``R(t, z, theta)``, ``T(z)``; ``z`` of shape (B, N) or (N,)."""
+        if which not in _WHICH:
+            raise ValueError(f"`which` must be one of {_WHICH}, but got {which!r}")
+        return _Numeric(self, which)
+
+
+class _Compiled:
+    """A generated request: compiled code plus the map from distinct to full entries."""
+
+    def __init__(self, fn: Callable, n_values: int, gather: np.ndarray,
+                 shape: tuple[int, ...], numba: bool) -> None:
+        self.fn = fn
+        self.n_values = n_values
+        self.gather = gather
+        self.shape = shape
+        self.numba = numba
+
+    def __call__(self, t: float, z: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        B = z.shape[0]
+        n = self.n_values
+        if self.gather.size == 0:
+            return np.zeros((B,) + self.shape)
+        t = float(t)
+        if self.numba:
+            buf = np.zeros((B, n + 1))
+            if n:
+                self.fn(t, np.ascontiguousarray(z, dtype=float),
+                        np.ascontiguousarray(theta, dtype=float), buf)
+            return buf[:, self.gather].reshape((B,) + self.shape)
+        buf = np.empty((n + 1, B))
+        buf[n] = 0.0
+        if n:
+            values = self.fn(t, *np.ascontiguousarray(z.T), *np.ascontiguousarray(theta.T))
+            for j, v in enumerate(values):
+                buf[j] = v   # broadcasts constants, which lambdify returns as scalars
+        return buf.T[:, self.gather].reshape((B,) + self.shape)
+
+
+class _Numeric:
+    """``f``, ``R`` or ``T`` as a vectorised callable (order-0 request of the provider)."""
+
+    def __init__(self, provider: SympyProvider, which: str) -> None:
+        self.provider = provider
+        self.which = which
+        self.expr = provider.expressions[which]
+
+    def __call__(self, *args: Any) -> np.ndarray:
+        prov = self.provider
+        if self.which == "T":
+            if len(args) != 1:
+                raise TypeError(f"the terminal loss takes one argument z, but got {len(args)}")
+            t, z, theta = 0.0, args[0], None
+        else:
+            if len(args) != 3:
+                raise TypeError(f"{'the dynamics' if self.which == 'f' else 'the running loss'} "
+                                f"takes (t, z, theta), but got {len(args)} arguments")
+            t, z, theta = args
+        z = np.asarray(z, dtype=float)
+        single = z.ndim == 1
+        zb = np.atleast_2d(z)
+        if theta is None:
+            th = np.zeros((zb.shape[0], prov.n_theta))
+        else:
+            th = np.asarray(theta, dtype=float)
+            th = np.broadcast_to(np.atleast_2d(th), (zb.shape[0], prov.n_theta))
+        out = prov.derivative(self.which, t, zb, th)
+        return out[0] if single else out
+
+    def __repr__(self) -> str:
+        name = {"f": "dynamics", "R": "running_loss", "T": "terminal_loss"}[self.which]
+        return f"<lambdified {name}: {self.expr}>"
+
+
+def _nothing(*args: Any) -> list:
+    return []
+
+
+def _numba_kernel(sp: Any, numba: Any, args: tuple, repl: list, reduced: list,
+                  n_state: int, n_theta: int) -> Callable:
+    """Source of a loop over the batch computing the cse'd expressions, njit-compiled."""
+    from sympy.printing.pycode import PythonCodePrinter
+
+    printer = PythonCodePrinter({"fully_qualified_modules": True, "strict": True})
+    t_arg, z_args, th_args = args[0], args[1:1 + n_state], args[1 + n_state:]
+    lines = ["def _kernel(t, z, th, out):", "    for b in range(z.shape[0]):",
+             f"        {t_arg} = t"]
+    lines += [f"        {s} = z[b, {i}]" for i, s in enumerate(z_args)]
+    lines += [f"        {s} = th[b, {k}]" for k, s in enumerate(th_args)]
+    try:
+        lines += [f"        {s} = {printer.doprint(e)}" for s, e in repl]
+        lines += [f"        out[b, {j}] = {printer.doprint(e)}" for j, e in enumerate(reduced)]
+    except Exception as exc:  # sympy's PrintMethodNotImplementedError and friends
+        raise ValueError(
+            f"compile='numba' cannot print an expression as plain Python ({exc}); use "
+            f"compile=None (numpy) for this problem"
+        ) from exc
+    source = "\n".join(lines) + "\n"
+    namespace: dict[str, Any] = {"math": math}
+    exec(compile(source, "<invimbed sympy kernel>", "exec"), namespace)
+    kernel = numba.njit(cache=False)(namespace["_kernel"])
+    kernel.source = source
+    return kernel
+
+
+# -- validation -----------------------------------------------------------------------
+def _check_request(which: Any, order: Any, dth: Any, order_name: str) -> None:
+    if which not in _WHICH:
+        raise ValueError(f"`which` must be one of {_WHICH}, but got {which!r}")
+    for name, v in ((order_name, order), ("dth", dth)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"`{name}` must be an integer >= 0, but got {_describe(v)}")
+    if which == "T" and dth:
+        raise ValueError("the terminal loss T(z) does not depend on theta: `dth` must be 0")
+
+
+def _exponents(indices: Sequence[int], n: int) -> tuple[int, ...]:
+    e = [0] * n
+    for i in indices:
+        e[i] += 1
+    return tuple(e)
+
+
+def _reject_text(value: Any, name: str) -> None:
+    if isinstance(value, (str, bytes)):
+        raise TypeError(
+            f"`{name}` must be a sympy object, not a string ({value!r}): invimbed never "
+            f"parses text; build it from symbols, e.g. t = sympy.Symbol('t')"
+        )
+
+
+def _symbol(sp: Any, value: Any, name: str) -> Any:
+    _reject_text(value, name)
+    if not isinstance(value, sp.Symbol):
+        raise TypeError(f"`{name}` must be a sympy Symbol, but got {_describe(value)}")
+    return value
+
+
+def _symbols(sp: Any, values: Any, name: str) -> tuple[Any, ...]:
+    _reject_text(values, name)
+    if values is None:
+        return ()
+    if isinstance(values, sp.Symbol):
+        values = [values]
+    elif isinstance(values, sp.MatrixBase):
+        values = list(values)
+    try:
+        items = list(values)
+    except TypeError:
+        raise TypeError(f"`{name}` must be a sequence of sympy Symbols, but got "
+                        f"{_describe(values)}") from None
+    return tuple(_symbol(sp, v, f"{name}[{i}]") for i, v in enumerate(items))
+
+
+def _expression(sp: Any, value: Any, name: str) -> Any:
+    _reject_text(value, name)
+    if callable(value) and not isinstance(value, sp.Basic):
+        raise TypeError(f"`{name}` must be a sympy expression, but got a callable "
+                        f"{_describe(value)}; for Python functions use invimbed.BolzaProblem")
+    try:
+        expr = sp.sympify(value, strict=True)
+    except (sp.SympifyError, TypeError, ValueError):
+        raise TypeError(f"`{name}` must be a sympy expression or a number, but got "
+                        f"{_describe(value)}") from None
+    if not isinstance(expr, sp.Expr):
+        raise TypeError(f"`{name}` must be a scalar sympy expression, but got "
+                        f"{_describe(value)}")
+    return expr
+
+
+def _expressions(sp: Any, values: Any, name: str, n: int) -> list[Any]:
+    _reject_text(values, name)
+    if isinstance(values, sp.MatrixBase):
+        items = list(values)
+    elif isinstance(values, sp.Basic) or np.isscalar(values):
+        items = [values]
+    else:
+        try:
+            items = list(values)
+        except TypeError:
+            raise TypeError(f"`{name}` must be a sequence of sympy expressions, but got "
+                            f"{_describe(values)}") from None
+    if len(items) != n:
+        raise ValueError(f"`{name}` must hold N = {n} expressions (one per state symbol in "
+                         f"`z`), but holds {len(items)}")
+    return [_expression(sp, v, f"{name}[{i}]") for i, v in enumerate(items)]
+
+
+def _check_symbols(sp: Any, expr: Any, name: str, allowed: set, what: str) -> None:
+    from sympy.core.function import AppliedUndef
+
+    extra = expr.free_symbols - allowed
+    if extra:
+        names = ", ".join(sorted(str(s) for s in extra))
+        raise ValueError(f"`{name}` may depend on {what} only, but it also uses {names}; "
+                         f"substitute numbers for parameters (expr.subs(...))")
+    undef = expr.atoms(AppliedUndef)
+    if undef:
+        raise ValueError(f"`{name}` contains undefined functions "
+                         f"{', '.join(sorted(map(str, undef)))}: give explicit expressions")
