@@ -121,7 +121,16 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     est = bool(estimate_error) and closure == "jet" and method != "disc"
     prov = setup.provider
     if closure in ("jet", "crop"):
+        if prov.max_jet_order is not None and order > prov.max_jet_order:
+            raise DerivativeOrderError(
+                f"closure='jet' of order {order} needs exact derivatives of order "
+                f"{order + 1} and more, but the {prov.name} serves jets up to order "
+                f"{prov.max_jet_order}; give exact derivatives (BolzaProblem.from_sympy, "
+                f"or user callables in `derivatives=` with a provider)"
+            )
         need = order + 1 + (1 if est else 0)
+        if setup.control.n_params:
+            need += 1   # mixed derivatives of grad_w f to the degree of V
         if prov.max_order is not None and need > prov.max_order:
             hint = " or pass estimate_error=False" if est and need - 1 <= prov.max_order else ""
             raise DerivativeOrderError(

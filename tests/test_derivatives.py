@@ -155,6 +155,6 @@ def test_missing_losses_are_zero_to_every_order():
 
 def test_order_limit_is_reported():
     prov = fd_provider()
-    with pytest.raises(DerivativeOrderError, match=r"up to total order 3, but order 4"):
-        prov.derivative("f", 0, np.zeros((1, 2)), np.zeros((1, 1)), dz=4)
+    with pytest.raises(DerivativeOrderError, match=r"up to total order 4, but order 5"):
+        prov.derivative("f", 0, np.zeros((1, 2)), np.zeros((1, 1)), dz=5)
     assert isinstance(prov, FiniteDifferences)

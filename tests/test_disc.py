@@ -44,7 +44,7 @@ def hand_recursion(x, w, depths_desc, crop=False):
     N = 2
     Z, DZ = x.copy(), np.eye(N)
     V, Lam, H = T(x), T_z(x), T_zz(x)
-    W, DW = np.zeros(1), np.zeros((1, N))
+    W, DW, HW = np.zeros(1), np.zeros((1, N)), np.zeros((1, N, N))
     out = {}
     p_prev = 0.0
     for p in depths_desc:
@@ -65,9 +65,12 @@ def hand_recursion(x, w, depths_desc, crop=False):
         H_new = H - h * (H @ A + A.T @ H + np.einsum("i,ijk->jk", Lam, f_zz(x)) + Q)
         Lam_new = Lam - h * (H_new @ Phi + A.T @ Lam + r)
         V_new = V - h * (Lam @ Phi + R(p, x, th))
-        DW_new = DW - h * (DW @ A + G.T @ H)           # d/dx of [grad_w f]^T Lam (f_zw = 0)
-        W_new = W - h * (DW_new @ Phi + G.T @ Lam + rw)
-        Z, DZ, V, Lam, H, W, DW = Z_new, DZ_new, V_new, Lam_new, H_new, W_new, DW_new
+        # Lam_w = grad_w V is carried to the degree of V (Hessian HW); here f_zw = 0 and
+        # the degree-2 source needs grad^2 Lam, beyond the jet: the transport alone remains
+        HW_new = HW - h * (HW @ A + A.T @ HW + np.einsum("wi,ijk->wjk", DW, f_zz(x)))
+        DW_new = DW - h * (DW @ A + HW @ Phi + G.T @ H)
+        W_new = W - h * (DW_new @ Phi + G.T @ Lam + rw)  # grad Lam_w at p_i, as in disc-lam
+        Z, DZ, V, Lam, H, W, DW, HW = Z_new, DZ_new, V_new, Lam_new, H_new, W_new, DW_new, HW_new
         out[p] = (Z.copy(), V, Lam.copy(), W.copy())
         p_prev = p
     return out

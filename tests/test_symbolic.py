@@ -199,7 +199,8 @@ def test_batches_constants_and_time_only_terms():
     for B in (0, 1, 5):
         z = np.linspace(-1, 1, B)[:, None]
         th = np.ones((B, 1))
-        np.testing.assert_allclose(prov.derivative("f", 0.3, z, th), np.full((B, 1), np.cos(0.3) + 2))
+        np.testing.assert_allclose(prov.derivative("f", 0.3, z, th),
+                                   np.full((B, 1), np.cos(0.3) + 2))
         np.testing.assert_allclose(prov.derivative("R", 0.3, z, th, dth=1), np.full((B, 1), 3.0))
         np.testing.assert_allclose(prov.derivative("T", 0.3, z, None, dz=1), np.ones((B, 1)))
         assert prov.derivative("f", 0.3, z, th, dz=2, dth=1).shape == (B, 1, 1, 1, 1)

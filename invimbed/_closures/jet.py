@@ -17,8 +17,10 @@ dropped: that is the truncation. Carried degrees, for a jet of order ``K``:
   is therefore carried to degree ``K`` *as the gradient of V*: the source of Theorem 2
   (eq. lam-inim), ``[grad_z f]^T Lam + grad_z R``, appears by itself, and Lam never
   drifts from the gradient of the value;
-* ``W = Lam_w`` (eq. aug-lam-th-pde): degree ``K`` with source
-  ``[grad_w f]^T Lam + grad_w R``, a polynomial product with ``Lam = grad V``.
+* ``W = Lam_w = grad_w V`` (eq. aug-lam-th-pde): degree ``K + 1``, like ``V``, with source
+  ``[grad_w f]^T Lam + grad_w R``, a polynomial product with ``Lam = grad V``. (Carried
+  only to degree ``K``, it would not be exact at order 1 when the control multiplies the
+  state, ``f = A(w) z``, where ``grad_w V`` is quadratic in ``x``.)
 
 Error law. For affine dynamics with at most quadratic losses the dropped coefficients
 vanish, so order 1 is exact (the Riccati transformation). Otherwise, in the depth
@@ -101,8 +103,8 @@ def transport(U: np.ndarray, Phi: np.ndarray, n: int, degree: int) -> np.ndarray
 
 
 class JetClosure(Closure):
-    """Jet of order ``K`` for ``Z``, ``K + 1`` for ``V`` (so ``Lam`` is its gradient), ``K``
-    for ``Lam_w``; see the module docstring for the equations and the error law."""
+    """Jet of order ``K`` for ``Z``, ``K + 1`` for ``V`` (so ``Lam`` is its gradient) and for
+    ``Lam_w = grad_w V``; see the module docstring for the equations and the error law."""
 
     name = "jet"
     supports_disc = True
@@ -122,11 +124,11 @@ class JetClosure(Closure):
             shapes[f"Z{K}"] = (B, N, n_coefficients(N, K))
             shapes[f"V{K}"] = (B, n_coefficients(N, K + 1))
             if nw:
-                shapes[f"W{K}"] = (B, nw, n_coefficients(N, K))
+                shapes[f"W{K}"] = (B, nw, n_coefficients(N, K + 1))
         self.layout = Layout(shapes)
         top = max(self.orders)
         self.f_order = top + 1   # V of degree K+1 needs Phi and R to degree K+1
-        self.w_order = top       # W of degree K needs grad_w f and grad_w R to degree K
+        self.w_order = top + 1   # so does W = grad_w V, with grad_w f and grad_w R
 
     # -- the contract ------------------------------------------------------------------
     def initial_state(self) -> np.ndarray:
@@ -141,7 +143,7 @@ class JetClosure(Closure):
             blocks[f"Z{K}"] = Z
             blocks[f"V{K}"] = T[:, :n_coefficients(N, K + 1)]
             if self.nw:
-                blocks[f"W{K}"] = np.zeros((B, self.nw, n_coefficients(N, K)))
+                blocks[f"W{K}"] = np.zeros((B, self.nw, n_coefficients(N, K + 1)))
         return self.layout.pack(blocks)
 
     def coefficients(self, p: float, piece: Any = None) -> dict[str, np.ndarray]:
@@ -179,16 +181,18 @@ class JetClosure(Closure):
         if self.nw:
             Lam = poly_derivatives(V, N, K + 1)                          # (B, N, c(K))
             src = self._param_source(coef, Lam, K)
-            out[f"W{K}"] = -(transport(blocks[f"W{K}"], Phi, N, K) + src)
+            out[f"W{K}"] = -(transport(blocks[f"W{K}"], Phi, N, K + 1) + src)
         return out
 
     def _param_source(self, coef: dict, Lam: np.ndarray, K: int) -> np.ndarray:
-        """Coefficients of ``[grad_w f]^T Lam + grad_w R`` up to degree ``K``."""
+        """Coefficients of ``[grad_w f]^T Lam + grad_w R`` up to degree ``K + 1`` (``Lam``
+        is known to degree ``K``; its degree ``K + 1``, that of ``V``'s ``K + 2``, is the
+        truncation)."""
         N = self.N
-        c = n_coefficients(N, K)
-        G = coef["G"][..., :c]                                 # (B, N, nw, c)
-        Gw = np.moveaxis(G, 1, 2)                              # (B, nw, N, c)
-        return contract_product(Gw, Lam[:, :, None, :], N, K, K, K)[:, :, 0] + coef["Rw"][..., :c]
+        c = n_coefficients(N, K + 1)
+        Gw = np.moveaxis(coef["G"][..., :c], 1, 2)             # (B, nw, N, c)
+        src = contract_product(Gw, Lam[:, :, None, :], N, K + 1, K, K + 1)[:, :, 0]
+        return src + coef["Rw"][..., :c]
 
     def fields(self, y: np.ndarray, K: int | None = None) -> dict[str, np.ndarray]:
         K = self.order if K is None else K

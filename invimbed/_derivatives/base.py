@@ -52,6 +52,9 @@ class DerivativeProvider:
         ``M``.
     max_order : int or None
         The highest total order ``dz + dth`` this provider gives (``None``: any).
+    max_jet_order : int or None
+        The highest jet order (``solve_imbedding(..., order=K)``) this provider is fit
+        for (``None``: any).
     name : str
         Short description used in messages.
     """
@@ -59,6 +62,7 @@ class DerivativeProvider:
     n_state: int
     n_theta: int
     max_order: int | None = None
+    max_jet_order: int | None = None
     name: str = "provider"
 
     def out_shape(self, which: str) -> tuple[int, ...]:

@@ -42,8 +42,9 @@ class FiniteDifferences(DerivativeProvider):
     n_state, n_theta : int
         ``N`` and ``M``.
     max_fd_levels : int
-        Highest number of nested difference levels allowed (default 3). More than 3
-        levels of central differences lose most significant digits.
+        Highest number of nested difference levels allowed (default 4: about 5 correct
+        digits at the fourth level). More levels lose most significant digits; exact
+        derivatives (user callables, the symbolic provider) have no such limit.
     scale : float
         Multiplies the step rule (``h`` above); 1 by default.
     zero : tuple of str
@@ -52,10 +53,12 @@ class FiniteDifferences(DerivativeProvider):
     """
 
     name = "finite-difference provider"
+    #: Differences of differences lose digits fast: jets of order <= 2 only.
+    max_jet_order = 2
 
     def __init__(self, functions: dict[str, BatchedFn], n_state: int, n_theta: int,
                  known: dict[tuple[str, int, int], BatchedFn] | None = None,
-                 max_fd_levels: int = 3, scale: float = 1.0,
+                 max_fd_levels: int = 4, scale: float = 1.0,
                  zero: tuple[str, ...] = ()) -> None:
         self.functions = dict(functions)
         self.known = dict(known or {})

@@ -303,7 +303,7 @@ class SympyProvider(DerivativeProvider):
             return _numba_kernel(sp, self._numba, args, repl, reduced, self.n_state,
                                  self.n_theta)
         return sp.lambdify(args, list(reduced), modules="numpy", cse=lambda _: (repl, reduced),
-                           docstring_limit=0)
+                           **_lambdify_options(sp))
 
     def numeric(self, which: str) -> Callable:
         """A vectorised numpy callable for ``which`` itself, in the call convention of
@@ -379,6 +379,14 @@ class _Numeric:
     def __repr__(self) -> str:
         name = {"f": "dynamics", "R": "running_loss", "T": "terminal_loss"}[self.which]
         return f"<lambdified {name}: {self.expr}>"
+
+
+def _lambdify_options(sp: Any) -> dict[str, Any]:
+    # printing a long expression into the docstring is slow; sympy >= 1.12 can skip it
+    import inspect
+
+    return ({"docstring_limit": 0}
+            if "docstring_limit" in inspect.signature(sp.lambdify).parameters else {})
 
 
 def _nothing(*args: Any) -> list:
