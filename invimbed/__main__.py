@@ -4,11 +4,11 @@ Commands
 --------
 demo
     Solve the projectile of the paper's Figure 1 by imbedding and by the adjoint
-    method, print the comparison table, optionally plot it (see :mod:`invimbed._demo`).
+    method, print the comparison table, optionally plot it (see `invimbed._demo`).
 
 Each command is a subparser with a ``handler`` default; add a command by writing an
 ``_add_<name>`` function that registers its subparser and a ``_run_<name>(args) -> int``
-handler, and calling it from :func:`build_parser`.
+handler, and calling it from `build_parser`.
 
 Exit codes: 0 success, 1 a numerical failure (a solver failed or the results disagree),
 2 a usage error (bad option or value; argparse's convention).
@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     int
         0 on success, 1 on a numerical failure, 2 on a usage error. Usage errors (and
         ``--help``) print argparse's message and return its code instead of raising
-        :class:`SystemExit`, so that ``main`` can be called in-process.
+        `SystemExit`, so that ``main`` can be called in-process.
 
     Examples
     --------

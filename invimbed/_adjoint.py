@@ -49,7 +49,7 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
     Returns
     -------
     ImbeddingResult
-        The same fields as :func:`solve_imbedding` (``error_estimate`` is None). The work
+        The same fields as `solve_imbedding` (``error_estimate`` is None). The work
         grows linearly with the number of depths: one forward and one backward solve each.
 
     Examples

@@ -9,10 +9,10 @@ Contract for implementers of new controls
 -----------------------------------------
 1. Set ``n_params`` (``n_w``) and ``size`` (``M``) and store ``w`` as a float array.
 2. Implement ``_theta(t, piece)`` and ``_jacobian(t, piece)``; ``piece`` is the index
-   returned by :meth:`piece` (``None`` for smooth controls).
-3. Return the times at which ``theta`` jumps from :attr:`breakpoints`: integrators stop
+   returned by `piece` (``None`` for smooth controls).
+3. Return the times at which ``theta`` jumps from `breakpoints`: integrators stop
    there so that no step straddles a discontinuity.
-4. :meth:`with_params` returns the same control with other parameters (used by
+4. `with_params` returns the same control with other parameters (used by
    optimisers and finite-difference tests).
 """
 

@@ -6,10 +6,10 @@ under gravity until ``t = q``:
     z = [h, v],   dz/dt = f(t, z) = [v, -g],   z(p) = x = [h0, v0],
     J(p, x) = T(z(q)) = (h(q) - h_target)^2 / 2.
 
-The imbedding sweep (:func:`invimbed.solve_imbedding`) gives the landing state
+The imbedding sweep (`invimbed.solve_imbedding`) gives the landing state
 ``Z(p, x) = z(q; p, x)``, the loss ``V``, its gradient ``Lam = grad_x V`` and the depth
 gradient ``dJ/dp`` of *every* depth ``p`` in one integration in ``p``; the classical
-reference (:func:`invimbed.solve_adjoint`) solves forward and backward once per depth.
+reference (`invimbed.solve_adjoint`) solves forward and backward once per depth.
 Both are compared with the closed form (``s = q - p``)
 
     h(q) = h0 + v0 s - g s^2 / 2,   v(q) = v0 - g s,   V = (h(q) - h_target)^2 / 2,
@@ -18,7 +18,7 @@ Both are compared with the closed form (``s = q - p``)
 The dynamics are affine in ``z`` and the loss quadratic, so the jet of order 1 is exact
 (DESIGN.md section 3): the three must agree to integrator tolerance.
 
-This module computes and formats; the command line lives in :mod:`invimbed.__main__`.
+This module computes and formats; the command line lives in `invimbed.__main__`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ COMPARED = ("z", "value", "adjoint", "depth_grad")
 
 def projectile_problem(q: float = 1.0, h_target: float = 5.0,
                        g: float = GRAVITY) -> BolzaProblem:
-    """The projectile as a :class:`~invimbed.BolzaProblem`, with exact derivatives.
+    """The projectile as a `invimbed.BolzaProblem`, with exact derivatives.
 
     Parameters
     ----------
@@ -123,7 +123,7 @@ def _max_rel_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
 
 @dataclass
 class ProjectileDemo:
-    """Everything the demo computed; :meth:`report` formats it.
+    """Everything the demo computed; `report` formats it.
 
     Attributes
     ----------
@@ -139,7 +139,7 @@ class ProjectileDemo:
     imbedding, adjoint : ImbeddingResult
         The two solutions.
     exact : dict
-        :func:`closed_form` at ``depths``.
+        `closed_form` at ``depths``.
     """
 
     depths: np.ndarray
@@ -249,7 +249,7 @@ def run_projectile(n_depths: int = 21, *, p_min: float = -1.0, q: float = 1.0,
         Target height of the terminal loss (the apex of the throw with ``v0 = 10`` is
         at about 5.1 m).
     closure : {"jet", "stencil", "crop"}
-        Closure of :func:`invimbed.solve_imbedding`; all three are exact here.
+        Closure of `invimbed.solve_imbedding`; all three are exact here.
     rtol, atol : float
         Tolerances of both solvers.
 
@@ -282,7 +282,7 @@ def plot_projectile(demo: ProjectileDemo, path: str) -> None:
 
     The imbedding sweep is drawn as a line through every depth, the adjoint reference
     as markers and the closed form as a dashed line. Uses
-    :class:`matplotlib.figure.Figure` directly, so no GUI backend is needed.
+    `matplotlib.figure.Figure` directly, so no GUI backend is needed.
 
     Parameters
     ----------

@@ -187,8 +187,29 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         message = (f"Non-finite depth gradient at depth p = {bad[0]:.10g} (the dynamics or "
                    f"running loss is not finite at x there)." if bad else
                    "Non-finite value in the results.")
+    err_stacked = None if errors is None else {k: np.stack(v) for k, v in errors.items()}
+    if success and err_stacked is not None:
+        message += _accuracy_note(setup.depths_desc, stacked, err_stacked)
     return pack_result(
         setup, stacked, success=success, message=message, nfev=outcome.nfev,
         closure=clo.name, method=method,
-        error_estimate=None if errors is None else {k: np.stack(v) for k, v in errors.items()},
+        error_estimate=err_stacked,
     )
+
+
+#: Relative error estimate above which the result's message warns.
+WARN_RELATIVE_ERROR = 0.1
+
+
+def _accuracy_note(depths_desc: np.ndarray, fields: dict, errors: dict) -> str:
+    """A warning appended to the message where the jet's own estimate is large."""
+    for i, p in enumerate(depths_desc):
+        for k in ("z", "value", "adjoint"):
+            scale = np.maximum(np.abs(fields[k][i]), 1.0)
+            rel = float(np.max(errors[k][i] / scale, initial=0.0))
+            if rel > WARN_RELATIVE_ERROR:
+                return (f" Warning: from depth p = {p:.6g} on, the closure's error estimate of "
+                        f"`{k}` is {rel:.2g} relative to max(1, |{k}|): the jet is outside its "
+                        f"range of accuracy there (it cannot see, e.g., a finite-time blow-up "
+                        f"in t); raise `order`, or request shallower depths.")
+    return ""

@@ -15,12 +15,12 @@ from ._validation import check_callable, describe
 
 
 class BolzaProblem:
-    r"""A Bolza optimal-control problem on the depth interval ``[p, q]``.
+    """A Bolza optimal-control problem on the depth interval ``[p, q]``.
 
-    .. math::
-
-        \dot z = f(t, z, \theta(t)),\quad z(p) = x,\qquad
-        J(\theta; p, x) = \int_p^q R(t, z, \theta)\,dt + T(z(q))
+    ```
+    dz/dt = f(t, z, theta(t)),  z(p) = x,
+    J(theta; p, x) = int_p^q R(t, z, theta) dt + T(z(q))
+    ```
 
     (the paper's eq. loss-total).
 
@@ -41,8 +41,8 @@ class BolzaProblem:
         (M,), ``"R_zz"`` (N, N), ``"R_ztheta"`` (N, M), ``"R_zzz"``, ``"T_z"`` (N,),
         ``"T_zz"`` (N, N), ``"T_zzz"``; output axes first, then ``z`` axes, then
         ``theta`` axes. Anything missing is obtained by central finite differences of
-        the highest derivative given (see :class:`invimbed.FiniteDifferences`). A
-        :class:`~invimbed.DerivativeProvider` instance is used as it is.
+        the highest derivative given (see `invimbed.FiniteDifferences`). A
+        `invimbed.DerivativeProvider` instance is used as it is.
     vectorized : bool, default False
         If True, every function (and derivative) accepts a batch: ``z`` of shape
         (B, N) and ``theta`` of shape (B, M), and returns the batch of results

@@ -6,8 +6,8 @@ from scipy.optimize import OptimizeResult
 
 
 class ImbeddingResult(OptimizeResult):
-    """The fields of every requested depth, from :func:`solve_imbedding` or
-    :func:`solve_adjoint`.
+    """The fields of every requested depth, from `solve_imbedding` or
+    `solve_adjoint`.
 
     A dict with attribute access. Arrays follow the order in which the depths were
     given; a batched input ``x`` of shape (B, N) adds a batch axis after the depth axis.

@@ -1,4 +1,4 @@
-"""Validation and bookkeeping shared by :func:`solve_imbedding` and :func:`solve_adjoint`.
+"""Validation and bookkeeping shared by `solve_imbedding` and `solve_adjoint`.
 
 It holds only what both need to read the user's arguments and to pack a result; the
 numerics of the two solvers share nothing beyond the problem and its derivatives.

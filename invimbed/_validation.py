@@ -1,6 +1,6 @@
 """Input validation shared by the problem, the controls and the solvers.
 
-Every check raises :class:`ValueError` or :class:`TypeError` with a message that
+Every check raises `ValueError` or `TypeError` with a message that
 names the argument, says what was expected and shows what was received.
 """
 

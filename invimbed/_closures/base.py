@@ -8,16 +8,16 @@ see derivative providers, jets or stencils.
 
 Contract for implementers of a closure
 --------------------------------------
-1. Subclass :class:`Closure`; set ``name``. The constructor receives the problem's
+1. Subclass `Closure`; set ``name``. The constructor receives the problem's
    derivative provider, the control and the batch of inputs ``x`` (B, N).
-2. :meth:`initial_state` gives the flat state at ``p = q``; :meth:`rhs` returns
+2. `initial_state` gives the flat state at ``p = q``; `rhs` returns
    ``dy/dp`` at depth ``p``; ``piece`` tells a piecewise control which piece to use.
    Count nothing: the integrator counts right-hand-side evaluations.
-3. :meth:`fields` unpacks ``z`` (B, N), ``value`` (B,), ``adjoint`` (B, N) and
+3. `fields` unpacks ``z`` (B, N), ``value`` (B,), ``adjoint`` (B, N) and
    ``param_grad`` (B, n_w) from a state. Keep ``adjoint`` the gradient of ``value``
    (carry ``V`` one order above ``Lam``).
-4. Optionally :meth:`error_estimate` (estimated absolute errors of the same fields) and
-   :meth:`disc_step` (the paper's layer recursion, eqs. disc-update and disc-lam).
+4. Optionally `error_estimate` (estimated absolute errors of the same fields) and
+   `disc_step` (the paper's layer recursion, eqs. disc-update and disc-lam).
 """
 
 from __future__ import annotations

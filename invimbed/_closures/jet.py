@@ -3,7 +3,7 @@
 A field ``U(p, x + delta)`` is carried as a truncated polynomial in ``delta``, its Taylor
 coefficients ``u_alpha = D^alpha U(p, x) / alpha!`` for ``|alpha| <= L``: ``C(N + L, L)``
 numbers, the symmetric derivative tensors stored without redundancy
-(:mod:`invimbed._derivatives.multiindex`). With ``Phi(p, x + delta) = f(p, x + delta,
+(`invimbed._derivatives.multiindex`). With ``Phi(p, x + delta) = f(p, x + delta,
 theta(p))`` expanded the same way (eq. phi-inim), the transport term of
 ``dU/dp = -grad_x U . Phi - S_U`` is a polynomial product,
 

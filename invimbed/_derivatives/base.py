@@ -15,11 +15,11 @@ the closures and the adjoint reference ask for them in one form:
 
 Contract for implementers of a provider
 ---------------------------------------
-1. Subclass :class:`DerivativeProvider`; set ``n_state`` (N), ``n_theta`` (M) and
+1. Subclass `DerivativeProvider`; set ``n_state`` (N), ``n_theta`` (M) and
    ``max_order`` (the highest total order ``dz + dth`` you can give, ``None`` for
    any).
 2. Implement ``_derivative(which, t, z, theta, dz, dth)`` on validated, batched inputs;
-   the public :meth:`DerivativeProvider.derivative` checks the order and the shape.
+   the public `DerivativeProvider.derivative` checks the order and the shape.
 3. Derivative tensors are symmetric in their ``z`` axes and stored in full; a provider
    may compute them any way it likes (closed form, code generation, differences).
 """
@@ -105,8 +105,8 @@ class DerivativeProvider:
 
         Returns an array of shape ``(B, *out, *[M] * dth, C(N + order, order))`` with
         ``c_alpha = D^alpha_z g / alpha!`` in the graded order of
-        :func:`invimbed._derivatives.multiindex.multi_indices`. The default builds it
-        from :meth:`derivative`; providers that can produce coefficients directly
+        `invimbed._derivatives.multiindex.multi_indices`. The default builds it
+        from `derivative`; providers that can produce coefficients directly
         (symbolic code generation) override it.
         """
         tensors = []
@@ -152,7 +152,7 @@ def parse_key(key: Any) -> tuple[str, int, int]:
     """Parse a user derivative name such as ``"f_z"``, ``"R_ztheta"``, ``"T_zz"``.
 
     Returns ``(which, dz, dth)``. The ``z`` letters must come before ``theta`` (the
-    axes convention of :class:`DerivativeProvider`).
+    axes convention of `DerivativeProvider`).
     """
     if not isinstance(key, str) or "_" not in key:
         raise ValueError(

@@ -1,6 +1,6 @@
 """Derivatives from user callables, completed by central finite differences.
 
-:class:`FiniteDifferences` answers every request of the derivative interface. For
+`FiniteDifferences` answers every request of the derivative interface. For
 ``(which, dz, dth)`` it starts from the highest-order derivative the user supplied
 that does not exceed the request (the function itself at worst) and applies nested
 central differences for the orders still missing. The step for coordinate ``j`` is
@@ -10,7 +10,7 @@ central differences for the orders still missing. The step for coordinate ``j`` 
 where ``k`` is the number of nested difference levels and ``u`` the variable being
 differenced (``z`` or ``theta``): it balances the ``O(h^2)`` truncation error of the
 central quotient against the ``O(eps / h^k)`` rounding error of ``k`` nested
-quotients. :meth:`FiniteDifferences.derivative_error` estimates the error of a
+quotients. `FiniteDifferences.derivative_error` estimates the error of a
 difference derivative by comparing steps ``h`` and ``2h`` (Richardson: ``|D_h - D_2h| /
 3``).
 """
@@ -87,7 +87,7 @@ class FiniteDifferences(DerivativeProvider):
 
     def derivative_error(self, which: str, t: float, z: np.ndarray, theta: np.ndarray | None,
                          dz: int = 0, dth: int = 0) -> np.ndarray:
-        """Estimated absolute error of :meth:`derivative` (zero where nothing is differenced)."""
+        """Estimated absolute error of `derivative` (zero where nothing is differenced)."""
         z = np.asarray(z, dtype=float)
         B = z.shape[0]
         theta = (np.zeros((B, self.n_theta)) if theta is None

@@ -29,7 +29,7 @@ class Outcome:
 
 
 class CountingRHS:
-    """Counts evaluations and turns non-finite values into :class:`NonFiniteError`."""
+    """Counts evaluations and turns non-finite values into `NonFiniteError`."""
 
     def __init__(self, rhs: Callable[[float, np.ndarray, Any], np.ndarray]) -> None:
         self.rhs = rhs
