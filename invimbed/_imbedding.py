@@ -21,7 +21,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
                     closure: str = "jet", order: int = 1, method: str = "RK45",
                     rtol: float = 1e-6, atol: float = 1e-9, step: float | None = None,
                     estimate_error: bool = True, difference: str = "central",
-                    delta: Any = None, **options: Any) -> ImbeddingResult:
+                    delta: Any = None, backend: str = "numpy",
+                    **options: Any) -> ImbeddingResult:
     r"""Solve a Bolza problem for every requested depth in one sweep in ``p``.
 
     Integrates the imbedded fields of DESIGN.md section 2 --- the output
@@ -72,6 +73,10 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         Difference quotient of ``closure="stencil"``.
     delta : float or array_like, optional
         Stencil spacing ``Delta_i``; default ``1e-3 * max(1, |x_i|)``.
+    backend : {"numpy", "numba", "cupy"}
+        Where the sweep runs. ``"numpy"`` (default) supports everything above; the
+        accelerated backends (see "Performance and scale" in the docs) run fixed-step
+        jet-1 and stencil sweeps and say clearly what they cannot do.
     **options
         Passed to ``scipy.integrate.solve_ivp`` (e.g. ``first_step``).
 
@@ -119,6 +124,13 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
                          f"order=1, but got order={order}")
     check_choice(difference, "difference", ("central", "forward"))
     est = bool(estimate_error) and closure == "jet" and method != "disc"
+    if backend != "numpy":
+        from ._backends import BACKENDS, sweep_backend
+
+        check_choice(backend, "backend", ("numpy",) + tuple(BACKENDS))
+        return sweep_backend(backend, setup, closure=closure, order=order, method=method,
+                             step=step, difference=difference, delta=delta,
+                             estimate_error=est, rtol=rtol, atol=atol, **options)
     prov = setup.provider
     if closure in ("jet", "crop"):
         if prov.max_jet_order is not None and order > prov.max_jet_order:
