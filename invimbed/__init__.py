@@ -7,15 +7,21 @@ output, loss, adjoint, parameter gradient and depth gradient of every depth
 """
 
 from ._adjoint import solve_adjoint as solve_adjoint
+from ._check import DerivativeCheck as DerivativeCheck
+from ._check import check_derivatives as check_derivatives
 from ._controls import Constant as Constant
 from ._controls import Control as Control
 from ._controls import PiecewiseConstant as PiecewiseConstant
 from ._derivatives import DerivativeOrderError as DerivativeOrderError
 from ._derivatives import DerivativeProvider as DerivativeProvider
 from ._derivatives import FiniteDifferences as FiniteDifferences
+from ._derivatives.symbolic import SympyProvider as SympyProvider
 from ._imbedding import solve_imbedding as solve_imbedding
+from ._optimal import optimality_residual as optimality_residual
+from ._optimal import solve_optimal as solve_optimal
 from ._problem import BolzaProblem as BolzaProblem
 from ._results import ImbeddingResult as ImbeddingResult
+from ._symbolic import from_sympy as from_sympy
 
 __version__ = "0.1.0"
 
@@ -23,12 +29,18 @@ __all__ = [
     "BolzaProblem",
     "Constant",
     "Control",
+    "DerivativeCheck",
     "DerivativeOrderError",
     "DerivativeProvider",
     "FiniteDifferences",
     "ImbeddingResult",
     "PiecewiseConstant",
+    "SympyProvider",
     "__version__",
+    "check_derivatives",
+    "from_sympy",
+    "optimality_residual",
     "solve_adjoint",
     "solve_imbedding",
+    "solve_optimal",
 ]

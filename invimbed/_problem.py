@@ -108,6 +108,17 @@ class BolzaProblem:
         self._providers: dict[tuple[int, int], DerivativeProvider] = {}
         self._checked: set[tuple[int, int]] = set()
 
+    @classmethod
+    def from_sympy(cls, t: Any, z: Any, theta: Any, dynamics: Any, running_loss: Any = None,
+                   terminal_loss: Any = None, *, q: float = 0.0,
+                   compile: str | None = None) -> "BolzaProblem":
+        """A problem from sympy symbols and expressions, with exact derivatives of every
+        order (``pip install invimbed[symbolic]``); see `invimbed.from_sympy`."""
+        from ._symbolic import from_sympy
+
+        return from_sympy(t, z, theta, dynamics, running_loss, terminal_loss, q=q,
+                          compile=compile)
+
     def __repr__(self) -> str:
         if self._user_provider is not None:
             deriv = repr(self._user_provider.name)

@@ -398,3 +398,13 @@ def test_high_order_jets_converge_to_the_adjoint_reference():
                                             estimate_error=False, **kw).z - ref.z).max()
             for K in (1, 3, 5)]
     assert errs[0] > 10 * errs[1] > 100 * errs[2], errs
+
+
+def test_symbolic_tensors_are_available():
+    prov = SympyProvider(*vanderpol_args())
+    J = prov.expression("f", dz=1)
+    assert J.shape == (2, 2)
+    want = sp.Matrix(vanderpol_args()[3]).jacobian([x1, x2])
+    assert all(sp.simplify(J[i, j] - want[i, j]) == 0 for i in range(2) for j in range(2))
+    assert prov.expression("R", dz=1, dth=1).shape == (2, 2)
+    assert prov.expression("T") == prov.expressions["T"]

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .multiindex import tensors_to_taylor
+from .multiindex import joint_positions, tensors_to_taylor
 
 _WHICH = ("f", "R", "T")
 
@@ -117,6 +117,30 @@ class DerivativeProvider:
                 tk = np.moveaxis(tk, tk.ndim - dth + j, 1 + out_nd + j)
             tensors.append(tk)
         return tensors_to_taylor(tensors, self.n_state)
+
+    def taylor_joint(self, which: str, t: float, z: np.ndarray, theta: np.ndarray,
+                     order: int) -> np.ndarray:
+        """Taylor coefficients of ``which`` in ``(z, theta)`` jointly, up to degree ``order``.
+
+        Returns (B, *out, C(N + M + order, order)) in the graded order of
+        ``multi_indices(N + M, order)`` (``z`` variables first). Used where the control
+        depends on the state (optimal feedback, Theorem 3).
+        """
+        rows = joint_positions(self.n_state, self.n_theta, order)
+        tensors: dict[tuple[int, int], np.ndarray] = {}
+        B = np.shape(z)[0]
+        lead = (B,) + self.out_shape(which)
+        out = np.empty(lead + (len(rows),))
+        for i, (dz, dth, pos, fact) in enumerate(rows):
+            if (dz, dth) not in tensors:
+                if which == "T" and dth:
+                    tensors[(dz, dth)] = np.zeros(lead + (1,))
+                else:
+                    tensors[(dz, dth)] = self.derivative(which, t, z, theta, dz=dz,
+                                                         dth=dth).reshape(lead + (-1,))
+            tk = tensors[(dz, dth)]
+            out[..., i] = tk[..., pos] / fact if tk.shape[-1] > pos else 0.0
+        return out
 
     def order_limit(self, which: str) -> int | None:
         """Highest total order available for ``which`` (default: ``max_order``)."""

@@ -167,3 +167,111 @@ def poly_derivatives(u: np.ndarray, n: int, order: int) -> np.ndarray:
     (..., n, C(n + order - 1, order - 1)), truncated to degree ``order - 1``."""
     src, _, fac = derivative_table(n, order)
     return u[..., src] * fac
+
+
+@lru_cache(maxsize=None)
+def _mul_plan(n: int, order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ia, ib, io = product_table(n, order, order, order)
+    scatter = np.zeros((io.size, n_coefficients(n, order)))
+    scatter[np.arange(io.size), io] = 1.0
+    return ia, ib, scatter
+
+
+def poly_mul(a: np.ndarray, b: np.ndarray, n: int, order: int) -> np.ndarray:
+    """Truncated product of polynomials with coefficients on the last axis (broadcast
+    over the leading axes), both and the result of degree <= ``order``."""
+    ia, ib, scatter = _mul_plan(n, order)
+    return (a[..., ia] * b[..., ib]) @ scatter
+
+
+@lru_cache(maxsize=None)
+def _monomial_plan(n_vars: int, order: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each multi-index of degree >= 1 (graded order): the index of
+    ``alpha - e_j`` and ``j``, with ``j`` its first non-zero variable."""
+    E = multi_indices(n_vars, order)
+    look = _lookup(n_vars, order)
+    parent = np.zeros(len(E), dtype=np.int64)
+    var = np.zeros(len(E), dtype=np.int64)
+    for i, e in enumerate(E[1:], start=1):
+        j = int(np.flatnonzero(e)[0])
+        f = e.copy()
+        f[j] -= 1
+        parent[i] = look[tuple(int(v) for v in f)]
+        var[i] = j
+    return parent, var
+
+
+def monomials(inner: np.ndarray, n: int, order: int) -> np.ndarray:
+    """All products ``u^alpha`` (graded order, ``|alpha| <= order``) of the polynomials
+    ``inner`` (B, m, C(n + order, order)) in ``n`` variables: (B, C(m + order, order), c)."""
+    B, m, nc = inner.shape
+    parent, var = _monomial_plan(m, order)
+    U = np.zeros((B, parent.size, nc))
+    U[:, 0, 0] = 1.0
+    for i in range(1, parent.size):
+        U[:, i] = poly_mul(U[:, parent[i]], inner[:, var[i]], n, order)
+    return U
+
+
+@lru_cache(maxsize=None)
+def _split_plan(n: int, m: int, order: int) -> tuple[np.ndarray, np.ndarray]:
+    """Joint multi-index (``n`` then ``m`` variables) -> (index of its ``theta`` part among
+    ``multi_indices(m, order)``, index of its ``z`` part among ``multi_indices(n, order)``)."""
+    E = multi_indices(n + m, order)
+    lz, lt = _lookup(n, order), _lookup(m, order)
+    it = np.array([lt[tuple(int(v) for v in e[n:])] for e in E], dtype=np.int64)
+    iz = np.array([lz[tuple(int(v) for v in e[:n])] for e in E], dtype=np.int64)
+    return it, iz
+
+
+def compose_split(coef: np.ndarray, psi_monomials: np.ndarray, n: int, m: int,
+                  order: int) -> np.ndarray:
+    """``g(x + delta, theta_0 + psi(delta))`` truncated at ``order``.
+
+    ``coef`` (B, *out, C(n + m + order, order)) are the joint Taylor coefficients of ``g``
+    in ``(z, theta)`` around ``(x, theta_0)``; ``psi_monomials`` (B, C(m + order, order),
+    C(n + order, order)) are the products ``psi^beta`` from `monomials` (``psi`` without
+    constant term). The ``z`` part needs no multiplication: ``delta^alpha`` is a
+    coefficient.
+    """
+    it, iz = _split_plan(n, m, order)
+    B = coef.shape[0]
+    lead = coef.shape[:-1]
+    nt, nc = psi_monomials.shape[1], psi_monomials.shape[2]
+    c2 = coef.reshape(B, -1, coef.shape[-1])
+    P = np.zeros((B, c2.shape[1], nt, nc))
+    P[:, :, it, iz] = c2
+    out = poly_mul(P, psi_monomials[:, None], n, order).sum(axis=2)
+    return out.reshape(lead + (nc,))
+
+
+def compose(coef: np.ndarray, inner: np.ndarray, n: int, order: int) -> np.ndarray:
+    """Substitute polynomials into a polynomial: ``g(u(delta))`` truncated at ``order``.
+
+    ``coef`` (B, *out, C(m + order, order)) are the coefficients of ``g`` in ``m``
+    variables ``u``; ``inner`` (B, m, C(n + order, order)) gives each ``u_j(delta)`` as a
+    polynomial in ``n`` variables *without constant term* (``g`` is expanded around
+    ``u(0)``). Returns (B, *out, C(n + order, order)).
+    """
+    B, m, nc = inner.shape
+    U = monomials(inner, n, order)
+    lead = coef.shape[:-1]
+    c2 = coef[..., :U.shape[1]].reshape(B, -1, U.shape[1])
+    return np.matmul(c2, U).reshape(lead + (nc,))
+
+
+@lru_cache(maxsize=None)
+def joint_positions(n: int, m: int, order: int) -> tuple:
+    """For each multi-index in ``n + m`` variables (``z`` then ``theta``) of degree <=
+    ``order``: ``(dz, dth, flat position in the (n^dz, m^dth) tensor, alpha!)``."""
+    E = multi_indices(n + m, order)
+    rows = []
+    for e in E:
+        ez, et = e[:n], e[n:]
+        zi = [i for i in range(n) for _ in range(int(ez[i]))]
+        ti = [i for i in range(m) for _ in range(int(et[i]))]
+        shape = (n,) * len(zi) + (m,) * len(ti)
+        pos = int(np.ravel_multi_index(tuple(zi + ti), shape)) if shape else 0
+        fact = float(np.prod([factorial(int(v)) for v in e]))
+        rows.append((len(zi), len(ti), pos, fact))
+    return tuple(rows)
