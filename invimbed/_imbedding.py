@@ -11,11 +11,8 @@ from ._derivatives import DerivativeOrderError
 from ._integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
 from ._problem import BolzaProblem
 from ._results import ImbeddingResult
-from ._setup import ALL_METHODS, depth_gradient, pack_result, prepare
+from ._setup import ALL_METHODS, collect_results, depth_gradient, prepare
 from ._validation import check_choice, describe
-
-FIELDS = ("z", "value", "adjoint", "param_grad")
-
 
 def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = None,
                     closure: str = "jet", order: int = 1, method: str = "RK45",
@@ -169,59 +166,14 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
                                   setup.piece_of, method=method, step=step,
                                   disc_step=clo.disc_step)
 
-    n, B = setup.depths_desc.size, setup.x.shape[0]
-    fields = {k: [] for k in FIELDS + ("depth_grad",)}
-    errors = {k: [] for k in FIELDS} if clo.has_error_estimate else None
-    nan_fields = None
-    for p, y in zip(setup.depths_desc, outcome.ys):
-        if np.all(np.isfinite(y)):
-            fl = clo.fields(y)
-            fl["depth_grad"] = depth_gradient(setup, float(p), fl["adjoint"])
-            er = clo.error_estimate(y) if errors is not None else None
-        else:
-            if nan_fields is None:
-                tmpl = clo.fields(y0)
-                nan_fields = {k: np.full_like(v, np.nan) for k, v in tmpl.items()}
-                nan_fields["depth_grad"] = np.full(B, np.nan)
-            fl = nan_fields
-            er = {k: nan_fields[k] for k in FIELDS} if errors is not None else None
-        for k in fields:
-            fields[k].append(fl[k])
-        if errors is not None:
-            for k in errors:
-                errors[k].append(er[k])
-    stacked = {k: np.stack(v) for k, v in fields.items()}
-    success = outcome.success and all(np.all(np.isfinite(v)) for v in stacked.values())
-    message = outcome.message
-    if outcome.success and not success:
-        bad = [float(p) for p, v in zip(setup.depths_desc, stacked["depth_grad"])
-               if not np.all(np.isfinite(v))]
-        message = (f"Non-finite depth gradient at depth p = {bad[0]:.10g} (the dynamics or "
-                   f"running loss is not finite at x there)." if bad else
-                   "Non-finite value in the results.")
-    err_stacked = None if errors is None else {k: np.stack(v) for k, v in errors.items()}
-    if success and err_stacked is not None:
-        message += _accuracy_note(setup.depths_desc, stacked, err_stacked)
-    return pack_result(
-        setup, stacked, success=success, message=message, nfev=outcome.nfev,
-        closure=clo.name, method=method,
-        error_estimate=err_stacked,
-    )
+    B, N = setup.x.shape
 
+    def per_depth(p: float, y: np.ndarray):
+        fl = clo.fields(y)
+        fl["depth_grad"] = depth_gradient(setup, p, fl["adjoint"])
+        return fl, clo.error_estimate(y)
 
-#: Relative error estimate above which the result's message warns.
-WARN_RELATIVE_ERROR = 0.1
-
-
-def _accuracy_note(depths_desc: np.ndarray, fields: dict, errors: dict) -> str:
-    """A warning appended to the message where the jet's own estimate is large."""
-    for i, p in enumerate(depths_desc):
-        for k in ("z", "value", "adjoint"):
-            scale = np.maximum(np.abs(fields[k][i]), 1.0)
-            rel = float(np.max(errors[k][i] / scale, initial=0.0))
-            if rel > WARN_RELATIVE_ERROR:
-                return (f" Warning: from depth p = {p:.6g} on, the closure's error estimate of "
-                        f"`{k}` is {rel:.2g} relative to max(1, |{k}|): the jet is outside its "
-                        f"range of accuracy there (it cannot see, e.g., a finite-time blow-up "
-                        f"in t); raise `order`, or request shallower depths.")
-    return ""
+    shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N),
+              "param_grad": (B, setup.control.n_params), "depth_grad": (B,)}
+    return collect_results(setup, outcome, per_depth, shapes, closure=clo.name, method=method,
+                           with_errors=clo.has_error_estimate)

@@ -261,13 +261,6 @@ class FeedbackJetClosure(Closure):
         return {"z": b[f"Z{K}"][..., 0].copy(), "value": b[f"V{K}"][..., 0].copy(),
                 "adjoint": b[f"V{K}"][..., 1:N + 1].copy()}
 
-    def error_estimate(self, y: np.ndarray) -> dict[str, np.ndarray] | None:
-        if not self.has_error_estimate:
-            return None
-        lo = self.fields(y, self.orders[0])
-        hi = self.fields(y, self.orders[1])
-        return {k: np.abs(hi[k] - lo[k]) for k in lo}
-
 
 @lru_cache(maxsize=None)
 def _theta_indices(n: int, m: int, order: int):
@@ -463,8 +456,8 @@ def _residual(prov, p, x, theta, lam):
 
 
 def _sweep_feedback(setup, clo: FeedbackJetClosure, method, rtol, atol, step, options):
-    from ._integrators.common import NonFiniteError, Outcome
-    from ._setup import pack_result
+    from ._integrators.common import Outcome
+    from ._setup import collect_results
 
     y0 = clo.initial_state()
     rhs = clo.rhs
@@ -482,36 +475,18 @@ def _sweep_feedback(setup, clo: FeedbackJetClosure, method, rtol, atol, step, op
         outcome = Outcome(ys=np.full((setup.depths_desc.size, y0.size), np.nan), success=False,
                           message=f"Optimal feedback failed: {exc}.", failed_at=exc.p)
     B, N, M = clo.B, clo.N, clo.M
-    keys = ("z", "value", "adjoint", "feedback", "feedback_jacobian", "depth_grad")
-    fields = {k: [] for k in keys}
-    errors = {k: [] for k in ("z", "value", "adjoint")} if clo.has_error_estimate else None
-    success, message = outcome.success, outcome.message
-    for p, y in zip(setup.depths_desc, outcome.ys):
-        ok = np.all(np.isfinite(y))
-        if ok:
-            try:
-                fl = clo.fields(y)
-                V = clo.layout.unpack(y)[f"V{clo.order}"]
-                Phi, R, psi0, psi = clo.closed_loop(float(p), V, clo.order)
-                fl["feedback"] = psi0
-                fl["feedback_jacobian"] = psi[..., 1:N + 1] if clo.order >= 1 else np.zeros((B, M, N))
-                fl["depth_grad"] = -(np.einsum("bi,bi->b", fl["adjoint"], Phi[..., 0]) + R[..., 0])
-                er = clo.error_estimate(y)
-            except OptimalityError as exc:
-                ok, success = False, False
-                message = f"Optimal feedback failed: {exc}."
-        if not ok:
-            fl = {"z": np.full((B, N), np.nan), "value": np.full(B, np.nan),
-                  "adjoint": np.full((B, N), np.nan), "feedback": np.full((B, M), np.nan),
-                  "feedback_jacobian": np.full((B, M, N), np.nan), "depth_grad": np.full(B, np.nan)}
-            er = {k: fl[k] for k in ("z", "value", "adjoint")}
-        for k in keys:
-            fields[k].append(fl[k])
-        if errors is not None:
-            for k in errors:
-                errors[k].append(er[k])
-    stacked = {k: np.stack(v) for k, v in fields.items()}
-    return pack_result(setup, stacked, success=success, message=message, nfev=outcome.nfev,
-                       closure="jet (optimal feedback)", method=method,
-                       error_estimate=None if errors is None else
-                       {k: np.stack(v) for k, v in errors.items()})
+
+    def per_depth(p: float, y: np.ndarray):
+        fl = clo.fields(y)
+        V = clo.layout.unpack(y)[f"V{clo.order}"]
+        Phi, R, psi0, psi = clo.closed_loop(p, V, clo.order)
+        fl["feedback"] = psi0
+        fl["feedback_jacobian"] = psi[..., 1:N + 1]
+        fl["depth_grad"] = -(np.einsum("bi,bi->b", fl["adjoint"], Phi[..., 0]) + R[..., 0])
+        return fl, clo.error_estimate(y)
+
+    shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N), "feedback": (B, M),
+              "feedback_jacobian": (B, M, N), "depth_grad": (B,)}
+    return collect_results(setup, outcome, per_depth, shapes,
+                           closure="jet (optimal feedback)", method=method,
+                           with_errors=clo.has_error_estimate)

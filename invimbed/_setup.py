@@ -103,4 +103,64 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
     return res
 
 
+def collect_results(setup: Setup, outcome: Any, per_depth: Any,
+                    shapes: dict[str, tuple[int, ...]], *, closure: str, method: str,
+                    with_errors: bool) -> ImbeddingResult:
+    """Per-depth fields from an integrator's states, with failures and warnings reported.
+
+    ``per_depth(p, y)`` returns ``(fields, errors)`` for a state ``y`` at depth ``p`` (an
+    ``ArithmeticError`` there ends the result at that depth); ``shapes`` gives each
+    field's shape per depth, for the NaN rows of depths not reached.
+    """
+    success, message = outcome.success, outcome.message
+    nan = {k: np.full(shape, np.nan) for k, shape in shapes.items()}
+    err_keys = ("z", "value", "adjoint") + (("param_grad",) if "param_grad" in shapes else ())
+    rows, err_rows = [], []
+    stopped = False
+    for p, y in zip(setup.depths_desc, outcome.ys):
+        fl, er = nan, {k: nan[k] for k in err_keys}
+        if not stopped and np.all(np.isfinite(y)):
+            try:
+                fl, er = per_depth(float(p), y)
+            except ArithmeticError as exc:
+                stopped, success = True, False
+                message = f"Failed at depth p = {p:.10g}: {exc}."
+                fl, er = nan, {k: nan[k] for k in err_keys}
+        rows.append(fl)
+        err_rows.append(er)
+    stacked = {k: np.stack([r[k] for r in rows]) for k in shapes}
+    errors = ({k: np.stack([r[k] for r in err_rows]) for k in err_keys} if with_errors
+              else None)
+    finite = all(np.all(np.isfinite(v)) for v in stacked.values())
+    if success and not finite:
+        success = False
+        bad = [float(p) for p, v in zip(setup.depths_desc, stacked["depth_grad"])
+               if not np.all(np.isfinite(v))]
+        message = (f"Non-finite depth gradient at depth p = {bad[0]:.10g} (the dynamics or "
+                   f"running loss is not finite at x there)." if bad else
+                   "Non-finite value in the results.")
+    if success and errors is not None:
+        message += accuracy_note(setup.depths_desc, stacked, errors)
+    return pack_result(setup, stacked, success=success, message=message, nfev=outcome.nfev,
+                       closure=closure, method=method, error_estimate=errors)
+
+
+#: Relative error estimate above which the result's message warns.
+WARN_RELATIVE_ERROR = 0.1
+
+
+def accuracy_note(depths_desc: np.ndarray, fields: dict, errors: dict) -> str:
+    """A warning appended to the message where the closure's own estimate is large."""
+    for i, p in enumerate(depths_desc):
+        for k in ("z", "value", "adjoint"):
+            scale = np.maximum(np.abs(fields[k][i]), 1.0)
+            rel = float(np.max(errors[k][i] / scale, initial=0.0))
+            if rel > WARN_RELATIVE_ERROR:
+                return (f" Warning: from depth p = {p:.6g} on, the closure's error estimate of "
+                        f"`{k}` is {rel:.2g} relative to max(1, |{k}|): the jet is outside its "
+                        f"range of accuracy there (it cannot see, e.g., a finite-time blow-up "
+                        f"in t); raise `order`, or request shallower depths.")
+    return ""
+
+
 ALL_METHODS = SCIPY_METHODS + FIXED_METHODS

@@ -82,7 +82,13 @@ class Closure:
         raise NotImplementedError
 
     def error_estimate(self, y: np.ndarray) -> dict[str, np.ndarray] | None:
-        return None
+        """Estimated absolute errors of `fields`: for closures that carry a second,
+        higher order (``self.orders = [K, K + 1]``), the difference of the two."""
+        if not self.has_error_estimate:
+            return None
+        lo = self.fields(y, self.orders[0])
+        hi = self.fields(y, self.orders[1])
+        return {k: np.abs(hi[k] - lo[k]) for k in lo}
 
     def disc_step(self, p_new: float, p_old: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
         raise ValueError(f"closure {self.name!r} does not implement the paper's discrete "

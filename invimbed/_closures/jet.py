@@ -205,13 +205,6 @@ class JetClosure(Closure):
             "param_grad": b[f"W{K}"][..., 0].copy() if self.nw else np.zeros((self.B, 0)),
         }
 
-    def error_estimate(self, y: np.ndarray) -> dict[str, np.ndarray] | None:
-        if not self.has_error_estimate:
-            return None
-        lo = self.fields(y, self.orders[0])
-        hi = self.fields(y, self.orders[1])
-        return {k: np.abs(hi[k] - lo[k]) for k in lo}
-
     # -- the paper's discrete recursion -------------------------------------------------
     def disc_step(self, p_new: float, p_old: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
         """One layer of eqs. disc-update and disc-lam, from ``p_old = p_{i+1}`` to
