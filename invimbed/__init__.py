@@ -17,8 +17,14 @@ from ._derivatives import DerivativeProvider as DerivativeProvider
 from ._derivatives import FiniteDifferences as FiniteDifferences
 from ._derivatives.symbolic import SympyProvider as SympyProvider
 from ._imbedding import solve_imbedding as solve_imbedding
+from ._learning import MLPDynamics as MLPDynamics
+from ._learning import endpoint_loss as endpoint_loss
+from ._learning import fit_endpoint_dynamics as fit_endpoint_dynamics
 from ._optimal import optimality_residual as optimality_residual
 from ._optimal import solve_optimal as solve_optimal
+from ._optimize import DepthResult as DepthResult
+from ._optimize import optimal_depth as optimal_depth
+from ._optimize import optimize_control as optimize_control
 from ._problem import BolzaProblem as BolzaProblem
 from ._results import ImbeddingResult as ImbeddingResult
 from ._symbolic import from_sympy as from_sympy
@@ -29,17 +35,23 @@ __all__ = [
     "BolzaProblem",
     "Constant",
     "Control",
+    "DepthResult",
     "DerivativeCheck",
     "DerivativeOrderError",
     "DerivativeProvider",
     "FiniteDifferences",
     "ImbeddingResult",
+    "MLPDynamics",
     "PiecewiseConstant",
     "SympyProvider",
     "__version__",
     "check_derivatives",
+    "endpoint_loss",
+    "fit_endpoint_dynamics",
     "from_sympy",
+    "optimal_depth",
     "optimality_residual",
+    "optimize_control",
     "solve_adjoint",
     "solve_imbedding",
     "solve_optimal",
