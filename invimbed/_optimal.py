@@ -387,7 +387,45 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                              estimate_error=bool(estimate_error), bounds=bounds,
                              control_affine=control_affine, theta0=theta0,
                              newton_tol=newton_tol, max_newton=max_newton)
-    return _sweep_feedback(setup, clo, method, rtol, atol, step, options)
+    res = _sweep_feedback(setup, clo, method, rtol, atol, step, options)
+    if bounds is not None and res.success:
+        res.message += _branch_check(setup, res, bounds, n_controls, control_affine)
+    return res
+
+
+def _branch_check(setup, res, bounds: np.ndarray, n_controls: int, control_affine: bool) -> str:
+    """With bounds, the Hamiltonian's minimum is only piecewise smooth in ``Lam``: the jet
+    expands ``V`` around ``x`` on one branch (one active set). Compare the active set of
+    Theorem 3's control at ``(p, x)`` with the one at the end of the optimal path,
+    ``(q, z(q))`` with ``Lam = grad T``; where they differ the path switches branch and the
+    jet (and its estimate, which sees the same branch) cannot be trusted."""
+    prov = setup.provider
+    zq = res.z if setup.batched else res.z[:, None]
+    fb = res.feedback if setup.batched else res.feedback[:, None]
+    lo, hi = bounds[:, 0], bounds[:, 1]
+    tol = 1e-9 * np.maximum(1.0, np.abs(bounds)).max(1)
+    for i, p in enumerate(setup.depths):   # the results' order
+        end = FeedbackJetClosure(prov, zq[i], setup.q, n_controls, order=1, estimate_error=False,
+                                 bounds=bounds, control_affine=control_affine)
+        lam = prov.derivative("T", setup.q, zq[i], None, dz=1)
+        try:
+            th_end = end.optimal_theta(setup.q, lam, 1)
+        except OptimalityError:
+            continue
+        def side(th):  # -1 at the lower bound, +1 at the upper, 0 inside
+            return np.where(th <= lo + tol, -1, np.where(th >= hi - tol, 1, 0))
+
+        start, finish = side(fb[i]), side(th_end)
+        if np.any(start != finish):
+            names = {-1: "at its lower bound", 0: "inside its bounds", 1: "at its upper bound"}
+            j = np.argwhere(start != finish)[0]
+            return (f" Warning: at depth p = {p:.6g} the optimal control is "
+                    f"{names[int(start[tuple(j)])]} at the start of the path and "
+                    f"{names[int(finish[tuple(j)])]} at its end: the "
+                    f"path switches between branches of the Hamiltonian, which the jet (and "
+                    f"its error estimate) cannot see; the value may be wrong there. Check "
+                    f"against a direct method (solve_bvp, optimize_control).")
+    return ""
 
 
 def optimality_residual(problem: BolzaProblem, x: Any, depths: Any, control: Any, *,
