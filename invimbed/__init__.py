@@ -18,6 +18,7 @@ from ._derivatives import FiniteDifferences as FiniteDifferences
 from ._derivatives.symbolic import SympyProvider as SympyProvider
 from ._imbedding import solve_imbedding as solve_imbedding
 from ._learning import MLPDynamics as MLPDynamics
+from ._namespace import array_namespace as array_namespace
 from ._learning import endpoint_loss as endpoint_loss
 from ._learning import fit_endpoint_dynamics as fit_endpoint_dynamics
 from ._optimal import optimality_residual as optimality_residual
@@ -45,6 +46,7 @@ __all__ = [
     "PiecewiseConstant",
     "SympyProvider",
     "__version__",
+    "array_namespace",
     "check_derivatives",
     "endpoint_loss",
     "fit_endpoint_dynamics",

@@ -113,6 +113,12 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     (True, (2, 1), (2, 1))
     """
     check_choice(closure, "closure", CLOSURES)
+    if backend == "cupy":  # device arrays in, device arrays out (docs: Performance and scale)
+        from ._namespace import is_cupy_array, to_numpy
+
+        if is_cupy_array(x):
+            x = to_numpy(x)
+            options.setdefault("array_type", "cupy")
     setup = prepare(problem, x, depths, control, method, rtol, atol, step, ALL_METHODS)
     if not isinstance(order, (int, np.integer)) or isinstance(order, bool) or order < 1:
         raise ValueError(f"`order` must be an integer >= 1, but got {describe(order)}")

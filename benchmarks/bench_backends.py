@@ -1,0 +1,478 @@
+"""Batched sweeps on the accelerated backends: numpy vs numba, the compiled floor, Dask.
+
+Problem: the two coupled pendulums of ``bench_core.py`` (``N = 4`` states, ``M = 2``
+constant torques), jet of order 1 (no error estimate) or stencil, ``n = 64`` depths
+evenly spaced in ``[-1, 0]``, fixed-step ``rk4`` with one step between consecutive depths
+(63 steps, 252 right-hand-side evaluations). The same functions are written twice: per
+sample with ``numba.njit`` (what ``backend="numba"`` runs) and vectorised with numpy
+(what ``backend="numpy"`` runs fastest); both with every derivative the jet needs written
+by hand ("exact"), or with none (finite differences, the same rule in both backends).
+
+What is measured, in one run (ratios are comparable within a run only):
+
+1. ``numpy`` vs ``numba`` wall time for B = 1, 64, 1024, 16384 (numpy at 16384 only
+   without ``--quick``), and the largest relative difference of their results;
+2. the floor: the same ``B x 252`` evaluations of the dynamics alone in a compiled loop,
+   and how many dynamics-equivalent evaluations one sweep stage costs;
+3. compile time of the kernels: cold (empty cache, a fresh process) and warm (cached);
+4. Dask: ``invimbed.dask.solve_batch`` with ``backend="numba"`` on a ``LocalCluster``
+   of 1 and 2 single-threaded worker processes at B = 65536 (fewer depths, see below):
+   speed-up, and the overhead against the same solve in-process on one thread;
+5. memory: peak RSS added by a B = 16384, n = 64 numba solve, against the size of the
+   arrays it returns.
+
+Run:  python benchmarks/bench_backends.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+import invimbed
+
+try:
+    import numba
+    from numba import njit
+except ImportError:  # pragma: no cover
+    sys.exit("bench_backends.py needs numba: pip install invimbed[numba]")
+
+warnings.simplefilter("ignore", category=getattr(numba, "NumbaExperimentalFeatureWarning", Warning))
+
+K_SPRING, C_DAMP, A_RUN, RHO = 0.5, 0.1, 0.2, 0.05
+N, M = 4, 2
+W = np.array([0.2, -0.1])
+N_DEPTHS = 64
+DEPTHS = np.linspace(0.0, -1.0, N_DEPTHS)
+STEP = 1.0 / (N_DEPTHS - 1)
+
+
+# -- per sample, for numba --------------------------------------------------------------
+@njit(cache=True)
+def f1(t, z, th):
+    out = np.empty(4)
+    out[0] = z[2]
+    out[1] = z[3]
+    out[2] = -np.sin(z[0]) - K_SPRING * (z[0] - z[1]) - C_DAMP * z[2] + th[0]
+    out[3] = -np.sin(z[1]) - K_SPRING * (z[1] - z[0]) - C_DAMP * z[3] + th[1]
+    return out
+
+
+@njit(cache=True)
+def f1_z(t, z, th):
+    out = np.zeros((4, 4))
+    out[0, 2] = 1.0
+    out[1, 3] = 1.0
+    out[2, 0] = -np.cos(z[0]) - K_SPRING
+    out[2, 1] = K_SPRING
+    out[2, 2] = -C_DAMP
+    out[3, 0] = K_SPRING
+    out[3, 1] = -np.cos(z[1]) - K_SPRING
+    out[3, 3] = -C_DAMP
+    return out
+
+
+@njit(cache=True)
+def f1_zz(t, z, th):
+    out = np.zeros((4, 4, 4))
+    out[2, 0, 0] = np.sin(z[0])
+    out[3, 1, 1] = np.sin(z[1])
+    return out
+
+
+@njit(cache=True)
+def f1_theta(t, z, th):
+    out = np.zeros((4, 2))
+    out[2, 0] = 1.0
+    out[3, 1] = 1.0
+    return out
+
+
+@njit(cache=True)
+def f1_ztheta(t, z, th):
+    return np.zeros((4, 4, 2))
+
+
+@njit(cache=True)
+def f1_zztheta(t, z, th):
+    return np.zeros((4, 4, 4, 2))
+
+
+@njit(cache=True)
+def R1(t, z, th):
+    return A_RUN * (2.0 - np.cos(z[0]) - np.cos(z[1])) + 0.5 * RHO * (th[0] ** 2 + th[1] ** 2)
+
+
+@njit(cache=True)
+def R1_z(t, z, th):
+    out = np.zeros(4)
+    out[0] = A_RUN * np.sin(z[0])
+    out[1] = A_RUN * np.sin(z[1])
+    return out
+
+
+@njit(cache=True)
+def R1_zz(t, z, th):
+    out = np.zeros((4, 4))
+    out[0, 0] = A_RUN * np.cos(z[0])
+    out[1, 1] = A_RUN * np.cos(z[1])
+    return out
+
+
+@njit(cache=True)
+def R1_theta(t, z, th):
+    return RHO * th.copy()
+
+
+@njit(cache=True)
+def R1_ztheta(t, z, th):
+    return np.zeros((4, 2))
+
+
+@njit(cache=True)
+def R1_zztheta(t, z, th):
+    return np.zeros((4, 4, 2))
+
+
+@njit(cache=True)
+def T1(z):
+    return 0.5 * ((z[0] - 1.0) ** 2 + (z[1] - 1.0) ** 2 + z[2] ** 2 + z[3] ** 2)
+
+
+@njit(cache=True)
+def T1_z(z):
+    out = z.copy()
+    out[0] -= 1.0
+    out[1] -= 1.0
+    return out
+
+
+@njit(cache=True)
+def T1_zz(z):
+    return np.eye(4)
+
+
+NUMBA_DERIVATIVES = dict(f_z=f1_z, f_zz=f1_zz, f_theta=f1_theta, f_ztheta=f1_ztheta,
+                         f_zztheta=f1_zztheta, R_z=R1_z, R_zz=R1_zz, R_theta=R1_theta,
+                         R_ztheta=R1_ztheta, R_zztheta=R1_zztheta, T_z=T1_z, T_zz=T1_zz)
+
+
+# -- vectorised, for numpy ----------------------------------------------------------------
+def fv(t, z, th):
+    p1, p2, w1, w2 = z.T
+    return np.stack([w1, w2, -np.sin(p1) - K_SPRING * (p1 - p2) - C_DAMP * w1 + th[:, 0],
+                     -np.sin(p2) - K_SPRING * (p2 - p1) - C_DAMP * w2 + th[:, 1]], axis=1)
+
+
+def fv_z(t, z, th):
+    out = np.zeros((z.shape[0], 4, 4))
+    out[:, 0, 2] = out[:, 1, 3] = 1.0
+    out[:, 2, 0] = -np.cos(z[:, 0]) - K_SPRING
+    out[:, 2, 1] = out[:, 3, 0] = K_SPRING
+    out[:, 2, 2] = out[:, 3, 3] = -C_DAMP
+    out[:, 3, 1] = -np.cos(z[:, 1]) - K_SPRING
+    return out
+
+
+def fv_zz(t, z, th):
+    out = np.zeros((z.shape[0], 4, 4, 4))
+    out[:, 2, 0, 0] = np.sin(z[:, 0])
+    out[:, 3, 1, 1] = np.sin(z[:, 1])
+    return out
+
+
+def fv_theta(t, z, th):
+    out = np.zeros((z.shape[0], 4, 2))
+    out[:, 2, 0] = out[:, 3, 1] = 1.0
+    return out
+
+
+def Rv(t, z, th):
+    return A_RUN * (2.0 - np.cos(z[:, 0]) - np.cos(z[:, 1])) + 0.5 * RHO * np.sum(th ** 2, axis=1)
+
+
+def Rv_z(t, z, th):
+    out = np.zeros((z.shape[0], 4))
+    out[:, 0] = A_RUN * np.sin(z[:, 0])
+    out[:, 1] = A_RUN * np.sin(z[:, 1])
+    return out
+
+
+def Rv_zz(t, z, th):
+    out = np.zeros((z.shape[0], 4, 4))
+    out[:, 0, 0] = A_RUN * np.cos(z[:, 0])
+    out[:, 1, 1] = A_RUN * np.cos(z[:, 1])
+    return out
+
+
+def Tv(z):
+    return 0.5 * ((z[:, 0] - 1.0) ** 2 + (z[:, 1] - 1.0) ** 2 + z[:, 2] ** 2 + z[:, 3] ** 2)
+
+
+def _zeros(*shape: int) -> Callable:
+    return lambda t, z, th: np.zeros((z.shape[0],) + shape)
+
+
+NUMPY_DERIVATIVES = dict(
+    f_z=fv_z, f_zz=fv_zz, f_theta=fv_theta, f_ztheta=_zeros(4, 4, 2), f_zztheta=_zeros(4, 4, 4, 2),
+    R_z=Rv_z, R_zz=Rv_zz, R_theta=lambda t, z, th: RHO * th, R_ztheta=_zeros(4, 2),
+    R_zztheta=_zeros(4, 4, 2),
+    T_z=lambda z: z - np.array([1.0, 1.0, 0.0, 0.0]),
+    T_zz=lambda z: np.broadcast_to(np.eye(4), (z.shape[0], 4, 4)).copy())
+
+
+def problems(exact: bool) -> tuple[invimbed.BolzaProblem, invimbed.BolzaProblem]:
+    """(numba problem, numpy problem)."""
+    return (invimbed.BolzaProblem(f1, R1, T1, derivatives=NUMBA_DERIVATIVES if exact else None),
+            invimbed.BolzaProblem(fv, Rv, Tv, vectorized=True,
+                                  derivatives=NUMPY_DERIVATIVES if exact else None))
+
+
+def inputs(B: int) -> np.ndarray:
+    return np.random.default_rng(B).normal(scale=0.5, size=(B, N))
+
+
+KW = dict(control=invimbed.Constant(W), method="rk4", step=STEP, estimate_error=False)
+
+
+# -- measuring --------------------------------------------------------------------------
+def best_of(fn: Callable[[], Any], repeats: int, budget: float = 20.0) -> tuple[float, Any]:
+    """Best wall time of up to ``repeats`` calls (fewer if one call exceeds ``budget`` s)."""
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        dt = time.perf_counter() - t0
+        best = min(best, dt)
+        if dt > budget:
+            break
+    return best, out
+
+
+def max_rel(a: invimbed.ImbeddingResult, b: invimbed.ImbeddingResult) -> float:
+    return max(float(np.max(np.abs(a[k] - b[k]) / np.maximum(1.0, np.abs(b[k]))))
+               for k in ("z", "value", "adjoint", "param_grad", "depth_grad"))
+
+
+@njit(cache=True)
+def _floor_loop(fn_x, th, stages):
+    s = 0.0
+    for b in range(fn_x.shape[0]):
+        for k in range(stages):
+            v = f1(-k / stages, fn_x[b], th)
+            s += v[2]
+    return s
+
+
+def floor_time(B: int, repeats: int) -> float:
+    x = inputs(B)
+    _floor_loop(x[:1], W, 1)
+    return best_of(lambda: _floor_loop(x, W, 4 * (N_DEPTHS - 1)), repeats)[0]
+
+
+def table_numpy_numba(sizes: list[int], numpy_max: int, repeats: int, exact: bool,
+                      closure: str) -> list[dict]:
+    pn, pv = problems(exact)
+    invimbed.solve_imbedding(pn, inputs(2), DEPTHS, backend="numba", closure=closure, **KW)
+    rows = []
+    for B in sizes:
+        x = inputs(B)
+        tn, rn = best_of(lambda: invimbed.solve_imbedding(pn, x, DEPTHS, backend="numba",
+                                                          closure=closure, **KW), repeats)
+        row = {"B": B, "numba_s": tn, "floor_s": floor_time(B, repeats)}
+        if B <= numpy_max:
+            tp, rp = best_of(lambda: invimbed.solve_imbedding(pv, x, DEPTHS, closure=closure, **KW),
+                             repeats)
+            row.update(numpy_s=tp, ratio=tp / tn, max_rel=max_rel(rn, rp))
+        rows.append(row)
+    return rows
+
+
+COMPILE_SNIPPET = """
+import time, warnings, numpy as np, sys
+warnings.simplefilter("ignore")
+sys.path.insert(0, {here!r})
+import bench_backends as bb, invimbed
+t0 = time.perf_counter(); c0 = time.process_time()
+for closure in ("jet", "stencil"):
+    pn, _ = bb.problems(True)
+    invimbed.solve_imbedding(pn, bb.inputs(2), bb.DEPTHS[:3], backend="numba", closure=closure, **bb.KW)
+print(time.perf_counter() - t0, time.process_time() - c0)
+"""
+
+
+def compile_times() -> tuple[tuple[float, float], tuple[float, float]]:
+    """(wall, cpu) of the first numba solves (jet and stencil) in a fresh process with an
+    empty numba cache, then again with that cache filled."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = COMPILE_SNIPPET.format(here=here)
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        out = []
+        for _ in range(2):
+            text = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                  text=True, check=True).stdout.split()
+            out.append((float(text[0]), float(text[1])))
+    return out[0], out[1]
+
+
+MEMORY_SNIPPET = """
+import warnings, json, sys, numpy as np
+warnings.simplefilter("ignore")
+sys.path.insert(0, {here!r})
+import bench_backends as bb, invimbed
+
+def status(key):
+    with open("/proc/self/status") as fh:
+        return next(int(l.split()[1]) for l in fh if l.startswith(key + ":"))
+
+pn, _ = bb.problems(True)
+invimbed.solve_imbedding(pn, bb.inputs(2), bb.DEPTHS, backend="numba", **bb.KW)
+x = bb.inputs({B})
+before = status("VmRSS")
+with open("/proc/self/clear_refs", "w") as fh:   # reset the peak (VmHWM) to the current RSS
+    fh.write("5")
+res = invimbed.solve_imbedding(pn, x, bb.DEPTHS, backend="numba", **bb.KW)
+peak = status("VmHWM")
+out = sum(res[k].nbytes for k in ("z", "value", "adjoint", "param_grad", "depth_grad"))
+print(json.dumps(dict(before_kb=before, after_kb=peak, output_bytes=out)))
+"""
+
+
+def memory(B: int) -> dict:
+    here = os.path.dirname(os.path.abspath(__file__))
+    text = subprocess.run([sys.executable, "-c", MEMORY_SNIPPET.format(here=here, B=B)],
+                          capture_output=True, text=True, check=True).stdout
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def dask_scaling(B: int, n_depths: int, chunk: int) -> dict | None:
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        return None
+    import invimbed.dask as idask
+
+    depths = np.linspace(0.0, -1.0, n_depths)
+    kw = dict(KW, step=1.0 / (n_depths - 1), backend="numba")
+    pn, _ = problems(True)
+    x = inputs(B)
+    numba.set_num_threads(1)
+    invimbed.solve_imbedding(pn, x[:2], depths, **kw)
+    t0 = time.perf_counter()
+    ref = invimbed.solve_imbedding(pn, x, depths, **kw)
+    direct = time.perf_counter() - t0
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    out = {"B": B, "n_depths": n_depths, "chunk": chunk, "direct_1thread_s": direct}
+    os.environ["NUMBA_NUM_THREADS"] = "1"     # inherited by the worker processes
+    try:
+        for workers in (1, 2):
+            with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                              dashboard_address=None) as cluster, Client(cluster) as client:
+                idask.solve_batch(pn, x[:2 * workers], depths, client=client, chunk_size=1, **kw)
+                t0 = time.perf_counter()
+                res = idask.solve_batch(pn, x, depths, client=client, chunk_size=chunk, **kw)
+                out[f"workers{workers}_s"] = time.perf_counter() - t0
+                assert res.success and np.array_equal(res.z, ref.z)
+    finally:
+        del os.environ["NUMBA_NUM_THREADS"]
+    return out
+
+
+def machine_info() -> str:
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        load = "%.1f %.1f %.1f" % os.getloadavg()
+    except OSError:
+        load = "?"
+    return "\n".join([
+        f"platform : {platform.platform()}",
+        f"cpu      : {cpu}, {os.cpu_count()} logical CPUs, load average {load}",
+        f"python   : {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__}, "
+        f"threads {numba.config.NUMBA_NUM_THREADS} ({numba.threading_layer() if _ran_parallel() else '-'})",
+        f"invimbed : {invimbed.__version__}",
+    ])
+
+
+def _ran_parallel() -> bool:
+    try:
+        numba.threading_layer()
+        return True
+    except ValueError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="numpy up to B = 1024, one timed repeat, a smaller Dask run")
+    ap.add_argument("--skip-dask", action="store_true")
+    args = ap.parse_args(argv)
+    quick = args.quick
+    repeats = 1 if quick else 3
+    sizes = [1, 64, 1024, 16384]
+    print(machine_info())
+    print(f"problem  : coupled pendulums, N = {N}, M = {M}, n = {N_DEPTHS} depths in [-1, 0], rk4, "
+          f"step {STEP:.4g} (252 stages); best of {repeats}; wall-clock seconds\n")
+
+    (cw, cc), (ww, wc) = compile_times()
+    print(f"compile  : cold cache {cw:.1f} s wall ({cc:.1f} s CPU) for the jet and stencil kernels "
+          f"and the problem's functions; warm cache {ww:.1f} s wall ({wc:.1f} s CPU)\n")
+
+    for exact, closure, numpy_max, szs in [
+        (True, "jet", 1024 if quick else 16384, sizes),
+        (True, "stencil", 1024 if quick else 16384, sizes),
+        (False, "jet", 64 if quick else 1024, [1, 64, 1024]),
+    ]:
+        rows = table_numpy_numba(szs, numpy_max, repeats, exact, closure)
+        deriv = "exact derivatives" if exact else "finite differences"
+        print(f"{closure}-{'1' if closure == 'jet' else 'central'}, {deriv}")
+        print(f"{'B':>6} {'numpy s':>9} {'numba s':>9} {'numpy/numba':>11} {'floor s':>9} "
+              f"{'numba/floor':>11} {'max rel diff':>12}")
+        for r in rows:
+            npy = f"{r['numpy_s']:9.3f}" if "numpy_s" in r else f"{'-':>9}"
+            ratio = f"{r['ratio']:11.1f}" if "ratio" in r else f"{'-':>11}"
+            diff = f"{r['max_rel']:12.1e}" if "max_rel" in r else f"{'-':>12}"
+            print(f"{r['B']:6d} {npy} {r['numba_s']:9.3f} {ratio} {r['floor_s']:9.2e} "
+                  f"{r['numba_s'] / r['floor_s']:11.1f} {diff}")
+        print()
+
+    mem = memory(16384)
+    added = (mem["after_kb"] - mem["before_kb"]) * 1024
+    print(f"memory   : B = 16384, n = {N_DEPTHS}, jet-1, numba: outputs {mem['output_bytes'] / 2**20:.1f} "
+          f"MiB; peak RSS during the solve {added / 2**20:.1f} MiB above the RSS before it "
+          f"({added / mem['output_bytes']:.2f} x the outputs; RSS before "
+          f"{mem['before_kb'] / 1024:.0f} MiB, peak {mem['after_kb'] / 1024:.0f} MiB)\n")
+
+    if not args.skip_dask:
+        B, nd, chunk = (65536, 8, 8192) if quick else (65536, 16, 4096)
+        d = dask_scaling(B, nd, chunk)
+        if d is None:
+            print("dask     : not installed (pip install invimbed[dask])")
+        else:
+            print(f"dask     : B = {B}, {nd} depths, rk4, numba backend, chunks of {chunk} rows, "
+                  f"LocalCluster of single-threaded worker processes")
+            print(f"           in-process, 1 thread : {d['direct_1thread_s']:7.2f} s")
+            print(f"           1 worker             : {d['workers1_s']:7.2f} s "
+                  f"(overhead {d['workers1_s'] / d['direct_1thread_s']:.2f} x)")
+            print(f"           2 workers            : {d['workers2_s']:7.2f} s "
+                  f"(speed-up {d['workers1_s'] / d['workers2_s']:.2f} x over 1 worker)")
+
+
+if __name__ == "__main__":
+    main()

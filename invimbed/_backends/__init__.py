@@ -1,0 +1,87 @@
+"""Accelerated backends of the imbedding sweep: numba (CPU) and cupy (GPU).
+
+`invimbed.solve_imbedding` hands a validated `Setup` to `sweep_backend` when
+``backend != "numpy"``. Both backends run the fixed-step sweeps (``"euler"``,
+``"midpoint"``, ``"rk4"``; ``"disc"`` for the jet) of the jet closure of order 1 (with
+its error estimate) and of the stencil closure, on the same grid as the numpy sweep
+(`invimbed._backends._schedule`) and with the same finite-difference rule
+(`invimbed._backends._plans`), so that their results agree with ``backend="numpy"`` to
+rounding. What they cannot run raises a `ValueError` that names the alternative; there
+is no silent fallback to numpy.
+
+Contract for implementers of a backend
+--------------------------------------
+1. Add its name to `BACKENDS` and a branch to `sweep_backend`; import the backend's
+   heavy dependency only inside that branch, and raise an `ImportError` naming the
+   extra (``pip install invimbed[...]``) when it is missing.
+2. Take the steps of `build_schedule` and the derivatives of the problem's provider;
+   return `finish`'s `ImbeddingResult` (non-finite values end the sweep for the whole
+   batch at the first failing stage, as in the numpy sweep).
+3. Test it against ``backend="numpy"`` in ``tests/test_backends.py`` (parametrised,
+   skipped when the dependency or the device is absent).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._results import ImbeddingResult
+from .._setup import Setup
+
+BACKENDS = ("numba", "cupy")
+
+#: The methods the accelerated backends run.
+SUPPORTED_METHODS = ("euler", "midpoint", "rk4", "disc")
+
+
+def sweep_backend(backend: str, setup: Setup, *, closure: str, order: int, method: str,
+                  step: float | None, difference: str, delta: Any, estimate_error: bool,
+                  rtol: float, atol: float, **options: Any) -> ImbeddingResult:
+    """Run the imbedding sweep of ``setup`` on ``backend`` (``"numba"`` or ``"cupy"``).
+
+    Parameters are those of `invimbed.solve_imbedding`, validated. ``rtol`` and ``atol``
+    only matter to adaptive methods, which the accelerated backends do not run.
+
+    Raises
+    ------
+    ValueError
+        For a method, closure or order the backend does not run (the message lists what
+        it runs), or an option it does not know.
+    ImportError
+        If the backend's package is not installed.
+    BackendCompileError
+        ``backend="numba"``: a user function numba cannot compile.
+    """
+    if method not in SUPPORTED_METHODS:
+        raise ValueError(
+            f"backend={backend!r} runs the fixed-step methods "
+            f"{', '.join(repr(m) for m in SUPPORTED_METHODS)} (with `step`), but got "
+            f"method={method!r}; choose one of them, or use backend='numpy' for scipy's "
+            f"adaptive solvers")
+    if backend == "numba":
+        if options:
+            raise ValueError(f"backend='numba' takes no further options, but got "
+                             f"{', '.join(sorted(options))}")
+        from ._numba import sweep_numba
+
+        return sweep_numba(setup, closure=closure, order=order, method=method, step=step,
+                           difference=difference, delta=delta, estimate_error=estimate_error)
+    if backend == "cupy":
+        from ._xp import sweep_cupy
+
+        return sweep_cupy(setup, closure=closure, order=order, method=method, step=step,
+                          difference=difference, delta=delta, estimate_error=estimate_error,
+                          **options)
+    raise ValueError(f"`backend` must be one of 'numpy', {', '.join(map(repr, BACKENDS))}, "
+                     f"but got {backend!r}")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BackendCompileError":
+        from ._numba import BackendCompileError
+
+        return BackendCompileError
+    raise AttributeError(name)
+
+
+__all__ = ["BACKENDS", "SUPPORTED_METHODS", "sweep_backend"]

@@ -1,0 +1,60 @@
+"""The array namespace of the functions invimbed calls: numpy, or cupy on a GPU.
+
+``backend="cupy"`` calls a problem's (vectorised) functions with cupy arrays, the other
+backends with numpy arrays. A function written against the namespace of its argument,
+
+    def f(t, z, theta):
+        xp = invimbed.array_namespace(z)
+        return xp.stack([z[:, 1], -xp.sin(z[:, 0]) + theta[:, 0]], axis=1)
+
+runs on both. cupy is never imported here: an array is recognised by its type's module.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+
+def is_cupy_array(x: Any) -> bool:
+    """Whether ``x`` is a cupy array (without importing cupy)."""
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def array_namespace(*arrays: Any) -> Any:
+    """The module to compute with for ``arrays``: ``cupy`` if any of them is a cupy array,
+    else ``numpy``.
+
+    Parameters
+    ----------
+    *arrays : array_like
+        Arguments a problem's function received (``z``, ``theta``); Python scalars and
+        ``None`` are ignored.
+
+    Returns
+    -------
+    module
+        ``cupy`` or ``numpy``, used as ``xp.sin``, ``xp.stack``, ``xp.einsum``, ...
+
+    Examples
+    --------
+    >>> import numpy as np, invimbed
+    >>> invimbed.array_namespace(np.zeros(3)) is np
+    True
+    """
+    for a in arrays:
+        if is_cupy_array(a):
+            return sys.modules["cupy"]
+    return np
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A numpy array with the values of ``x`` (copied from the GPU for a cupy array)."""
+    if is_cupy_array(x):
+        return x.get()
+    return np.asarray(x)
+
+
+__all__ = ["array_namespace", "is_cupy_array", "to_numpy"]

@@ -1,0 +1,446 @@
+"""The accelerated backends (numba, cupy) against the numpy sweep.
+
+Every backend must return the numpy backend's numbers, to 1e-12 relative, for the same
+problem and the same source of derivatives (finite differences are taken by the same
+rule inside the kernels). The backends are parametrised:
+
+* ``numba``: per-sample ``numba.njit`` functions; skipped without numba;
+* ``xp-numpy``: the cupy backend's code run with ``xp = numpy`` (how it is checked on
+  machines without a GPU, as in CI);
+* ``cupy``: the real thing; skipped without cupy or a CUDA device.
+
+The first numba test compiles the kernels (about 25 s of CPU on a cold cache); later runs
+load them from the cache.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+
+import invimbed
+from invimbed import BolzaProblem, Constant, PiecewiseConstant, solve_imbedding
+from invimbed._namespace import array_namespace, is_cupy_array, to_numpy
+from invimbed._setup import ALL_METHODS, prepare
+from problems import lq_closed_form, pendulum_functions
+
+try:
+    import numba
+    from numba import njit
+except ImportError:  # pragma: no cover - CI installs numba for these tests
+    numba = None
+
+    def njit(*args, **kwargs):
+        return (lambda f: f) if not args or not callable(args[0]) else args[0]
+
+
+def _has_gpu() -> bool:
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+HAS_GPU = _has_gpu()
+BACKENDS = [
+    pytest.param("numba", marks=pytest.mark.skipif(numba is None, reason="numba not installed")),
+    "xp-numpy",
+    pytest.param("cupy", marks=pytest.mark.skipif(not HAS_GPU, reason="no cupy or no GPU")),
+]
+FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
+
+# -- the pendulum of tests/problems.py, one sample at a time (for numba) ----------------------
+A_, FORCING, OMEGA, C_, KV, RHO, SIGMA, KT, PHS, VS = 1.0, 0.3, 1.3, 0.4, 0.2, 0.1, 0.15, 1.0, 0.5, -0.2
+
+
+@njit(cache=True)
+def pend_f(t, z, th):
+    return np.array([z[1], -A_ * np.sin(z[0]) - th[1] * z[1] + th[0] + FORCING * np.cos(OMEGA * t)])
+
+
+@njit(cache=True)
+def pend_R(t, z, th):
+    return (C_ * (1 - np.cos(z[0])) + 0.5 * KV * z[1] ** 2 + 0.5 * RHO * (th[0] ** 2 + th[1] ** 2)
+            + SIGMA * z[1] * th[0])
+
+
+@njit(cache=True)
+def pend_T(z):
+    return KT * (1 - np.cos(z[0] - PHS)) + 0.25 * (z[1] - VS) ** 4
+
+
+@njit(cache=True)
+def pend_f_z(t, z, th):
+    out = np.zeros((2, 2))
+    out[0, 1] = 1.0
+    out[1, 0] = -A_ * np.cos(z[0])
+    out[1, 1] = -th[1]
+    return out
+
+
+@njit(cache=True)
+def pend_R_z(t, z, th):
+    return np.array([C_ * np.sin(z[0]), KV * z[1] + SIGMA * th[0]])
+
+
+@njit(cache=True)
+def pend_T_z(z):
+    return np.array([KT * np.sin(z[0] - PHS), (z[1] - VS) ** 3])
+
+
+def pendulum_njit(derivatives: bool = False) -> BolzaProblem:
+    d = dict(f_z=pend_f_z, R_z=pend_R_z, T_z=pend_T_z) if derivatives else None
+    return BolzaProblem(pend_f, pend_R, pend_T, derivatives=d)
+
+
+def pendulum_vectorized(derivatives: bool = False) -> BolzaProblem:
+    pf = pendulum_functions()
+    if derivatives:
+        return pf.problem()
+    return BolzaProblem(pf.f, pf.R, pf.T, vectorized=True)
+
+
+# -- a linear-quadratic problem with its closed form ---------------------------------------
+LQ_A = np.array([[-0.5, 0.3], [-0.2, -0.8]])
+LQ_B = np.array([[0.0], [1.0]])
+LQ_Q = np.array([[1.0, 0.2], [0.2, 0.5]])
+LQ_P = np.array([[0.7, 0.1], [0.1, 1.2]])
+LQ_RTH = 0.3
+
+
+@njit(cache=True)
+def lq_f(t, z, th):
+    out = np.empty(2)
+    for i in range(2):
+        out[i] = LQ_A[i, 0] * z[0] + LQ_A[i, 1] * z[1] + LQ_B[i, 0] * th[0]
+    return out
+
+
+@njit(cache=True)
+def _quad(S, z):
+    return z[0] * (S[0, 0] * z[0] + S[0, 1] * z[1]) + z[1] * (S[1, 0] * z[0] + S[1, 1] * z[1])
+
+
+@njit(cache=True)
+def lq_R(t, z, th):
+    return 0.5 * _quad(LQ_Q, z) + 0.5 * LQ_RTH * th[0] ** 2
+
+
+@njit(cache=True)
+def lq_T(z):
+    return 0.5 * _quad(LQ_P, z)
+
+
+def lq_closed(x, w, p):
+    return lq_closed_form(LQ_A, LQ_B, LQ_Q, [[LQ_RTH]], np.zeros((2, 1)), LQ_P, x, w, p)
+
+
+def lq_vectorized() -> BolzaProblem:
+    def f(t, z, th):
+        return z @ LQ_A.T + th @ LQ_B.T
+
+    def R(t, z, th):
+        xp = array_namespace(z)
+        return 0.5 * xp.sum(z * (z @ LQ_Q), axis=1) + 0.5 * LQ_RTH * th[:, 0] ** 2
+
+    def T(z):
+        xp = array_namespace(z)
+        return 0.5 * xp.sum(z * (z @ LQ_P), axis=1)
+
+    return BolzaProblem(f, R, T, vectorized=True)
+
+
+# -- running a backend -------------------------------------------------------------------------
+def problem_for(backend: str, kind: str, derivatives: bool = False) -> BolzaProblem:
+    if kind == "pendulum":
+        return pendulum_njit(derivatives) if backend == "numba" else pendulum_vectorized(derivatives)
+    return BolzaProblem(lq_f, lq_R, lq_T) if backend == "numba" else lq_vectorized()
+
+
+def solve(backend: str, problem: BolzaProblem, x, depths, **kw) -> invimbed.ImbeddingResult:
+    if backend == "xp-numpy":
+        from invimbed._backends._xp import sweep_xp
+
+        method = kw.get("method", "rk4")
+        setup = prepare(problem, x, depths, kw.get("control"), method, 1e-6, 1e-9,
+                        kw.get("step"), ALL_METHODS)
+        closure = kw.get("closure", "jet")
+        est = kw.get("estimate_error", True) and closure == "jet" and method != "disc"
+        return sweep_xp(setup, np, closure=closure, order=kw.get("order", 1), method=method,
+                        step=kw.get("step"), difference=kw.get("difference", "central"),
+                        delta=kw.get("delta"), estimate_error=est, backend="xp-numpy")
+    return solve_imbedding(problem, x, depths, backend=backend, **kw)
+
+
+def assert_same(res, ref, rtol=1e-12):
+    assert res.success == ref.success
+    assert res.nfev == ref.nfev
+    for k in FIELDS:
+        got, want = to_numpy(res[k]), ref[k]
+        assert got.shape == want.shape, k
+        assert np.array_equal(np.isnan(got), np.isnan(want)), k
+        err = np.nanmax(np.abs(got - want) / np.maximum(1.0, np.abs(want)), initial=0.0)
+        assert err <= rtol, f"{k}: relative difference {err:.3g} > {rtol}"
+    if ref.get("error_estimate") is not None:
+        for k, want in ref.error_estimate.items():
+            got = to_numpy(res.error_estimate[k])
+            assert np.nanmax(np.abs(got - want) / np.maximum(1.0, np.abs(want)),
+                             initial=0.0) <= rtol, k
+    else:
+        assert res.get("error_estimate") is None
+
+
+X = np.array([[0.4, -0.3], [1.1, 0.6], [-0.8, 0.2]])
+DEPTHS = np.array([-1.0, -0.75, -0.5, -0.2, 0.0])
+CTRL = Constant([0.2, 0.1])
+
+
+# -- agreement with the numpy backend ------------------------------------------------------------
+CASES = [
+    dict(closure="jet", method="rk4", step=0.05),                        # with the error estimate
+    dict(closure="jet", method="midpoint", step=0.1, estimate_error=False),
+    dict(closure="jet", method="disc"),
+    dict(closure="stencil", method="rk4", step=0.05),
+    dict(closure="stencil", method="euler", step=0.1, difference="forward"),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['closure']}-{c['method']}")
+def test_same_numbers_as_numpy_finite_differences(backend, case):
+    """Pendulum (t-dependent, non-quadratic T, control in f and R), no derivatives given:
+    the kernels difference by the numpy rule."""
+    problem = problem_for(backend, "pendulum")
+    ref = solve_imbedding(problem, X, DEPTHS, control=CTRL, **case)
+    res = solve(backend, problem, X, DEPTHS, control=CTRL, **case)
+    assert ref.success
+    assert_same(res, ref)
+    assert res.message == ref.message
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("closure", ["jet", "stencil"])
+def test_same_numbers_with_user_derivatives(backend, closure):
+    """First derivatives given (f_z, R_z, T_z): higher orders are differences of them, in
+    both backends; a piecewise-constant control puts breakpoints on the grid."""
+    problem = problem_for(backend, "pendulum", derivatives=True)
+    ctrl = PiecewiseConstant([-1.0, -0.4, 0.0], [[0.2, 0.1], [-0.3, 0.05]])
+    kw = dict(control=ctrl, closure=closure, method="rk4", step=0.1)
+    depths = DEPTHS[::-1]                   # descending: results follow the given order
+    ref = solve_imbedding(problem, X, depths, **kw)
+    res = solve(backend, problem, X, depths, **kw)
+    assert_same(res, ref)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("closure", ["jet", "stencil"])
+def test_linear_quadratic_is_exact(backend, closure):
+    """Jet of order 1 and the stencil are exact for LQ problems: the closed form to the
+    integrator's accuracy, and the numpy backend to rounding."""
+    problem = problem_for(backend, "lq")
+    w = np.array([0.4])
+    kw = dict(control=Constant(w), closure=closure, method="rk4", step=0.02)
+    res = solve(backend, problem, X, DEPTHS, **kw)
+    ref = solve_imbedding(problem, X, DEPTHS, **kw)
+    assert_same(res, ref, rtol=1e-11)
+    for i, p in enumerate(DEPTHS):
+        exact = lq_closed(X, w, p)
+        for k in FIELDS:
+            np.testing.assert_allclose(to_numpy(res[k])[i], exact[k], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_running_loss_unbatched(backend):
+    """R missing (zero, with every derivative), x of shape (N,)."""
+    if backend == "numba":
+        problem = BolzaProblem(lq_f, terminal_loss=lq_T)
+    else:
+        problem = BolzaProblem(lq_vectorized().dynamics, terminal_loss=lq_vectorized().terminal_loss,
+                               vectorized=True)
+    kw = dict(control=Constant([0.0]), method="rk4", step=0.1)
+    ref = solve_imbedding(problem, X[1], DEPTHS, **kw)
+    res = solve(backend, problem, X[1], DEPTHS, **kw)
+    assert res.z.shape == ref.z.shape == (DEPTHS.size, 2)
+    assert_same(res, ref)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_without_any_control(backend):
+    if backend == "numba":
+        f = njit(cache=True)(_free_f)
+        problem = BolzaProblem(f, terminal_loss=pend_T)
+    else:
+        problem = BolzaProblem(lambda t, z, th: -z ** 3 + z[:, ::-1],
+                               terminal_loss=pendulum_functions().T, vectorized=True)
+    kw = dict(method="rk4", step=0.1, closure="stencil")
+    ref = solve_imbedding(problem, X, DEPTHS, **kw)
+    res = solve(backend, problem, X, DEPTHS, **kw)
+    assert res.param_grad.shape == (DEPTHS.size, 3, 0)
+    assert_same(res, ref)
+
+
+def _free_f(t, z, th):
+    return -z ** 3 + z[::-1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_non_finite_values_end_the_sweep_like_numpy(backend):
+    """A dynamics that is NaN beyond |z| > 1 at depths below -0.4: the whole batch stops at
+    the same stage as the numpy sweep, with the same message; earlier depths are kept."""
+    if backend == "numba":
+        problem = BolzaProblem(njit(cache=True)(_blowup_f), terminal_loss=pend_T)
+    else:
+        def f(t, z, th):
+            xp = array_namespace(z)
+            bad = (t < -0.4) & (xp.abs(z[:, 0]) > 1.0)
+            return xp.where(bad[:, None], xp.nan, -z)
+        problem = BolzaProblem(f, terminal_loss=pendulum_functions().T, vectorized=True)
+    kw = dict(method="rk4", step=0.1, closure="jet")
+    ref = solve_imbedding(problem, X, DEPTHS, **kw)
+    res = solve(backend, problem, X, DEPTHS, **kw)
+    assert not ref.success and "Integration stopped" in ref.message
+    assert res.message == ref.message
+    assert_same(res, ref)
+    assert np.all(np.isfinite(to_numpy(res.z)[-1])) and np.all(np.isnan(to_numpy(res.z)[0]))
+
+
+def _blowup_f(t, z, th):
+    if t < -0.4 and abs(z[0]) > 1.0:
+        return np.full(z.shape[0], np.nan)
+    return -z
+
+
+# -- what the accelerated backends do not run -------------------------------------------------
+@pytest.mark.parametrize("backend", ["numba", "cupy"])
+def test_adaptive_methods_are_refused_with_the_list(backend):
+    problem = BolzaProblem(pend_f, pend_R, pend_T)
+    with pytest.raises(ValueError, match=r"'euler', 'midpoint', 'rk4', 'disc'.*backend='numpy'"):
+        solve_imbedding(problem, X, DEPTHS, control=CTRL, method="RK45", backend=backend)
+
+
+@pytest.mark.skipif(numba is None, reason="numba not installed")
+@pytest.mark.parametrize("kw, match", [
+    (dict(closure="crop"), "closure='jet' and closure='stencil'"),
+    (dict(order=2, estimate_error=False), "jet of order 1"),
+    (dict(closure="stencil", method="disc"), "discrete recursion"),
+])
+def test_unsupported_options_say_so(kw, match):
+    problem = pendulum_njit()
+    kw = {"method": "rk4", "step": 0.1, **kw}
+    if kw["method"] == "disc":
+        kw.pop("step")
+    with pytest.raises(ValueError, match=match):
+        solve_imbedding(problem, X, DEPTHS, control=CTRL, backend="numba", **kw)
+
+
+class _Opaque:
+    def value(self, z):
+        return z
+
+
+_OPAQUE = _Opaque()
+
+
+def _uncompilable(t, z, th):
+    return _OPAQUE.value(z)
+
+
+@pytest.mark.skipif(numba is None, reason="numba not installed")
+def test_uncompilable_function_names_itself_and_the_fallback():
+    from invimbed._backends import BackendCompileError
+
+    problem = BolzaProblem(_uncompilable, pend_R, pend_T)
+    with pytest.raises(BackendCompileError) as info:
+        solve_imbedding(problem, X, DEPTHS, control=CTRL, method="rk4", step=0.1, backend="numba")
+    text = str(info.value)
+    assert "`dynamics`" in text and "_uncompilable" in text
+    assert "numba says" in text and "_OPAQUE" in text        # numba's own reason
+    assert "backend='numpy'" in text
+
+
+@pytest.mark.skipif(numba is None, reason="numba not installed")
+def test_wrong_return_type_is_reported():
+    from invimbed._backends import BackendCompileError
+
+    @njit
+    def scalar_dynamics(t, z, th):
+        return z[0]
+
+    problem = BolzaProblem(pend_f, pend_R, pend_T, derivatives={"f_z": scalar_dynamics})
+    with pytest.raises(BackendCompileError, match=r"`f_z`.*2-D float64 array"):
+        solve_imbedding(problem, X, DEPTHS, control=CTRL, method="rk4", step=0.1, backend="numba")
+
+
+@pytest.mark.skipif(numba is None, reason="numba not installed")
+def test_numba_refuses_vectorized_problems():
+    with pytest.raises(ValueError, match="one sample at a time.*vectorized=True"):
+        solve_imbedding(pendulum_vectorized(), X, DEPTHS, control=CTRL, method="rk4", step=0.1,
+                        backend="numba")
+
+
+def test_missing_numba_says_how_to_install(monkeypatch):
+    from invimbed._backends import _numba
+
+    monkeypatch.setitem(sys.modules, "numba", None)
+    with pytest.raises(ImportError, match=r"pip install invimbed\[numba\]"):
+        _numba.import_numba()
+
+
+@pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
+def test_cupy_without_gpu_says_what_is_missing():
+    problem = pendulum_vectorized()
+    with pytest.raises((ImportError, RuntimeError), match=r"cupy"):
+        solve_imbedding(problem, X, DEPTHS, control=CTRL, method="rk4", step=0.1, backend="cupy")
+
+
+def test_xp_backend_refuses_per_sample_functions():
+    from invimbed._backends._xp import sweep_xp
+
+    setup = prepare(BolzaProblem(lambda t, z, th: -z), X, DEPTHS, None, "rk4", 1e-6, 1e-9, 0.1,
+                    ALL_METHODS)
+    with pytest.raises(ValueError, match="vectorized=True.*array_namespace"):
+        sweep_xp(setup, np, closure="jet", order=1, method="rk4", step=0.1,
+                 difference="central", delta=None, estimate_error=False)
+
+
+def test_array_namespace_contract():
+    assert array_namespace(np.zeros(2)) is np
+    assert array_namespace(1.0, None, np.ones(1)) is np
+    assert not is_cupy_array(np.zeros(1))
+    assert isinstance(to_numpy([1.0, 2.0]), np.ndarray)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no cupy or no GPU")
+def test_cupy_inputs_and_outputs():  # pragma: no cover - needs a GPU
+    import cupy
+
+    from invimbed._backends._xp import sweep_cupy
+
+    problem = pendulum_vectorized()
+    kw = dict(control=CTRL, method="rk4", step=0.05)
+    ref = solve_imbedding(problem, X, DEPTHS, **kw)
+    setup = prepare(problem, X, DEPTHS, CTRL, "rk4", 1e-6, 1e-9, 0.05, ALL_METHODS)
+    res = sweep_cupy(setup, closure="jet", order=1, method="rk4", step=0.05,
+                     difference="central", delta=None, estimate_error=True, array_type="cupy")
+    assert isinstance(res.z, cupy.ndarray)
+    assert_same(res, ref, rtol=1e-10)
+
+
+@pytest.mark.skipif(numba is None, reason="numba not installed")
+def test_numba_batch_of_many_runs_in_parallel_and_agrees():
+    """A batch larger than the thread count (prange) gives the same rows as solving each
+    row alone."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(scale=0.5, size=(37, 2))
+    problem = pendulum_njit(derivatives=True)
+    kw = dict(control=CTRL, method="rk4", step=0.1, backend="numba", estimate_error=False)
+    res = solve_imbedding(problem, x, DEPTHS, **kw)
+    for b in (0, 17, 36):
+        one = solve_imbedding(problem, x[b], DEPTHS, **kw)
+        for k in FIELDS:
+            np.testing.assert_array_equal(res[k][:, b], one[k])
+    assert math.isfinite(float(res.value.sum()))
