@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from .._derivatives import DerivativeOrderError
-from .._derivatives.multiindex import (degree_slices, derivative_table, factorials,
+from .._derivatives.multiindex import (derivative_table, factorials,
                                        n_coefficients, product_table, tensor_positions)
+from .._closures.jet import disc_update
 from .._setup import Setup
 from .._namespace import to_numpy
 from ._schedule import build_schedule
@@ -328,27 +329,8 @@ class XPJet:
         return {k: self.xp.abs(hi[k] - lo[k]) for k in lo}
 
     def disc_step(self, p_new, p_old, y, theta, jac):
-        h = p_new - p_old
-        N = self.N
         coef = self.coefficients(p_new, theta, jac)
-        old = self.layout.unpack(y)
-        new = {}
-        for K in self.orders:
-            step = self._rhs_jet(K, old, coef)
-            upd = {k: old[k] + h * v for k, v in step.items()}
-            sl = degree_slices(N, K + 1)
-            mixed = dict(old)
-            mixed[f"V{K}"] = old[f"V{K}"].copy()
-            mixed[f"V{K}"][..., sl[2]] = upd[f"V{K}"][..., sl[2]]
-            if self.nw:
-                mixed[f"W{K}"] = old[f"W{K}"].copy()
-                mixed[f"W{K}"][..., sl[1]] = upd[f"W{K}"][..., sl[1]]
-            again = self._rhs_jet(K, mixed, coef)
-            upd[f"V{K}"][..., sl[1]] = old[f"V{K}"][..., sl[1]] + h * again[f"V{K}"][..., sl[1]]
-            if self.nw:
-                upd[f"W{K}"][..., 0] = old[f"W{K}"][..., 0] + h * again[f"W{K}"][..., 0]
-            new.update(upd)
-        return self.layout.pack(new)
+        return self.layout.pack(disc_update(self, self.layout.unpack(y), coef, p_new - p_old))
 
 
 class XPStencil:
