@@ -31,7 +31,7 @@ from .._integrators.common import NonFiniteError, Outcome
 from .._results import ImbeddingResult
 from .._setup import Setup
 from ._plans import BASE_KEYS, Request, build_plan, key_name
-from ._schedule import Schedule, build_schedule
+from ._schedule import Schedule, build_schedule, check_scope
 
 FIXED = ("euler", "midpoint", "rk4", "disc")
 
@@ -265,16 +265,7 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
                 difference: str, delta: Any, estimate_error: bool) -> Any:
     """Run the sweep on the numba backend; see the module docstring."""
     import_numba()
-    if closure not in ("jet", "stencil"):
-        raise ValueError(f"backend='numba' runs closure='jet' and closure='stencil', but got "
-                         f"closure={closure!r}; use backend='numpy' for it")
-    if closure == "jet" and order != 1:
-        raise ValueError(f"backend='numba' runs the jet of order 1 (with its order-2 error "
-                         f"estimate), but got order={order}; use backend='numpy' for higher "
-                         f"orders")
-    if closure == "stencil" and method == "disc":
-        raise ValueError("closure 'stencil' does not implement the paper's discrete recursion "
-                         "(method='disc'); use closure='jet' or 'crop'")
+    check_scope("numba", closure, order, method)
     prov = setup.provider
     ctrl = setup.control
     B, N = setup.x.shape

@@ -107,3 +107,18 @@ def build_schedule(setup: Setup, method: str, step: float | None) -> Schedule:
         A=np.ascontiguousarray(A, dtype=float), weights=np.ascontiguousarray(W, dtype=float),
         disc=disc,
     )
+
+
+def check_scope(backend: str, closure: str, order: int, method: str) -> None:
+    """What the accelerated backends run: jet of order 1 (with its estimate) and the
+    stencil; anything else raises a ValueError pointing to ``backend='numpy'``."""
+    if closure not in ("jet", "stencil"):
+        raise ValueError(f"backend={backend!r} runs closure='jet' and closure='stencil', but "
+                         f"got closure={closure!r}; use backend='numpy' for it")
+    if closure == "jet" and order != 1:
+        raise ValueError(f"backend={backend!r} runs the jet of order 1 (with its order-2 error "
+                         f"estimate), but got order={order}; use backend='numpy' for higher "
+                         f"orders")
+    if closure == "stencil" and method == "disc":
+        raise ValueError("closure 'stencil' does not implement the paper's discrete recursion "
+                         "(method='disc'); use closure='jet' or 'crop'")

@@ -31,7 +31,7 @@ from .._derivatives.multiindex import (derivative_table, factorials,
 from .._closures.jet import disc_update
 from .._setup import Setup
 from .._namespace import to_numpy
-from ._schedule import build_schedule
+from ._schedule import build_schedule, check_scope
 
 EPS = np.finfo(float).eps
 
@@ -417,16 +417,7 @@ def sweep_xp(setup: Setup, xp: Any, *, closure: str, order: int, method: str,
     """
     from ._numba import finish
 
-    if closure not in ("jet", "stencil"):
-        raise ValueError(f"backend={backend!r} runs closure='jet' and closure='stencil', but "
-                         f"got closure={closure!r}; use backend='numpy' for it")
-    if closure == "jet" and order != 1:
-        raise ValueError(f"backend={backend!r} runs the jet of order 1 (with its order-2 error "
-                         f"estimate), but got order={order}; use backend='numpy' for higher "
-                         f"orders")
-    if closure == "stencil" and method == "disc":
-        raise ValueError("closure 'stencil' does not implement the paper's discrete recursion "
-                         "(method='disc'); use closure='jet' or 'crop'")
+    check_scope(backend, closure, order, method)
     der = XPDerivatives(setup, xp)
     x = xp.asarray(setup.x)
     if closure == "jet":
