@@ -14,6 +14,7 @@ import numpy as np
 from ._controls import OpenLoopControl, as_control
 from ._derivatives import DerivativeProvider
 from ._integrators import FIXED_METHODS, SCIPY_METHODS
+from ._ordered import sum_products
 from ._problem import BolzaProblem
 from ._results import ImbeddingResult
 from ._validation import as_depths, as_state, check_choice, check_positive, describe
@@ -71,7 +72,7 @@ def depth_gradient(setup: Setup, p: float, adjoint: np.ndarray) -> np.ndarray:
     th = np.broadcast_to(setup.control.theta(p), (setup.x.shape[0], setup.control.size))
     f = setup.provider.derivative("f", p, setup.x, th)
     R = setup.provider.derivative("R", p, setup.x, th)
-    return -(np.einsum("bi,bi->b", adjoint, f) + R)
+    return -(sum_products(adjoint, f) + R)
 
 
 def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, message: str,

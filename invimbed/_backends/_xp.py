@@ -28,9 +28,12 @@ import numpy as np
 from .._derivatives import DerivativeOrderError
 from .._derivatives.multiindex import (derivative_table, factorials,
                                        n_coefficients, product_table, tensor_positions)
+from .._closures.base import Layout
 from .._closures.jet import disc_update
+from .._closures.stencil import control_sources, difference_quotient, stencil_rhs
 from .._setup import Setup
 from .._namespace import to_numpy
+from .._ordered import sum_products
 from ._schedule import build_schedule, check_scope
 
 EPS = np.finfo(float).eps
@@ -182,30 +185,6 @@ class XPDerivatives:
 # -- closures --------------------------------------------------------------------------
 
 
-class _Blocks:
-    """Named blocks of a flat state vector on ``xp``."""
-
-    def __init__(self, xp: Any, shapes: dict[str, tuple[int, ...]]) -> None:
-        self.xp = xp
-        self.shapes = dict(shapes)
-        self.slices = {}
-        start = 0
-        for name, shape in self.shapes.items():
-            size = int(np.prod(shape, dtype=int))
-            self.slices[name] = slice(start, start + size)
-            start += size
-        self.size = start
-
-    def unpack(self, y: Any) -> dict[str, Any]:
-        return {n: y[s].reshape(self.shapes[n]) for n, s in self.slices.items()}
-
-    def pack(self, blocks: dict[str, Any]) -> Any:
-        out = self.xp.empty(self.size)
-        for n, s in self.slices.items():
-            out[s] = blocks[n].ravel()
-        return out
-
-
 class XPJet:
     """`invimbed._closures.JetClosure` (without crop) on ``xp``."""
 
@@ -226,7 +205,7 @@ class XPJet:
             shapes[f"V{K}"] = (self.B, n_coefficients(self.N, K + 1))
             if self.nw:
                 shapes[f"W{K}"] = (self.B, self.nw, n_coefficients(self.N, K + 1))
-        self.layout = _Blocks(xp, shapes)
+        self.layout = Layout(shapes, xp)
         self.f_order = self.w_order = max(self.orders) + 1
         self._plans: dict = {}
 
@@ -352,17 +331,10 @@ class XPStencil:
         shapes = {"Z": (self.B, self.P, self.N), "L": (self.B, self.P, self.N), "V": (self.B,)}
         if self.nw:
             shapes["W"] = (self.B, self.P, self.nw)
-        self.layout = _Blocks(xp, shapes)
+        self.layout = Layout(shapes, xp)
 
     def _jacobian(self, U):
-        N = self.N
-        plus = U[:, 1:N + 1]
-        if self.difference == "central":
-            minus, d = U[:, N + 1:], 2.0 * self.delta
-        else:
-            minus, d = U[:, :1], self.delta
-        quot = (plus - minus) / d.reshape(tuple(d.shape) + (1,) * (U.ndim - 2))
-        return self.xp.moveaxis(quot, 1, -1)
+        return difference_quotient(U, self.delta, self.difference)
 
     def initial_state(self):
         B, P, N = self.B, self.P, self.N
@@ -384,16 +356,12 @@ class XPStencil:
         A = der.derivative("f", p, pts, th, dz=1).reshape(B, P, N, N)
         rz = der.derivative("R", p, pts, th, dz=1).reshape(B, P, N)
         r0 = der.derivative("R", p, self.x, th[:B])
-        Z, L = blk["Z"], blk["L"]
-        JZ, JL = self._jacobian(Z), self._jacobian(L)
-        out = {"Z": -xp.einsum("bij,bpj->bpi", JZ, Phi),
-               "L": -(xp.einsum("bij,bpj->bpi", JL, Phi) + xp.einsum("bpji,bpj->bpi", A, L) + rz),
-               "V": -(xp.einsum("bi,bi->b", L[:, 0], Phi[:, 0]) + r0)}
+        G = rw = None
         if self.nw:
-            G = der.derivative("f", p, pts, th, dz=0, dth=1).reshape(B, P, N, self.M) @ jac
-            rw = der.derivative("R", p, pts, th, dz=0, dth=1).reshape(B, P, self.M) @ jac
-            JW = self._jacobian(blk["W"])
-            out["W"] = -(xp.einsum("bwj,bpj->bpw", JW, Phi) + xp.einsum("bpiw,bpi->bpw", G, L) + rw)
+            G, rw = control_sources(
+                der.derivative("f", p, pts, th, dz=0, dth=1).reshape(B, P, N, self.M),
+                der.derivative("R", p, pts, th, dz=0, dth=1).reshape(B, P, self.M), jac)
+        out = stencil_rhs(blk, self._jacobian, Phi, A, rz, r0, G, rw)
         return self.layout.pack(out)
 
     def fields(self, y):
@@ -452,7 +420,7 @@ def sweep_xp(setup: Setup, xp: Any, *, closure: str, order: int, method: str,
         th = xp.broadcast_to(depth_th[d], (B, setup.control.size))
         f = der.derivative("f", p, x, th)
         R = der.derivative("R", p, x, th)
-        fl["depth_grad"] = -(xp.einsum("bi,bi->b", fl["adjoint"], f) + R)
+        fl["depth_grad"] = -(sum_products(fl["adjoint"], f) + R)
         for k, v in fl.items():
             fields[k][d] = to_numpy(v)
         if error is not None:

@@ -31,9 +31,10 @@ from .._derivatives import DerivativeProvider
 
 
 class Layout:
-    """Named blocks of a flat state vector."""
+    """Named blocks of a flat state vector, on the array namespace ``xp`` (numpy, cupy)."""
 
-    def __init__(self, shapes: dict[str, tuple[int, ...]]) -> None:
+    def __init__(self, shapes: dict[str, tuple[int, ...]], xp: Any = np) -> None:
+        self.xp = xp
         self.shapes = dict(shapes)
         self.slices: dict[str, slice] = {}
         start = 0
@@ -47,10 +48,11 @@ class Layout:
         return {n: y[s].reshape(self.shapes[n]) for n, s in self.slices.items()}
 
     def pack(self, blocks: dict[str, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+        xp = self.xp
         if out is None:
-            out = np.empty(self.size)
+            out = xp.empty(self.size)
         for n, s in self.slices.items():
-            out[s] = np.asarray(blocks[n]).ravel()
+            out[s] = xp.asarray(blocks[n]).ravel()
         return out
 
 

@@ -21,11 +21,57 @@ Otherwise its error is ``O(Delta^2)`` (central) or ``O(Delta)`` (forward) plus t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from .._namespace import array_namespace
+from .._ordered import sum_products
 from .base import Closure, Layout
+
+
+def difference_quotient(U: Any, delta: Any, difference: str) -> Any:
+    """``grad_x U`` (B, *out, N) from the values ``U`` (B, P, *out) at the stencil points:
+    eq. grad-symm (``"central"``, over ``2 Delta``) or eq. grad-newton-x (``"forward"``).
+    Works on any array namespace (numpy, cupy)."""
+    N = delta.shape[-1]
+    plus = U[:, 1:N + 1]
+    if difference == "central":
+        minus, d = U[:, N + 1:], 2.0 * delta
+    else:
+        minus, d = U[:, :1], delta
+    quot = (plus - minus) / d.reshape(tuple(d.shape) + (1,) * (U.ndim - 2))
+    return array_namespace(quot).moveaxis(quot, 1, -1)
+
+
+def control_sources(f_theta: Any, r_theta: Any, jac: Any) -> tuple[Any, Any]:
+    """``G = f_theta . dtheta/dw`` (B, P, N, nw) and ``r_w = R_theta . dtheta/dw``
+    (B, P, nw), the parameter sources of eq. aug-lam-th-pde at the stencil points."""
+    return sum_products(f_theta[..., None, :], jac.T), sum_products(r_theta[..., None, :], jac.T)
+
+
+def stencil_rhs(blk: dict, quotient: Callable[[Any], Any], Phi: Any, A: Any, rz: Any, r0: Any,
+                G: Any = None, rw: Any = None) -> dict:
+    """d/dp of the stencil fields (eqs. z-inim-numerical-xi, lam-inim with the quotient of
+    the centre), from the blocks ``Z``, ``L`` (B, P, N), ``V`` (B,) and ``W`` (B, P, nw),
+    the dynamics ``Phi`` (B, P, N), its Jacobian ``A`` (B, P, N, N), the running loss's
+    gradient ``rz`` (B, P, N) and value at the centre ``r0`` (B,), and the parameter
+    sources ``G``, ``rw`` (`control_sources`) when there are parameters. Every sum is
+    added in a fixed order (`invimbed._ordered`), as the numba kernels add them; works on
+    any array namespace."""
+    Z, L = blk["Z"], blk["L"]
+    Phi_j = Phi[:, :, None, :]                       # (B, P, 1, N): Phi_j at each point
+    L_j = L[:, :, None, :]
+    out = {
+        "Z": -sum_products(quotient(Z)[:, None], Phi_j),
+        "L": -((sum_products(quotient(L)[:, None], Phi_j) + sum_products(A.swapaxes(-1, -2), L_j))
+               + rz),
+        "V": -(sum_products(L[:, 0], Phi[:, 0]) + r0),
+    }
+    if G is not None:
+        out["W"] = -((sum_products(quotient(blk["W"])[:, None], Phi_j)
+                      + sum_products(G.swapaxes(-1, -2), L_j)) + rw)
+    return out
 
 
 class StencilClosure(Closure):
@@ -57,17 +103,7 @@ class StencilClosure(Closure):
         self.layout = Layout(shapes)
 
     def _jacobian(self, U: np.ndarray) -> np.ndarray:
-        """Difference quotient ``grad_x U`` (B, *out, N) from stencil values U (B, P, *out)."""
-        N = self.N
-        plus = U[:, 1:N + 1]
-        if self.difference == "central":
-            minus = U[:, N + 1:]
-            d = 2.0 * self.delta
-        else:
-            minus = U[:, :1]
-            d = self.delta
-        quot = (plus - minus) / d.reshape(d.shape + (1,) * (U.ndim - 2))
-        return np.moveaxis(quot, 1, -1)
+        return difference_quotient(U, self.delta, self.difference)
 
     def initial_state(self) -> np.ndarray:
         B, P, N = self.B, self.P, self.N
@@ -91,20 +127,13 @@ class StencilClosure(Closure):
         A = prov.derivative("f", p, pts, th, dz=1).reshape(B, P, N, N)
         rz = prov.derivative("R", p, pts, th, dz=1).reshape(B, P, N)
         r0 = prov.derivative("R", p, self.x, th[:B])
-        Z, L = blk["Z"], blk["L"]
-        JZ = self._jacobian(Z)   # (B, N, N)
-        JL = self._jacobian(L)   # (B, N, N)
-        out = {
-            "Z": -np.einsum("bij,bpj->bpi", JZ, Phi),
-            "L": -(np.einsum("bij,bpj->bpi", JL, Phi) + np.einsum("bpji,bpj->bpi", A, L) + rz),
-            "V": -(np.einsum("bi,bi->b", L[:, 0], Phi[:, 0]) + r0),
-        }
+        G = rw = None
         if self.nw:
             J = self._param_jacobian(p, piece)
-            G = prov.derivative("f", p, pts, th, dz=0, dth=1).reshape(B, P, N, self.M) @ J
-            rw = prov.derivative("R", p, pts, th, dz=0, dth=1).reshape(B, P, self.M) @ J
-            JW = self._jacobian(blk["W"])  # (B, nw, N)
-            out["W"] = -(np.einsum("bwj,bpj->bpw", JW, Phi) + np.einsum("bpiw,bpi->bpw", G, L) + rw)
+            G, rw = control_sources(
+                prov.derivative("f", p, pts, th, dz=0, dth=1).reshape(B, P, N, self.M),
+                prov.derivative("R", p, pts, th, dz=0, dth=1).reshape(B, P, self.M), J)
+        out = stencil_rhs(blk, self._jacobian, Phi, A, rz, r0, G, rw)
         return self.layout.pack(out)
 
     def fields(self, y: np.ndarray) -> dict[str, np.ndarray]:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .._ordered import combine
 from .common import CountingRHS, NonFiniteError, Outcome
 
 TABLEAUX = {
@@ -30,9 +31,9 @@ def rk_step(fun: Callable, p: float, y: np.ndarray, h: float, C: np.ndarray, A: 
             B: np.ndarray, K: np.ndarray) -> np.ndarray:
     """One explicit Runge--Kutta step; ``K`` (stages, size) is preallocated scratch."""
     for s in range(C.size):
-        dy = h * (A[s, :s] @ K[:s]) if s else 0.0
-        K[s] = fun(p + C[s] * h, y + dy)
-    return y + h * (B @ K)
+        ys = y + h * combine(A[s, :s], K[:s]) if s else y
+        K[s] = fun(p + C[s] * h, ys)
+    return y + h * combine(B, K)
 
 
 def _nodes(q: float, depths_desc: np.ndarray, breakpoints: np.ndarray) -> list[float]:
