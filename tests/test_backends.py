@@ -482,3 +482,57 @@ def test_numba_rounds_like_numpy_for_the_same_functions(closure, difference):
     res = solve_imbedding(problem, x, depths, backend="numba", **kw)
     assert ref.success
     assert_same(res, ref, rtol=1e-14)
+
+
+# -- problems built with from_sympy: the symbolic provider's generated code ----------------------
+def sympy_pendulum(compile):
+    sp = pytest.importorskip("sympy")
+    t = sp.Symbol("t")
+    z = sp.symbols("q v")
+    th = sp.symbols("u c")
+    f = [z[1], -A_ * sp.sin(z[0]) - th[1] * z[1] + th[0] + FORCING * sp.cos(OMEGA * t)]
+    R = (C_ * (1 - sp.cos(z[0])) + KV / 2 * z[1] ** 2 + RHO / 2 * (th[0] ** 2 + th[1] ** 2)
+         + SIGMA * z[1] * th[0])
+    T = KT * (1 - sp.cos(z[0] - PHS)) + (z[1] - VS) ** 4 / 4
+    return BolzaProblem.from_sympy(t, z, th, f, R, T, compile=compile)
+
+
+@pytest.mark.skipif(numba is None, reason="numba not installed")
+@pytest.mark.parametrize("compile,closure,rtol", [("numba", "jet", 1e-14), ("numba", "stencil", 1e-14),
+                                                  (None, "jet", 1e-12)])
+def test_numba_runs_from_sympy_problems(compile, closure, rtol):
+    """backend='numba' runs a from_sympy problem on the provider's generated per-sample code
+    (every derivative exact, the error estimate's f_zzztheta included). With
+    compile='numba' the numpy backend runs that very code over the batch: the results agree
+    to the last bits. With lambdified numpy code (compile=None) numpy's own sin/cos round
+    differently from libm's, which the jet does not magnify."""
+    problem = sympy_pendulum(compile)
+    ctrl = PiecewiseConstant([-1.0, -0.4, 0.0], [[0.2, 0.1], [-0.3, 0.05]])
+    kw = dict(control=ctrl, closure=closure, method="rk4", step=0.05)
+    ref = solve_imbedding(problem, X, DEPTHS, **kw)
+    res = solve_imbedding(problem, X, DEPTHS, backend="numba", **kw)
+    assert ref.success and res.success
+    assert_same(res, ref, rtol=rtol)
+    # and the numbers are those of the hand-written pendulum (exact derivatives) to FD-free accuracy
+    exact = solve_imbedding(pendulum_vectorized(derivatives=True), X, DEPTHS, **kw)
+    for k in FIELDS:
+        np.testing.assert_allclose(res[k], exact[k], rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.skipif(numba is None, reason="numba not installed")
+def test_sympy_sample_functions_match_the_batched_code():
+    """SympyProvider.sample_function (what the numba backend calls) gives, at one sample,
+    the derivative tensors of the batched provider, for every key the kernels use."""
+    from invimbed._backends._plans import BASE_KEYS
+
+    prov = sympy_pendulum("numba")._user_provider
+    rng = np.random.default_rng(1)
+    z, th, t = rng.normal(size=2), rng.normal(size=2), 0.3
+    for which, dz, dth in BASE_KEYS:
+        g = prov.sample_function(which, dz, dth)
+        got = g(z) if which == "T" else g(t, z, th)
+        want = prov.derivative(which, t, z[None], None if which == "T" else th[None], dz=dz,
+                               dth=dth)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15,
+                                   err_msg=str((which, dz, dth)))
+        assert np.shape(got) == want.shape

@@ -68,7 +68,7 @@ def _make_types() -> dict[str, Any]:
 
     f8 = types.float64
     C1 = types.Array(f8, 1, "C")
-    A = {k: types.Array(f8, k, "C") for k in (1, 2, 3, 4)}
+    A = {k: types.Array(f8, k, "C") for k in (1, 2, 3, 4, 5)}
     sigs = {}
     for key in BASE_KEYS:
         which, dz, dth = key
@@ -159,27 +159,44 @@ def function_tuple(setup: Setup, used: frozenset) -> tuple:
     """The function tuple of the kernels: user functions where used, stand-ins elsewhere."""
     st = _types()
     prob = setup.problem
-    if prob.vectorized:
+    user = prob._user_provider
+    if prob.vectorized and not hasattr(user, "sample_function"):
         raise ValueError(
             "backend='numba' calls the problem's functions one sample at a time, but the "
             "problem has vectorized=True; give per-sample functions f(t, z (N,), theta (M,)) "
             "(decorated with numba.njit) and vectorized=False, or use backend='numpy'")
-    if prob._user_provider is not None:
+    if user is not None and not hasattr(user, "sample_function"):
         raise ValueError(
             f"backend='numba' needs the problem's functions themselves, but the problem "
-            f"uses the derivative provider {prob._user_provider.name!r}; give the functions "
-            f"and their derivatives as numba-compilable callables, or use backend='numpy'")
-    source = {("f", 0, 0): prob.dynamics, ("R", 0, 0): prob.running_loss,
-              ("T", 0, 0): prob.terminal_loss}
-    source.update(prob._known)
+            f"uses the derivative provider {user.name!r}; give the functions and their "
+            f"derivatives as numba-compilable callables (or build the problem with "
+            f"from_sympy), or use backend='numpy'")
+    if user is not None:   # from_sympy: the provider's generated per-sample code
+        source = {key: _SymbolicSource(user, key) for key in BASE_KEYS}
+    else:
+        source = {("f", 0, 0): prob.dynamics, ("R", 0, 0): prob.running_loss,
+                  ("T", 0, 0): prob.terminal_loss}
+        source.update(prob._known)
     out = []
     for key in BASE_KEYS:
         fn = source.get(key)
         if key in used and fn is not None:
+            if isinstance(fn, _SymbolicSource):
+                fn = fn.compile()
             out.append(_compile_user(fn, key))
         else:
             out.append(st["dummies"][key])
     return tuple(out)
+
+
+class _SymbolicSource:
+    """A derivative of a `SympyProvider`, generated when the kernels need it."""
+
+    def __init__(self, provider: Any, key: tuple[str, int, int]) -> None:
+        self.provider, self.key = provider, key
+
+    def compile(self) -> Any:
+        return self.provider.sample_function(*self.key)
 
 
 # -- jet -------------------------------------------------------------------------------

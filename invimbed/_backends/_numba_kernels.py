@@ -42,6 +42,11 @@ def _copy4(r, vals, row):
 
 
 @njit(cache=True)
+def _copy5(r, vals, row):
+    _copy1(r.ravel(), vals, row)
+
+
+@njit(cache=True)
 def call_base(fns, bid, t, z, th, vals, row):
     """Evaluate ``BASE_KEYS[bid]`` at one point into ``vals[row]`` (flat, C order)."""
     if bid == 0:
@@ -78,8 +83,12 @@ def call_base(fns, bid, t, z, th, vals, row):
         _copy1(fns[15](z), vals, row)
     elif bid == 16:
         _copy2(fns[16](z), vals, row)
-    else:
+    elif bid == 17:
         _copy3(fns[17](z), vals, row)
+    elif bid == 18:
+        _copy5(fns[18](t, z, th), vals, row)
+    else:
+        _copy4(fns[19](t, z, th), vals, row)
 
 
 @njit(cache=True)
@@ -635,6 +644,11 @@ def _absent_tz3(t, z, th):
 @njit(cache=True)
 def _absent_tz4(t, z, th):
     return np.zeros((1, 1, 1, 1))
+
+
+@njit(cache=True)
+def _absent_tz5(t, z, th):
+    return np.zeros((1, 1, 1, 1, 1))
 
 
 @njit(cache=True)

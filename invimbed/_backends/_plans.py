@@ -34,6 +34,7 @@ BASE_KEYS = (
     ("f", 0, 0), ("f", 1, 0), ("f", 2, 0), ("f", 3, 0), ("f", 0, 1), ("f", 1, 1), ("f", 2, 1),
     ("R", 0, 0), ("R", 1, 0), ("R", 2, 0), ("R", 3, 0), ("R", 0, 1), ("R", 1, 1), ("R", 2, 1),
     ("T", 0, 0), ("T", 1, 0), ("T", 2, 0), ("T", 3, 0),
+    ("f", 3, 1), ("R", 3, 1),
 )
 
 
@@ -84,6 +85,15 @@ class Plan:
                 self.entry, self.fact)
 
 
+def base_key(provider, which: str, dz: int, dth: int) -> tuple[str, int, int]:
+    """The function a derivative is computed from: the derivative itself for a provider
+    that has every derivative exactly (`SympyProvider`), otherwise the highest one the
+    user gave below it (the `FiniteDifferences` rule), differenced the rest of the way."""
+    if getattr(provider, "exact_derivatives", False):
+        return (which, dz, dth)
+    return provider._base(which, dz, dth)
+
+
 def build_plan(provider, requests: list[Request]) -> Plan:
     """Plan ``requests`` for a `FiniteDifferences` provider (see the module docstring)."""
     N, M = provider.n_state, provider.n_theta
@@ -107,11 +117,11 @@ def build_plan(provider, requests: list[Request]) -> Plan:
                 base.append(-1); levels.append(0); h_rel.append(0.0); base_size.append(1)
                 dir_start.append(dir_start[-1])
                 continue
-            key = provider._base(req.which, k, req.dth)
+            key = base_key(provider, req.which, k, req.dth)
             if key not in BASE_KEYS:
                 raise DerivativeOrderError(
-                    f"the accelerated backends call user derivatives up to total order 3 "
-                    f"and dth <= 1, but this solve would start from {key_name(key)!r}; use "
+                    f"the accelerated backends call user derivatives up to dz <= 3 and "
+                    f"dth <= 1, but this solve would start from {key_name(key)!r}; use "
                     f"backend='numpy'")
             used.add(key)
             lz, lt = k - key[1], req.dth - key[2]

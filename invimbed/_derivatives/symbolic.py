@@ -17,8 +17,11 @@ compiled, batch-vectorised function, generated once:
    order.
 3. **Code.** ``sympy.lambdify`` turns them into a numpy function of the columns of the
    batch (constant entries, which lambdify returns as scalars, are broadcast), or, with
-   ``compile="numba"``, a loop over the batch is generated from the same cse'd
-   expressions and compiled with ``numba.njit`` (sympy has no numba printer).
+   ``compile="numba"``, the cse'd expressions are printed as a function of one sample,
+   ``point(t, z, theta, out)``, compiled with ``numba.njit`` (sympy has no numba
+   printer) and looped over the batch. The same ``point`` functions are what
+   ``backend="numba"`` calls for a problem built with ``from_sympy``
+   (:meth:`SympyProvider.sample_function`): one code generator, one compilation path.
 4. **Cache.** Compiled functions are kept per ``(which, order, dth)`` (and per kind of
    request): the code is generated on the first call only. ``codegen_calls`` counts
    the generations.
@@ -132,6 +135,8 @@ class SympyProvider(DerivativeProvider):
     """
 
     name = "symbolic (sympy) provider"
+    #: every derivative is exact: the numba backend's plans difference nothing
+    exact_derivatives = True
     max_order = None
 
     def __init__(self, t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
@@ -250,6 +255,14 @@ class SympyProvider(DerivativeProvider):
         return comp
 
     def _build(self, kind: str, which: str, order: int, dth: int) -> "_Compiled":
+        exprs, gather, shape = self._entries(kind, which, order, dth)
+        fn = self._generate(exprs)
+        return _Compiled(fn, len(exprs), gather, shape, self.compile == "numba")
+
+    def _entries(self, kind: str, which: str, order: int,
+                 dth: int) -> tuple[list[Any], np.ndarray, tuple[int, ...]]:
+        """The distinct nonzero entries of a request, and the map to its full output:
+        ``full.ravel() = concat(values, [0])[gather]``, of shape ``shape``."""
         N, M = self.n_state, self.n_theta
         n_out = N if which == "f" else 1
         th_combos = list(combinations_with_replacement(range(M), dth))
@@ -286,8 +299,7 @@ class SympyProvider(DerivativeProvider):
         row = np.full(len(exprs), len(nonzero), dtype=np.int64)  # zeros read the last row
         row[nonzero] = np.arange(len(nonzero))
         gather = row[np.asarray(gather, dtype=np.int64)] if gather else np.zeros(0, np.int64)
-        fn = self._generate([exprs[j] for j in nonzero])
-        return _Compiled(fn, len(nonzero), gather, shape, self.compile == "numba")
+        return [exprs[j] for j in nonzero], gather, shape
 
     def _generate(self, exprs: list[Any]) -> Callable:
         """Compile ``exprs`` (cse'd together) into ``fn(t, z (B, N), theta (B, M), out)``
@@ -296,14 +308,45 @@ class SympyProvider(DerivativeProvider):
         sp = self._sp
         if not exprs:
             return _nothing
-        renamed = [e.xreplace(self._rename) for e in exprs]
-        repl, reduced = sp.cse(renamed, symbols=sp.numbered_symbols("_c"))
-        args = (self._t_arg,) + self._z_args + self._th_args
+        repl, reduced = self._cse(exprs)
         if self.compile == "numba":
-            return _numba_kernel(sp, self._numba, args, repl, reduced, self.n_state,
-                                 self.n_theta)
+            return _batch_kernel(self._numba, self._point_function(repl, reduced))
+        args = (self._t_arg,) + self._z_args + self._th_args
         return sp.lambdify(args, list(reduced), modules="numpy", cse=lambda _: (repl, reduced),
                            **_lambdify_options(sp))
+
+    def _cse(self, exprs: list[Any]) -> tuple[list, list]:
+        sp = self._sp
+        renamed = [e.xreplace(self._rename) for e in exprs]
+        return sp.cse(renamed, symbols=sp.numbered_symbols("_c"))
+
+    def _point_function(self, repl: list, reduced: list) -> Callable:
+        """``point(t, z (N,), theta (M,), out)``: the cse'd expressions at one sample,
+        written into ``out[j]``, compiled with ``numba.njit``. The one piece of generated
+        numba code: the batch loop of ``compile="numba"`` and the per-sample functions of
+        ``backend="numba"`` (`sample_function`) both call it."""
+        return _numba_point(self._numba, self._t_arg, self._z_args, self._th_args, repl, reduced)
+
+    def sample_function(self, which: str, dz: int = 0, dth: int = 0) -> Callable:
+        """The derivative tensor ``(which, dz, dth)`` at one sample, as a ``numba.njit``
+        function in the convention of per-sample problems: ``g(t, z (N,), theta (M,))``
+        returning an array of shape ``(*out, *[N]*dz, *[M]*dth)`` (a float when that is
+        ``()``); ``g(z)`` for the terminal loss. This is how ``backend="numba"`` runs a
+        problem built with `from_sympy`: the same generated code as ``compile="numba"``.
+        Needs numba; cached per ``(which, dz, dth)``."""
+        _check_request(which, dz, dth, "dz")
+        key = ("sample", which, dz, dth)
+        fn = self._compiled.get(key)
+        if fn is None:
+            if not hasattr(self, "_numba"):
+                self._numba = import_numba()
+            exprs, gather, shape = self._entries("tensor", which, dz, dth)
+            self.codegen_calls += 1
+            point = (self._point_function(*self._cse(exprs)) if exprs else None)
+            fn = _sample_function(self._numba, point, len(exprs), gather, shape,
+                                  terminal=which == "T", n_theta=self.n_theta)
+            self._compiled[key] = fn
+        return fn
 
     def numeric(self, which: str) -> Callable:
         """A vectorised numpy callable for ``which`` itself, in the call convention of
@@ -393,20 +436,19 @@ def _nothing(*args: Any) -> list:
     return []
 
 
-def _numba_kernel(sp: Any, numba: Any, args: tuple, repl: list, reduced: list,
-                  n_state: int, n_theta: int) -> Callable:
-    """Source of a loop over the batch computing the cse'd expressions, njit-compiled."""
+def _numba_point(numba: Any, t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
+                 reduced: list) -> Callable:
+    """``point(t, z, th, out)`` computing the cse'd expressions at one sample, printed as
+    plain Python (sympy has no numba printer) and compiled with ``numba.njit``."""
     from sympy.printing.pycode import PythonCodePrinter
 
     printer = PythonCodePrinter({"fully_qualified_modules": True, "strict": True})
-    t_arg, z_args, th_args = args[0], args[1:1 + n_state], args[1 + n_state:]
-    lines = ["def _kernel(t, z, th, out):", "    for b in range(z.shape[0]):",
-             f"        {t_arg} = t"]
-    lines += [f"        {s} = z[b, {i}]" for i, s in enumerate(z_args)]
-    lines += [f"        {s} = th[b, {k}]" for k, s in enumerate(th_args)]
+    lines = ["def _point(t, z, th, out):", f"    {t_arg} = t"]
+    lines += [f"    {s} = z[{i}]" for i, s in enumerate(z_args)]
+    lines += [f"    {s} = th[{k}]" for k, s in enumerate(th_args)]
     try:
-        lines += [f"        {s} = {printer.doprint(e)}" for s, e in repl]
-        lines += [f"        out[b, {j}] = {printer.doprint(e)}" for j, e in enumerate(reduced)]
+        lines += [f"    {s} = {printer.doprint(e)}" for s, e in repl]
+        lines += [f"    out[{j}] = {printer.doprint(e)}" for j, e in enumerate(reduced)]
     except Exception as exc:  # sympy's PrintMethodNotImplementedError and friends
         raise ValueError(
             f"compile='numba' cannot print an expression as plain Python ({exc}); use "
@@ -415,9 +457,55 @@ def _numba_kernel(sp: Any, numba: Any, args: tuple, repl: list, reduced: list,
     source = "\n".join(lines) + "\n"
     namespace: dict[str, Any] = {"math": math}
     exec(compile(source, "<invimbed sympy kernel>", "exec"), namespace)
-    kernel = numba.njit(cache=False)(namespace["_kernel"])
-    kernel.source = source
+    point = numba.njit(cache=False)(namespace["_point"])
+    point.source = source
+    return point
+
+
+def _batch_kernel(numba: Any, point: Callable) -> Callable:
+    """``kernel(t, z (B, N), th (B, M), out (B, n + 1))``: `_numba_point` row by row."""
+
+    def _kernel(t, z, th, out):  # pragma: no cover - compiled by numba
+        for b in range(z.shape[0]):
+            point(t, z[b], th[b], out[b])
+
+    kernel = numba.njit(cache=False)(_kernel)
+    kernel.source = point.source
     return kernel
+
+
+def _sample_function(numba: Any, point: Callable | None, n_values: int, gather: np.ndarray,
+                     shape: tuple[int, ...], terminal: bool, n_theta: int) -> Callable:
+    """A per-sample derivative for the numba backend: ``point`` into a buffer, then the
+    full tensor gathered from its distinct entries (see `SympyProvider._entries`)."""
+    gather = np.ascontiguousarray(gather, dtype=np.int64)
+    size = n_values + 1
+    no_theta = np.zeros(n_theta)
+    scalar = shape == ()
+    if point is None:  # identically zero
+        def values(t, z, th):  # pragma: no cover - compiled by numba
+            return np.zeros(size)
+    else:
+        def values(t, z, th):  # pragma: no cover - compiled by numba
+            buf = np.zeros(size)
+            point(t, z, th, buf)
+            return buf
+    values = numba.njit(cache=False)(values)
+    if scalar:
+        g0 = int(gather[0])
+
+        def full(t, z, th):  # pragma: no cover - compiled by numba
+            return values(t, z, th)[g0]
+    else:
+        def full(t, z, th):  # pragma: no cover - compiled by numba
+            return values(t, z, th)[gather].reshape(shape)
+    full = numba.njit(cache=False)(full)
+    if terminal:
+        def terminal_fn(z):  # pragma: no cover - compiled by numba
+            return full(0.0, z, no_theta)
+
+        return numba.njit(cache=False)(terminal_fn)
+    return full
 
 
 # -- validation -----------------------------------------------------------------------
