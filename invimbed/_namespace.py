@@ -50,6 +50,23 @@ def array_namespace(*arrays: Any) -> Any:
     return np
 
 
+_ON_DEVICE: dict[tuple[int, int], tuple[np.ndarray, Any]] = {}
+
+
+def on_device(table: np.ndarray, xp: Any) -> Any:
+    """A numpy ``table`` (an index or coefficient table of the jet algebra) as an array of
+    ``xp``: the table itself for numpy, a device copy made once for cupy. Meant for
+    tables that live as long as the process (cached by identity; the cache keeps the
+    table alive so that its identity is never reused)."""
+    if xp is np:
+        return table
+    key = (id(xp), id(table))
+    hit = _ON_DEVICE.get(key)
+    if hit is None or hit[0] is not table:
+        hit = _ON_DEVICE[key] = (table, xp.asarray(table))
+    return hit[1]
+
+
 def to_numpy(x: Any) -> np.ndarray:
     """A numpy array with the values of ``x`` (copied from the GPU for a cupy array)."""
     if is_cupy_array(x):
@@ -57,4 +74,4 @@ def to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-__all__ = ["array_namespace", "is_cupy_array", "to_numpy"]
+__all__ = ["array_namespace", "is_cupy_array", "on_device", "to_numpy"]

@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ._derivatives import DerivativeProvider, FiniteDifferences, parse_key
+from ._namespace import array_namespace
 from ._validation import check_callable, describe
 
 
@@ -136,7 +137,7 @@ class BolzaProblem:
             def zero(t, z, theta):
                 n, m = z.shape[1], theta.shape[1]
                 shape = (z.shape[0],) + (n,) * key[1] + (m,) * key[2]
-                return np.zeros(shape)
+                return array_namespace(z).zeros(shape)
             return zero
         vectorized = self.vectorized
 
@@ -146,8 +147,9 @@ class BolzaProblem:
             return fn(t, z, theta)
 
         if vectorized:
-            def g(t, z, theta):
-                return np.asarray(call(t, z, theta), dtype=float)
+            def g(t, z, theta):   # numpy, or cupy arrays on backend="cupy"
+                xp = array_namespace(z)
+                return xp.asarray(call(t, z, theta), dtype=xp.float64)
         else:
             def g(t, z, theta):
                 rows = [np.asarray(call(t, z[b], theta[b]), dtype=float) for b in range(z.shape[0])]

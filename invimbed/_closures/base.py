@@ -28,6 +28,7 @@ import numpy as np
 
 from .._controls import OpenLoopControl
 from .._derivatives import DerivativeProvider
+from .._namespace import array_namespace
 
 
 class Layout:
@@ -68,6 +69,7 @@ class Closure:
         self.provider = provider
         self.control = control
         self.x = x
+        self.xp = array_namespace(x)   # numpy, or cupy for the array-namespace sweep
         self.q = q
         self.B, self.N = x.shape
         self.M = control.size
@@ -90,7 +92,7 @@ class Closure:
             return None
         lo = self.fields(y, self.orders[0])
         hi = self.fields(y, self.orders[1])
-        return {k: np.abs(hi[k] - lo[k]) for k in lo}
+        return {k: self.xp.abs(hi[k] - lo[k]) for k in lo}
 
     def disc_step(self, p_new: float, p_old: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
         raise ValueError(f"closure {self.name!r} does not implement the paper's discrete "

@@ -52,6 +52,7 @@ from scipy import sparse
 
 from .._derivatives.multiindex import (degree_slices, n_coefficients, poly_derivatives,
                                        product_table)
+from .._namespace import array_namespace, on_device
 from .base import Closure, Layout
 
 
@@ -77,16 +78,35 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
     ``sum_i a_i(delta) b_i(delta)`` up to degree ``order_out``.
     """
     ia, ib, scatter = _product_plan(n, order_a, order_b, order_out)
+    xp = array_namespace(a, b)
     B = a.shape[0]
-    P = a.shape[1:-2]
-    Q = b.shape[2:-1]
+    P = tuple(a.shape[1:-2])
+    Q = tuple(b.shape[2:-1])
     I = a.shape[-2]
-    a2 = a.reshape(B, -1, I, a.shape[-1])[..., ia]            # (B, p, I, pairs)
-    b2 = b.reshape(B, I, -1, b.shape[-1])[..., ib]            # (B, I, q, pairs)
-    prod = np.einsum("bpin,biqn->bpqn", a2, b2)               # (B, p, q, pairs)
+    a2 = a.reshape(B, -1, I, a.shape[-1])[..., on_device(ia, xp)]   # (B, p, I, pairs)
+    b2 = b.reshape(B, I, -1, b.shape[-1])[..., on_device(ib, xp)]   # (B, I, q, pairs)
+    prod = xp.einsum("bpin,biqn->bpqn", a2, b2)                      # (B, p, q, pairs)
     flat = prod.reshape(-1, ia.size)
-    out = flat @ scatter if isinstance(scatter, np.ndarray) else (scatter.T @ flat.T).T
-    return np.asarray(out).reshape((B,) + P + Q + (scatter.shape[1],))
+    if isinstance(scatter, np.ndarray):
+        out = flat @ on_device(scatter, xp)
+    elif xp is np:
+        out = (scatter.T @ flat.T).T
+    else:  # a large scatter, on the device: cupy's sparse matrices
+        out = (_device_sparse(scatter, xp).T @ flat.T).T
+    return out.reshape((B,) + P + Q + (scatter.shape[1],))
+
+
+def _device_sparse(scatter: Any, xp: Any) -> Any:
+    key = id(scatter)
+    hit = _SPARSE.get(key)
+    if hit is None or hit[0] is not scatter:
+        import cupyx.scipy.sparse as csp  # only reached with cupy
+
+        hit = _SPARSE[key] = (scatter, csp.csr_matrix(scatter))
+    return hit[1]
+
+
+_SPARSE: dict[int, tuple[Any, Any]] = {}
 
 
 def transport(U: np.ndarray, Phi: np.ndarray, n: int, degree: int) -> np.ndarray:
@@ -96,7 +116,7 @@ def transport(U: np.ndarray, Phi: np.ndarray, n: int, degree: int) -> np.ndarray
     coefficients up to ``degree``.
     """
     if degree == 0:
-        return np.zeros_like(U)
+        return array_namespace(U).zeros_like(U)
     dU = poly_derivatives(U, n, degree)                       # (B, *out, n, c(degree-1))
     phi = Phi[..., :n_coefficients(n, degree)]
     return contract_product(dU, phi, n, degree - 1, degree, degree)
@@ -150,43 +170,54 @@ class JetClosure(Closure):
             shapes[f"V{K}"] = (B, n_coefficients(N, K + 1))
             if nw:
                 shapes[f"W{K}"] = (B, nw, n_coefficients(N, K + 1))
-        self.layout = Layout(shapes)
+        self.layout = Layout(shapes, self.xp)
         top = max(self.orders)
         self.f_order = top + 1   # V of degree K+1 needs Phi and R to degree K+1
         self.w_order = top + 1   # so does W = grad_w V, with grad_w f and grad_w R
 
     # -- the contract ------------------------------------------------------------------
     def initial_state(self) -> np.ndarray:
-        B, N = self.B, self.N
+        xp, B, N = self.xp, self.B, self.N
         T = self.provider.taylor("T", self.q, self.x, None, self.f_order)
         blocks = {}
         for K in self.orders:
-            Z = np.zeros((B, N, n_coefficients(N, K)))
+            Z = xp.zeros((B, N, n_coefficients(N, K)))
             Z[:, :, 0] = self.x
             if K >= 1:
-                Z[:, :, 1:N + 1] = np.eye(N)
+                Z[:, :, 1:N + 1] = xp.eye(N)
             blocks[f"Z{K}"] = Z
             blocks[f"V{K}"] = T[:, :n_coefficients(N, K + 1)]
             if self.nw:
-                blocks[f"W{K}"] = np.zeros((B, self.nw, n_coefficients(N, K + 1)))
+                blocks[f"W{K}"] = xp.zeros((B, self.nw, n_coefficients(N, K + 1)))
         return self.layout.pack(blocks)
 
     def coefficients(self, p: float, piece: Any = None) -> dict[str, np.ndarray]:
         """Taylor coefficients of ``f``, ``R`` (and their ``w`` gradients) at ``(p, x)``."""
-        prov = self.provider
         th = self._theta(p, piece, self.B)
+        return self.coefficients_at(p, th, self._param_jacobian(p, piece) if self.nw else None)
+
+    def coefficients_at(self, p: float, theta: Any, jac: Any) -> dict[str, Any]:
+        """`coefficients` for given ``theta(p)`` (M,) or (B, M) and ``d theta / d w``
+        (M, nw): what the array-namespace sweep passes, on the device."""
+        prov, xp = self.provider, self.xp
+        th = xp.broadcast_to(theta, (self.B, self.M))
         coef = {"Phi": prov.taylor("f", p, self.x, th, self.f_order),
                 "R": prov.taylor("R", p, self.x, th, self.f_order)}
         if self.nw:
-            J = self._param_jacobian(p, piece)                          # (M, nw)
             Gt = prov.taylor("f", p, self.x, th, self.w_order, dth=1)   # (B, N, M, c)
             Rt = prov.taylor("R", p, self.x, th, self.w_order, dth=1)   # (B, M, c)
-            coef["G"] = np.einsum("bimc,mw->biwc", Gt, J)
-            coef["Rw"] = np.einsum("bmc,mw->bwc", Rt, J)
+            coef["G"] = xp.einsum("bimc,mw->biwc", Gt, jac)
+            coef["Rw"] = xp.einsum("bmc,mw->bwc", Rt, jac)
         return coef
 
     def rhs(self, p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
-        coef = self.coefficients(p, piece)
+        return self._rhs_from(self.coefficients(p, piece), y)
+
+    def rhs_at(self, p: float, y: Any, theta: Any, jac: Any) -> Any:
+        """`rhs` for given ``theta(p)`` and ``d theta / d w`` (see `coefficients_at`)."""
+        return self._rhs_from(self.coefficients_at(p, theta, jac), y)
+
+    def _rhs_from(self, coef: dict, y: Any) -> Any:
         blocks = self.layout.unpack(y)
         out = {}
         for K in self.orders:
@@ -215,7 +246,7 @@ class JetClosure(Closure):
         truncation)."""
         N = self.N
         c = n_coefficients(N, K + 1)
-        Gw = np.moveaxis(coef["G"][..., :c], 1, 2)             # (B, nw, N, c)
+        Gw = self.xp.moveaxis(coef["G"][..., :c], 1, 2)        # (B, nw, N, c)
         src = contract_product(Gw, Lam[:, :, None, :], N, K + 1, K, K + 1)[:, :, 0]
         return src + coef["Rw"][..., :c]
 
@@ -227,7 +258,8 @@ class JetClosure(Closure):
             "z": b[f"Z{K}"][..., 0].copy(),
             "value": b[f"V{K}"][..., 0].copy(),
             "adjoint": b[f"V{K}"][..., 1:N + 1].copy(),
-            "param_grad": b[f"W{K}"][..., 0].copy() if self.nw else np.zeros((self.B, 0)),
+            "param_grad": (b[f"W{K}"][..., 0].copy() if self.nw else
+                           self.xp.zeros((self.B, 0))),
         }
 
     # -- the paper's discrete recursion -------------------------------------------------
@@ -243,4 +275,9 @@ class JetClosure(Closure):
         jet (or crop) equation.
         """
         coef = self.coefficients(p_new, piece)
+        return self.layout.pack(disc_update(self, self.layout.unpack(y), coef, p_new - p_old))
+
+    def disc_step_at(self, p_new: float, p_old: float, y: Any, theta: Any, jac: Any) -> Any:
+        """`disc_step` for given ``theta(p_new)`` and ``d theta / d w``."""
+        coef = self.coefficients_at(p_new, theta, jac)
         return self.layout.pack(disc_update(self, self.layout.unpack(y), coef, p_new - p_old))

@@ -100,7 +100,7 @@ class StencilClosure(Closure):
         shapes = {"Z": (B, self.P, N), "L": (B, self.P, N), "V": (B,)}
         if self.nw:
             shapes["W"] = (B, self.P, self.nw)
-        self.layout = Layout(shapes)
+        self.layout = Layout(shapes, self.xp)
 
     def _jacobian(self, U: np.ndarray) -> np.ndarray:
         return difference_quotient(U, self.delta, self.difference)
@@ -114,25 +114,30 @@ class StencilClosure(Closure):
             "V": self.provider.derivative("T", self.q, self.x, None),
         }
         if self.nw:
-            blocks["W"] = np.zeros((B, P, self.nw))
+            blocks["W"] = self.xp.zeros((B, P, self.nw))
         return self.layout.pack(blocks)
 
     def rhs(self, p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
+        theta = self.control.theta(p, piece)
+        return self.rhs_at(p, y, theta, self._param_jacobian(p, piece) if self.nw else None)
+
+    def rhs_at(self, p: float, y: Any, theta: Any, jac: Any) -> Any:
+        """`rhs` for given ``theta(p)`` (M,) and ``d theta / d w`` (M, nw): what the
+        array-namespace sweep passes, on the device."""
         B, P, N = self.B, self.P, self.N
         prov = self.provider
         blk = self.layout.unpack(y)
         pts = self.points.reshape(B * P, N)
-        th = self._theta(p, piece, B * P)
+        th = self.xp.broadcast_to(theta, (B * P, self.M))
         Phi = prov.derivative("f", p, pts, th).reshape(B, P, N)
         A = prov.derivative("f", p, pts, th, dz=1).reshape(B, P, N, N)
         rz = prov.derivative("R", p, pts, th, dz=1).reshape(B, P, N)
         r0 = prov.derivative("R", p, self.x, th[:B])
         G = rw = None
         if self.nw:
-            J = self._param_jacobian(p, piece)
             G, rw = control_sources(
                 prov.derivative("f", p, pts, th, dz=0, dth=1).reshape(B, P, N, self.M),
-                prov.derivative("R", p, pts, th, dz=0, dth=1).reshape(B, P, self.M), J)
+                prov.derivative("R", p, pts, th, dz=0, dth=1).reshape(B, P, self.M), jac)
         out = stencil_rhs(blk, self._jacobian, Phi, A, rz, r0, G, rw)
         return self.layout.pack(out)
 
@@ -142,5 +147,5 @@ class StencilClosure(Closure):
             "z": blk["Z"][:, 0].copy(),
             "value": blk["V"].copy(),
             "adjoint": blk["L"][:, 0].copy(),
-            "param_grad": blk["W"][:, 0].copy() if self.nw else np.zeros((self.B, 0)),
+            "param_grad": blk["W"][:, 0].copy() if self.nw else self.xp.zeros((self.B, 0)),
         }

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .._namespace import array_namespace
 from .multiindex import joint_positions, tensors_to_taylor
 
 _WHICH = ("f", "R", "T")
@@ -83,15 +84,16 @@ class DerivativeProvider:
                 f"derivatives (user callables in `derivatives=`, or a symbolic provider) "
                 f"or lower the jet order"
             )
-        z = np.asarray(z, dtype=float)
+        xp = array_namespace(z, theta)     # numpy, or cupy on the array-namespace sweep
+        z = xp.asarray(z, dtype=xp.float64)
         B = z.shape[0]
         if theta is None or which == "T":
-            theta = np.zeros((B, self.n_theta))
+            theta = xp.zeros((B, self.n_theta))
         else:
-            theta = np.broadcast_to(np.asarray(theta, dtype=float), (B, self.n_theta))
+            theta = xp.broadcast_to(xp.asarray(theta, dtype=xp.float64), (B, self.n_theta))
         out = self._derivative(which, t, z, theta, dz, dth)
         expected = (B,) + self.out_shape(which) + (self.n_state,) * dz + (self.n_theta,) * dth
-        if out.shape != expected:
+        if tuple(out.shape) != expected:
             raise ValueError(
                 f"{self.name}: derivative of {which} (dz={dz}, dth={dth}) must have shape "
                 f"{expected}, but has shape {out.shape}"
@@ -114,7 +116,7 @@ class DerivativeProvider:
         for k in range(order + 1):
             tk = self.derivative(which, t, z, theta, dz=k, dth=dth)
             for j in range(dth):  # theta axes go before the z axes
-                tk = np.moveaxis(tk, tk.ndim - dth + j, 1 + out_nd + j)
+                tk = array_namespace(tk).moveaxis(tk, tk.ndim - dth + j, 1 + out_nd + j)
             tensors.append(tk)
         return tensors_to_taylor(tensors, self.n_state)
 

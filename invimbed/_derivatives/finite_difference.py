@@ -21,6 +21,7 @@ from typing import Callable
 
 import numpy as np
 
+from .._namespace import array_namespace
 from .base import DerivativeOrderError, DerivativeProvider
 
 EPS = np.finfo(float).eps
@@ -109,7 +110,7 @@ class FiniteDifferences(DerivativeProvider):
     def _with_step(self, which, t, z, theta, dz, dth, factor):
         if which in self.zero:  # a missing loss is zero, and so is every derivative
             shape = (z.shape[0],) + self.out_shape(which) + (self.n_state,) * dz
-            return np.zeros(shape + (self.n_theta,) * dth)
+            return array_namespace(z).zeros(shape + (self.n_theta,) * dth)
         base = self._base(which, dz, dth)
         fn = self.functions[which] if base[1:] == (0, 0) else self.known[base]
         levels_z = dz - base[1]
@@ -141,30 +142,31 @@ def _difference(g: BatchedFn, var: str, h_rel: float, insert_at: int) -> Batched
     """Central difference of the batched ``g`` in ``var``, new axis at ``1 + insert_at``."""
 
     def dg(t, z, theta):
+        xp = array_namespace(z, theta)   # numpy, or cupy on the array-namespace sweep
         B = z.shape[0]
         u = z if var == "z" else theta
         n = u.shape[1]
         if n == 0:
             base = g(t, z[:0], theta[:0])
-            shape = (B,) + base.shape[1:]
-            res = np.zeros(shape + (0,))
-            return np.moveaxis(res, -1, 1 + insert_at)
-        h = h_rel * np.maximum(1.0, np.abs(u))  # (B, n)
-        shift = h.T[:, :, None] * np.eye(n)[:, None, :]  # (n, B, n)
+            shape = (B,) + tuple(base.shape[1:])
+            res = xp.zeros(shape + (0,))
+            return xp.moveaxis(res, -1, 1 + insert_at)
+        h = h_rel * xp.maximum(1.0, xp.abs(u))  # (B, n)
+        shift = h.T[:, :, None] * xp.eye(n)[:, None, :]  # (n, B, n)
         up = (u[None] + shift).reshape(n * B, n)
         um = (u[None] - shift).reshape(n * B, n)
-        stacked = np.concatenate([up, um], axis=0)
+        stacked = xp.concatenate([up, um], axis=0)
         if var == "z":
             zz = stacked
-            tt = np.tile(theta, (2 * n, 1))
+            tt = xp.tile(theta, (2 * n, 1))
         else:
-            zz = np.tile(z, (2 * n, 1))
+            zz = xp.tile(z, (2 * n, 1))
             tt = stacked
-        vals = np.asarray(g(t, zz, tt), dtype=float)
-        vals = vals.reshape((2, n, B) + vals.shape[1:])
+        vals = xp.asarray(g(t, zz, tt), dtype=xp.float64)
+        vals = vals.reshape((2, n, B) + tuple(vals.shape[1:]))
         hb = h.T.reshape((n, B) + (1,) * (vals.ndim - 3))
         d = (vals[0] - vals[1]) / (2.0 * hb)  # (n, B, *S)
-        d = np.moveaxis(d, 0, -1)  # (B, *S, n)
-        return np.moveaxis(d, -1, 1 + insert_at)
+        d = xp.moveaxis(d, 0, -1)  # (B, *S, n)
+        return xp.moveaxis(d, -1, 1 + insert_at)
 
     return dg

@@ -19,6 +19,8 @@ from math import comb, factorial
 
 import numpy as np
 
+from .._namespace import array_namespace, on_device
+
 
 @lru_cache(maxsize=None)
 def multi_indices(n: int, order: int) -> np.ndarray:
@@ -86,8 +88,11 @@ def tensors_to_taylor(tensors: list[np.ndarray], n: int) -> np.ndarray:
     order = len(tensors) - 1
     pos = tensor_positions(n, order)
     lead = tensors[0].shape
-    parts = [tensors[k].reshape(lead + (-1,))[..., pos[k]] for k in range(order + 1)]
-    return np.concatenate(parts, axis=-1) / factorials(n, order)
+    xp = array_namespace(tensors[0])
+    lead = tuple(lead)
+    parts = [tensors[k].reshape(lead + (-1,))[..., on_device(pos[k], xp)]
+             for k in range(order + 1)]
+    return xp.concatenate(parts, axis=-1) / on_device(factorials(n, order), xp)
 
 
 def taylor_to_tensor(coef: np.ndarray, n: int, k: int) -> np.ndarray:
@@ -166,7 +171,8 @@ def poly_derivatives(u: np.ndarray, n: int, order: int) -> np.ndarray:
     """All first partials of the polynomials ``u`` (..., C(n+order, order)): returns
     (..., n, C(n + order - 1, order - 1)), truncated to degree ``order - 1``."""
     src, _, fac = derivative_table(n, order)
-    return u[..., src] * fac
+    xp = array_namespace(u)
+    return u[..., on_device(src, xp)] * on_device(fac, xp)
 
 
 @lru_cache(maxsize=None)
