@@ -9,9 +9,11 @@ How it works
   to ``numba.njit`` once. A function numba cannot compile raises
   `BackendCompileError`, naming it, with numba's reason: there is no silent fallback.
 * Derivatives not given are taken inside the compiled code by the rule of
-  `invimbed.FiniteDifferences` (nested central differences, the same steps), so the
-  numba and numpy backends agree to rounding (1e-12 relative in the tests) for the same
-  problem and the same derivative source.
+  `invimbed.FiniteDifferences` (nested central differences, the same steps), and the
+  numpy sweep adds its sums in the kernels' order (`invimbed._ordered`), so the numba and
+  numpy backends agree bit for bit for the same functions.
+* A problem built with ``from_sympy`` runs on the symbolic provider's generated
+  per-sample code (`SympyProvider.sample_function`), the code ``compile="numba"`` uses.
 * The kernels (`invimbed._backends._numba_kernels`) run every sample's sweep in a
   ``prange`` loop, write into preallocated outputs and are cached on disk
   (``cache=True``): the first call on a machine compiles them (tens of seconds), later

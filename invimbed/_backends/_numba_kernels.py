@@ -28,22 +28,22 @@ def _copy1(r, vals, row):
 
 @njit(cache=True)
 def _copy2(r, vals, row):
-    _copy1(r.ravel(), vals, row)
+    _copy1(r.reshape(r.size), vals, row)     # a view: r is C-contiguous
 
 
 @njit(cache=True)
 def _copy3(r, vals, row):
-    _copy1(r.ravel(), vals, row)
+    _copy1(r.reshape(r.size), vals, row)     # a view: r is C-contiguous
 
 
 @njit(cache=True)
 def _copy4(r, vals, row):
-    _copy1(r.ravel(), vals, row)
+    _copy1(r.reshape(r.size), vals, row)     # a view: r is C-contiguous
 
 
 @njit(cache=True)
 def _copy5(r, vals, row):
-    _copy1(r.ravel(), vals, row)
+    _copy1(r.reshape(r.size), vals, row)     # a view: r is C-contiguous
 
 
 @njit(cache=True)
