@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from typing import Any, Callable
 import numpy as np
 
 import invimbed
+from _machine import machine_info
 
 try:
     import numba
@@ -389,24 +389,10 @@ def dask_scaling(B: int, n_depths: int, chunk: int) -> dict | None:
     return out
 
 
-def machine_info() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    try:
-        load = "%.1f %.1f %.1f" % os.getloadavg()
-    except OSError:
-        load = "?"
-    return "\n".join([
-        f"platform : {platform.platform()}",
-        f"cpu      : {cpu}, {os.cpu_count()} logical CPUs, load average {load}",
-        f"python   : {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__}, "
-        f"threads {numba.config.NUMBA_NUM_THREADS} ({numba.threading_layer() if _ran_parallel() else '-'})",
-        f"invimbed : {invimbed.__version__}",
-    ])
+def backend_info() -> str:
+    return machine_info("numba", extra=(
+        f"numba    : {numba.config.NUMBA_NUM_THREADS} threads "
+        f"({numba.threading_layer() if _ran_parallel() else '-'} layer)",))
 
 
 def _ran_parallel() -> bool:
@@ -426,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     quick = args.quick
     repeats = 1 if quick else 3
     sizes = [1, 64, 1024, 16384]
-    print(machine_info())
+    print(backend_info())
     print(f"problem  : coupled pendulums, N = {N}, M = {M}, n = {N_DEPTHS} depths in [-1, 0], rk4, "
           f"step {STEP:.4g} (252 stages); best of {repeats}; wall-clock seconds\n")
 

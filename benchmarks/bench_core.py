@@ -38,16 +38,14 @@ Run:  python benchmarks/bench_core.py [--quick] [--rtol 1e-8] [--atol 1e-10]
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from typing import Any, Callable
 
 import numpy as np
-import scipy
 
 import invimbed
+from _machine import machine_info
 
 K_SPRING = 0.5      # coupling spring
 C_DAMP = 0.1        # damping
@@ -193,18 +191,6 @@ def best_times(calls: list[Callable[[], Any]], repeats: int) -> tuple[list[float
             results[i] = fn()
             best[i] = min(best[i], time.perf_counter() - t0)
     return best, results
-
-
-def machine_info() -> str:
-    return "\n".join([
-        f"platform : {platform.platform()}",
-        f"machine  : {platform.machine()} {platform.processor() or ''}".rstrip(),
-        f"CPUs     : {os.cpu_count()}",
-        f"python   : {platform.python_version()} ({platform.python_implementation()})",
-        f"numpy    : {np.__version__}",
-        f"scipy    : {scipy.__version__}",
-        f"invimbed : {invimbed.__version__}",
-    ])
 
 
 def run(ns: list[int], repeats: int, rtol: float, atol: float) -> list[dict[str, Any]]:

@@ -51,16 +51,15 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
-import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from math import comb  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-import scipy  # noqa: E402
 
 import invimbed  # noqa: E402
+from _machine import machine_info  # noqa: E402
 
 K_SPRING, C_DAMP, A_RUN, RHO = 0.5, 0.1, 0.1, 0.05
 DEPTH = 1.0          # every sweep runs from q = 0 down to p = -DEPTH (or a fraction of it)
@@ -159,33 +158,6 @@ def case(N: int, K: int, steps: int, repeats: int, compile: str | None) -> dict[
     }
 
 
-def machine_info(compile: str | None) -> str:
-    lines = [
-        f"platform : {platform.platform()}",
-        f"machine  : {platform.machine()} {platform.processor() or ''}".rstrip(),
-        f"CPUs     : {os.cpu_count()}",
-        f"python   : {platform.python_version()} ({platform.python_implementation()})",
-        f"numpy    : {np.__version__}",
-        f"scipy    : {scipy.__version__}",
-    ]
-    try:
-        import sympy
-
-        lines.append(f"sympy    : {sympy.__version__}")
-    except ImportError:  # pragma: no cover
-        pass
-    if compile == "numba":
-        import numba
-
-        lines.append(f"numba    : {numba.__version__}")
-    lines.append(f"invimbed : {invimbed.__version__} ({os.path.dirname(invimbed.__file__)})")
-    lines.append("threads  : " + ", ".join(f"{v}={os.environ.get(v)}" for v in
-                                          ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")))
-    if hasattr(os, "getloadavg"):
-        lines.append("load avg : %.2f %.2f %.2f (1, 5, 15 min) at the start" % os.getloadavg())
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
@@ -204,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--sizes must be even (N = 2 n for n pendulums)")
     start = time.perf_counter()
     print("invimbed benchmark: jet sweep cost against the order K and the state size N")
-    print(machine_info(compile))
+    print(machine_info("sympy", *(["numba"] if compile == "numba" else [])))
     print(f"problem  : chain of N/2 coupled pendulums, M = N/2 constant torques (dJ/du carried), "
           f"from_sympy(compile={compile!r})")
     print(f"sweep    : closure='jet', estimate_error=False, method='rk4', h = {DEPTH / 20}; "

@@ -50,17 +50,16 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
-import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
-import scipy  # noqa: E402
 from scipy.integrate import solve_ivp  # noqa: E402
 from scipy.linalg import solve_continuous_are  # noqa: E402
 
 import invimbed  # noqa: E402
+from _machine import machine_info  # noqa: E402
 
 HORIZONS = np.array([0.5, 1.0, 2.0, 5.0, 10.0, 30.0])
 CLOCK = time.process_time
@@ -171,26 +170,6 @@ def case(n: int, repeats: int, rtol: float, atol: float, full_p: bool) -> dict[s
     return dict(N=N, M=M, first=first, best=best, agree=agree, nfev=nfev)
 
 
-def machine_info() -> str:
-    import sympy
-
-    lines = [
-        f"platform : {platform.platform()}",
-        f"machine  : {platform.machine()} {platform.processor() or ''}".rstrip(),
-        f"CPUs     : {os.cpu_count()}",
-        f"python   : {platform.python_version()} ({platform.python_implementation()})",
-        f"numpy    : {np.__version__}",
-        f"scipy    : {scipy.__version__}",
-        f"sympy    : {sympy.__version__}",
-        f"invimbed : {invimbed.__version__} ({os.path.dirname(invimbed.__file__)})",
-        "threads  : " + ", ".join(f"{v}={os.environ.get(v)}" for v in
-                                  ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")),
-    ]
-    if hasattr(os, "getloadavg"):
-        lines.append("load avg : %.2f %.2f %.2f (1, 5, 15 min) at the start" % os.getloadavg())
-    return "\n".join(lines)
-
-
 def fmt(v: float | None, spec: str = ".1e") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -208,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = (1, 4) if args.quick else (1, 4, 16)
     start = time.perf_counter()
     print("invimbed benchmark: LQR by the imbedding sweep (solve_optimal) vs Riccati ODE vs CARE")
-    print(machine_info())
+    print(machine_info("sympy"))
     print("problem  : chain of N/2 masses and springs, forces on the end masses, Q = I, "
           "R = 0.5 I, P_T = I")
     print(f"depths   : s = q - p in {HORIZONS.tolist()} (one solve covers all); RK45, "

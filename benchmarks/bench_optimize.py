@@ -26,17 +26,15 @@ Run:  python benchmarks/bench_optimize.py [--quick] [--repeats R] [--rtol 1e-8] 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from typing import Any
 
 import numpy as np
-import scipy
 from scipy.linalg import expm
 
 import invimbed
+from _machine import machine_info
 from invimbed._optimize import optimize_control   # invimbed.optimize_control once exported
 
 P, Q_END, RHO = -2.0, 0.0, 0.1
@@ -104,18 +102,6 @@ def closed_form_optimum(N: int, K: int, X: np.ndarray) -> np.ndarray:
     H += L.T @ L
     H = 0.5 * (H + H.T)
     return np.linalg.solve(H[N:, N:], -H[N:, :N] @ X.mean(axis=0))
-
-
-def machine_info() -> str:
-    return "\n".join([
-        f"platform : {platform.platform()}",
-        f"machine  : {platform.machine()} {platform.processor() or ''}".rstrip(),
-        f"CPUs     : {os.cpu_count()}",
-        f"python   : {platform.python_version()} ({platform.python_implementation()})",
-        f"numpy    : {np.__version__}",
-        f"scipy    : {scipy.__version__}",
-        f"invimbed : {invimbed.__version__}",
-    ])
 
 
 def run_case(N: int, K: int, B: int, repeats: int, tol: dict, gtol: float) -> dict[str, Any]:

@@ -35,16 +35,14 @@ Run:  python benchmarks/bench_symbolic.py [--quick] [--repeats R]
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from typing import Any, Callable
 
 import numpy as np
-import scipy
 
 import invimbed
+from _machine import machine_info
 from invimbed._derivatives import DerivativeOrderError
 from invimbed._derivatives.multiindex import n_coefficients
 
@@ -129,23 +127,6 @@ def fmt_time(s: float | None) -> str:
     return f"{s:8.2f} s "
 
 
-def machine_info(numba: Any) -> str:
-    import sympy
-
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
-    return "\n".join([
-        f"platform : {platform.platform()}",
-        f"machine  : {platform.machine()} {platform.processor() or ''}".rstrip(),
-        f"CPUs     : {os.cpu_count()} (usable: {cpus})",
-        f"python   : {platform.python_version()} ({platform.python_implementation()})",
-        f"numpy    : {np.__version__}",
-        f"scipy    : {scipy.__version__}",
-        f"sympy    : {sympy.__version__}",
-        f"numba    : {numba.__version__ if numba else 'not installed'}",
-        f"invimbed : {invimbed.__version__}",
-    ])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
@@ -168,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 5)
     min_time = 0.02 if args.quick else 0.1
 
-    print(machine_info(numba))
+    print(machine_info("sympy", "numba"))
     print(f"problem  : coupled pendulums, N = {N}, M = {M}; repeats = {repeats}, "
           f"min. run {min_time} s")
     print()

@@ -167,6 +167,27 @@ def _all_finite(a):
     return True
 
 
+@njit(cache=True)
+def _stage_input(y, Ks, A, s, h, ys):
+    """``ys = y + h sum_{j<s} A[s, j] Ks[j]``, added in the order of the numpy sweep
+    (`invimbed._ordered.combine`)."""
+    for i in range(y.shape[0]):
+        acc = 0.0
+        for j in range(s):
+            acc += A[s, j] * Ks[j, i]
+        ys[i] = y[i] + h * acc if s else y[i]
+
+
+@njit(cache=True)
+def _step(y, Ks, Wts, h):
+    """``y += h sum_j Wts[j] Ks[j]`` in place, in the order of the numpy sweep."""
+    for i in range(y.shape[0]):
+        acc = 0.0
+        for j in range(Wts.shape[0]):
+            acc += Wts[j] * Ks[j, i]
+        y[i] = y[i] + h * acc
+
+
 # -- the jet closure ---------------------------------------------------------------------
 
 
@@ -356,11 +377,7 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
             p0 = stage_p[k, 0]
             for s in range(S):
                 p = stage_p[k, s]
-                for i in range(size):
-                    acc = 0.0
-                    for j in range(s):
-                        acc += A[s, j] * Ks[j, i]
-                    ys[i] = y[i] + h * acc if s else y[i]
+                _stage_input(y, Ks, A, s, h, ys)
                 if not _all_finite(ys):
                     fail_pos[b] = 2 * (k * (S + 1) + s)
                     fail_p[b] = p
@@ -380,11 +397,7 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
                     break
             if failed:
                 break
-            for i in range(size):
-                acc = 0.0
-                for j in range(S):
-                    acc += Wts[j] * Ks[j, i]
-                y[i] = y[i] + h * acc
+            _step(y, Ks, Wts, h)
             if not _all_finite(y):
                 fail_pos[b] = 2 * (k * (S + 1) + S)
                 fail_p[b] = p0 + h
@@ -504,11 +517,7 @@ def _stencil_sweep_one(b, ev, fns, plan, points, delta, central, N, M, nw, q,
         h = step_h[k]
         for s in range(S):
             p = stage_p[k, s]
-            for i in range(size):
-                acc = 0.0
-                for j in range(s):
-                    acc += A[s, j] * Ks[j, i]
-                ys[i] = y[i] + h * acc if s else y[i]
+            _stage_input(y, Ks, A, s, h, ys)
             if not _all_finite(ys):
                 fail_pos[b] = 2 * (k * (S + 1) + s)
                 fail_p[b] = p
@@ -584,11 +593,7 @@ def _stencil_sweep_one(b, ev, fns, plan, points, delta, central, N, M, nw, q,
                 break
         if failed:
             break
-        for i in range(size):
-            acc = 0.0
-            for j in range(S):
-                acc += Wts[j] * Ks[j, i]
-            y[i] = y[i] + h * acc
+        _step(y, Ks, Wts, h)
         if not _all_finite(y):
             fail_pos[b] = 2 * (k * (S + 1) + S)
             fail_p[b] = stage_p[k, 0] + h
