@@ -21,74 +21,56 @@ _IDS = np.arange(8, dtype=np.int64)
 
 
 @njit(cache=True)
-def _copy1(r, vals, row):
-    for i in range(r.shape[0]):
-        vals[row, i] = r[i]
-
-
-@njit(cache=True)
-def _copy2(r, vals, row):
-    _copy1(r.reshape(r.size), vals, row)     # a view: r is C-contiguous
-
-
-@njit(cache=True)
-def _copy3(r, vals, row):
-    _copy1(r.reshape(r.size), vals, row)     # a view: r is C-contiguous
-
-
-@njit(cache=True)
-def _copy4(r, vals, row):
-    _copy1(r.reshape(r.size), vals, row)     # a view: r is C-contiguous
-
-
-@njit(cache=True)
-def _copy5(r, vals, row):
-    _copy1(r.reshape(r.size), vals, row)     # a view: r is C-contiguous
+def _copy(r, vals, row):
+    """A user function's result ``r`` (any rank, C-contiguous) into ``vals[row]``, flat."""
+    flat = r.reshape(r.size)      # a view: the signatures ask for C-contiguous results
+    for i in range(flat.shape[0]):
+        vals[row, i] = flat[i]
 
 
 @njit(cache=True)
 def call_base(fns, bid, t, z, th, vals, row):
     """Evaluate ``BASE_KEYS[bid]`` at one point into ``vals[row]`` (flat, C order)."""
     if bid == 0:
-        _copy1(fns[0](t, z, th), vals, row)
+        _copy(fns[0](t, z, th), vals, row)
     elif bid == 1:
-        _copy2(fns[1](t, z, th), vals, row)
+        _copy(fns[1](t, z, th), vals, row)
     elif bid == 2:
-        _copy3(fns[2](t, z, th), vals, row)
+        _copy(fns[2](t, z, th), vals, row)
     elif bid == 3:
-        _copy4(fns[3](t, z, th), vals, row)
+        _copy(fns[3](t, z, th), vals, row)
     elif bid == 4:
-        _copy2(fns[4](t, z, th), vals, row)
+        _copy(fns[4](t, z, th), vals, row)
     elif bid == 5:
-        _copy3(fns[5](t, z, th), vals, row)
+        _copy(fns[5](t, z, th), vals, row)
     elif bid == 6:
-        _copy4(fns[6](t, z, th), vals, row)
+        _copy(fns[6](t, z, th), vals, row)
     elif bid == 7:
         vals[row, 0] = fns[7](t, z, th)
     elif bid == 8:
-        _copy1(fns[8](t, z, th), vals, row)
+        _copy(fns[8](t, z, th), vals, row)
     elif bid == 9:
-        _copy2(fns[9](t, z, th), vals, row)
+        _copy(fns[9](t, z, th), vals, row)
     elif bid == 10:
-        _copy3(fns[10](t, z, th), vals, row)
+        _copy(fns[10](t, z, th), vals, row)
     elif bid == 11:
-        _copy1(fns[11](t, z, th), vals, row)
+        _copy(fns[11](t, z, th), vals, row)
     elif bid == 12:
-        _copy2(fns[12](t, z, th), vals, row)
+        _copy(fns[12](t, z, th), vals, row)
     elif bid == 13:
-        _copy3(fns[13](t, z, th), vals, row)
+        _copy(fns[13](t, z, th), vals, row)
     elif bid == 14:
         vals[row, 0] = fns[14](z)
     elif bid == 15:
-        _copy1(fns[15](z), vals, row)
+        _copy(fns[15](z), vals, row)
     elif bid == 16:
-        _copy2(fns[16](z), vals, row)
+        _copy(fns[16](z), vals, row)
     elif bid == 17:
-        _copy3(fns[17](z), vals, row)
+        _copy(fns[17](z), vals, row)
     elif bid == 18:
-        _copy5(fns[18](t, z, th), vals, row)
+        _copy(fns[18](t, z, th), vals, row)
     else:
-        _copy4(fns[19](t, z, th), vals, row)
+        _copy(fns[19](t, z, th), vals, row)
 
 
 @njit(cache=True)
