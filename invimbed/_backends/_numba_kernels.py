@@ -142,6 +142,18 @@ def eval_request(fns, plan, r, t, z, th, pz, pt, hs, vals, out):
 
 
 @njit(cache=True)
+def _plan_scratch(plan, N, M):
+    """Per-sample scratch of `eval_request`: the nested-difference tree's points (z and
+    theta), steps, and base-function values."""
+    nodes = 1 << (plan[6].shape[1] + 1)
+    smax = 1
+    for i in range(plan[4].shape[0]):
+        if plan[4][i] > smax:
+            smax = plan[4][i]
+    return np.empty((nodes, N)), np.empty((nodes, M)), np.empty(nodes), np.empty((nodes, smax))
+
+
+@njit(cache=True)
 def _all_finite(a):
     for i in range(a.shape[0]):
         if not np.isfinite(a[i]):
@@ -274,17 +286,8 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
     n_orders = orders.shape[0]
     S = A.shape[0]
     n_steps = step_h.shape[0]
-    Lmax = plan[6].shape[1]
-    nodes = (1 << (Lmax + 1))
-    smax = 1
-    for i in range(plan[4].shape[0]):
-        if plan[4][i] > smax:
-            smax = plan[4][i]
     xb = x[b]
-    pz = np.empty((nodes, N))
-    pt = np.empty((nodes, M))
-    hs = np.empty(nodes)
-    vals = np.empty((nodes, smax))
+    pz, pt, hs, vals = _plan_scratch(plan, N, M)
     fbuf = np.empty(N * CF)
     rbuf = np.empty(CF)
     gbuf = np.empty(N * M * CW)
@@ -448,21 +451,12 @@ def _stencil_sweep_one(b, ev, fns, plan, points, delta, central, N, M, nw, q,
     P = points.shape[1]
     S = A.shape[0]
     n_steps = step_h.shape[0]
-    Lmax = plan[6].shape[1]
-    nodes = (1 << (Lmax + 1))
-    smax = 1
-    for i in range(plan[4].shape[0]):
-        if plan[4][i] > smax:
-            smax = plan[4][i]
     size = 2 * P * N + 1 + P * nw
     oL = P * N
     oV = 2 * P * N
     oW = oV + 1
     xb = points[b, 0]
-    pz = np.empty((nodes, N))
-    pt = np.empty((nodes, M))
-    hs = np.empty(nodes)
-    vals = np.empty((nodes, smax))
+    pz, pt, hs, vals = _plan_scratch(plan, N, M)
     fb = np.empty(N * (N + 1))
     rb = np.empty(N + 1)
     gb = np.empty(N * M)
