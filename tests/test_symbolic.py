@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 from math import factorial
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -231,6 +232,76 @@ def test_numba_gives_the_same_numbers():
                                ref.derivative("f", 0.1, z, th, dz=1, dth=1), rtol=1e-13)
     # constants and an all-zero request go through the kernel too
     np.testing.assert_allclose(fast.derivative("f", 0.1, z, th, dz=4), 0.0, atol=0)
+
+
+_CACHE_SCRIPT = """
+import sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_symbolic import SympyProvider, vanderpol_args
+prov = SympyProvider(*vanderpol_args(), compile="numba")
+z = np.array([[0.2, 0.9]]); th = np.array([[-0.3, 0.5]])
+print(repr(prov.taylor("f", 0.1, z, th, 2, 0).ravel().tolist()))
+mods = [m for n, m in sys.modules.items() if n.startswith("invimbed_codegen_")]
+print(sum(sum(m.kernel.stats.cache_hits.values()) for m in mods),
+      sum(sum(m.kernel.stats.cache_misses.values()) for m in mods))
+"""
+
+
+def test_generated_numba_code_is_cached_on_disk(tmp_path):
+    """compile='numba' writes its generated source to $INVIMBED_CACHE/codegen and compiles
+    it with numba's cache=True: a second process loads the machine code (cache hits, no
+    misses) and gets the same numbers."""
+    pytest.importorskip("numba")
+    import os
+
+    env = dict(os.environ, INVIMBED_CACHE=str(tmp_path))
+    script = _CACHE_SCRIPT.format(tests=str(Path(__file__).parent))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    first, second = (r.stdout.split("\n") for r in runs)
+    assert first[0] == second[0]                                  # the same numbers
+    hits1, misses1 = map(int, first[1].split())
+    hits2, misses2 = map(int, second[1].split())
+    assert misses1 > 0 and hits1 == 0                             # compiled the first time
+    assert hits2 > 0 and misses2 == 0                             # loaded the second time
+    sources = list((tmp_path / "codegen").glob("invimbed_codegen_*.py"))
+    assert sources and all("def point(t, z, th, out):" in p.read_text() for p in sources)
+
+
+def test_generated_code_is_never_imported_when_changed_on_disk(tmp_path, monkeypatch):
+    """A cached module whose content differs from the source just generated (tampered
+    with, or truncated) is rewritten before it is imported."""
+    pytest.importorskip("numba")
+    from invimbed._derivatives import _codegen
+
+    monkeypatch.setenv("INVIMBED_CACHE", str(tmp_path))
+    body = ["X = 1"]
+    module = _codegen.load(body)
+    path = Path(module.__file__)
+    del sys.modules[module.__name__]
+    path.write_text("raise RuntimeError('tampered')\n")
+    again = _codegen.load(body)
+    assert again.X == 1
+    assert "tampered" not in path.read_text()
+
+
+def test_generated_code_compiles_in_memory_without_a_cache_folder(tmp_path, monkeypatch):
+    """$INVIMBED_CACHE not usable (here: a file): the same code, compiled in memory."""
+    pytest.importorskip("numba")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("INVIMBED_CACHE", str(blocker))
+    fresh = SympyProvider(*pendulum_args(kT=1.5), compile="numba")
+    _, z, th = batch((0.2, 0.9, -0.3, 0.5, 0.0), B=3)
+    got = fresh.taylor("T", 0.0, z, None, 3)
+    want = SympyProvider(*pendulum_args(kT=1.5)).taylor("T", 0.0, z, None, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-13)
+    g = fresh.sample_function("f", 1, 1)
+    assert g.__module__.startswith("invimbed_codegen_")
+    assert not list(tmp_path.glob("**/invimbed_codegen_*.py"))
 
 
 def test_numba_missing_says_how_to_install(monkeypatch):

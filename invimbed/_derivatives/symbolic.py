@@ -24,7 +24,8 @@ compiled, batch-vectorised function, generated once:
    (:meth:`SympyProvider.sample_function`): one code generator, one compilation path.
 4. **Cache.** Compiled functions are kept per ``(which, order, dth)`` (and per kind of
    request): the code is generated on the first call only. ``codegen_calls`` counts
-   the generations.
+   the generations. The numba code is also cached on disk, with numba's machine code
+   (`invimbed._derivatives._codegen`): a later process compiles nothing.
 
 sympy (and numba) are imported only when a provider is built, so ``import invimbed``
 works without them.
@@ -32,12 +33,12 @@ works without them.
 
 from __future__ import annotations
 
-import math
 from itertools import combinations_with_replacement, product
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import _codegen
 from .base import _WHICH, DerivativeProvider
 from .multiindex import factorials, multi_indices
 
@@ -310,7 +311,7 @@ class SympyProvider(DerivativeProvider):
             return _nothing
         repl, reduced = self._cse(exprs)
         if self.compile == "numba":
-            return _batch_kernel(self._numba, self._point_function(repl, reduced))
+            return self._numba_module(repl, reduced).kernel
         args = (self._t_arg,) + self._z_args + self._th_args
         return sp.lambdify(args, list(reduced), modules="numpy", cse=lambda _: (repl, reduced),
                            **_lambdify_options(sp))
@@ -320,12 +321,30 @@ class SympyProvider(DerivativeProvider):
         renamed = [e.xreplace(self._rename) for e in exprs]
         return sp.cse(renamed, symbols=sp.numbered_symbols("_c"))
 
-    def _point_function(self, repl: list, reduced: list) -> Callable:
-        """``point(t, z (N,), theta (M,), out)``: the cse'd expressions at one sample,
-        written into ``out[j]``, compiled with ``numba.njit``. The one piece of generated
-        numba code: the batch loop of ``compile="numba"`` and the per-sample functions of
-        ``backend="numba"`` (`sample_function`) both call it."""
-        return _numba_point(self._numba, self._t_arg, self._z_args, self._th_args, repl, reduced)
+    def _numba_module(self, repl: list, reduced: list, sample: tuple | None = None) -> Any:
+        """The generated numba code of one request (`invimbed._derivatives._codegen`):
+        ``point(t, z (N,), theta (M,), out)`` computing the cse'd expressions at one
+        sample, the batch loop ``kernel`` that ``compile="numba"`` calls, and with
+        ``sample = (n_values, gather, shape)`` the per-sample tensor ``sample`` that
+        ``backend="numba"`` calls. One code generator for both; cached on disk."""
+        from sympy.printing.pycode import PythonCodePrinter
+
+        printer = PythonCodePrinter({"fully_qualified_modules": True, "strict": True})
+        body: list[str] = []
+        try:
+            if reduced:
+                body = _codegen.point_source(printer, self._t_arg, self._z_args, self._th_args,
+                                             repl, reduced)
+        except Exception as exc:  # sympy's PrintMethodNotImplementedError and friends
+            raise ValueError(
+                f"compile='numba' and backend='numba' cannot print an expression as plain "
+                f"Python ({exc}); use compile=None and backend='numpy' for this problem"
+            ) from exc
+        if sample is not None:
+            n_values, gather, shape = sample
+            body += [""] * 2 + _codegen.sample_source(n_values, gather, shape, self.n_theta,
+                                                      has_point=bool(reduced))
+        return _codegen.load(body)
 
     def sample_function(self, which: str, dz: int = 0, dth: int = 0) -> Callable:
         """The derivative tensor ``(which, dz, dth)`` at one sample, as a ``numba.njit``
@@ -342,9 +361,9 @@ class SympyProvider(DerivativeProvider):
                 self._numba = import_numba()
             exprs, gather, shape = self._entries("tensor", which, dz, dth)
             self.codegen_calls += 1
-            point = (self._point_function(*self._cse(exprs)) if exprs else None)
-            fn = _sample_function(self._numba, point, len(exprs), gather, shape,
-                                  terminal=which == "T", n_theta=self.n_theta)
+            repl, reduced = self._cse(exprs) if exprs else ([], [])
+            module = self._numba_module(repl, reduced, (len(exprs), gather, shape))
+            fn = module.sample_T if which == "T" else module.sample
             self._compiled[key] = fn
         return fn
 
@@ -434,78 +453,6 @@ def _lambdify_options(sp: Any) -> dict[str, Any]:
 
 def _nothing(*args: Any) -> list:
     return []
-
-
-def _numba_point(numba: Any, t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
-                 reduced: list) -> Callable:
-    """``point(t, z, th, out)`` computing the cse'd expressions at one sample, printed as
-    plain Python (sympy has no numba printer) and compiled with ``numba.njit``."""
-    from sympy.printing.pycode import PythonCodePrinter
-
-    printer = PythonCodePrinter({"fully_qualified_modules": True, "strict": True})
-    lines = ["def _point(t, z, th, out):", f"    {t_arg} = t"]
-    lines += [f"    {s} = z[{i}]" for i, s in enumerate(z_args)]
-    lines += [f"    {s} = th[{k}]" for k, s in enumerate(th_args)]
-    try:
-        lines += [f"    {s} = {printer.doprint(e)}" for s, e in repl]
-        lines += [f"    out[{j}] = {printer.doprint(e)}" for j, e in enumerate(reduced)]
-    except Exception as exc:  # sympy's PrintMethodNotImplementedError and friends
-        raise ValueError(
-            f"compile='numba' cannot print an expression as plain Python ({exc}); use "
-            f"compile=None (numpy) for this problem"
-        ) from exc
-    source = "\n".join(lines) + "\n"
-    namespace: dict[str, Any] = {"math": math}
-    exec(compile(source, "<invimbed sympy kernel>", "exec"), namespace)
-    point = numba.njit(cache=False)(namespace["_point"])
-    point.source = source
-    return point
-
-
-def _batch_kernel(numba: Any, point: Callable) -> Callable:
-    """``kernel(t, z (B, N), th (B, M), out (B, n + 1))``: `_numba_point` row by row."""
-
-    def _kernel(t, z, th, out):  # pragma: no cover - compiled by numba
-        for b in range(z.shape[0]):
-            point(t, z[b], th[b], out[b])
-
-    kernel = numba.njit(cache=False)(_kernel)
-    kernel.source = point.source
-    return kernel
-
-
-def _sample_function(numba: Any, point: Callable | None, n_values: int, gather: np.ndarray,
-                     shape: tuple[int, ...], terminal: bool, n_theta: int) -> Callable:
-    """A per-sample derivative for the numba backend: ``point`` into a buffer, then the
-    full tensor gathered from its distinct entries (see `SympyProvider._entries`)."""
-    gather = np.ascontiguousarray(gather, dtype=np.int64)
-    size = n_values + 1
-    no_theta = np.zeros(n_theta)
-    scalar = shape == ()
-    if point is None:  # identically zero
-        def values(t, z, th):  # pragma: no cover - compiled by numba
-            return np.zeros(size)
-    else:
-        def values(t, z, th):  # pragma: no cover - compiled by numba
-            buf = np.zeros(size)
-            point(t, z, th, buf)
-            return buf
-    values = numba.njit(cache=False)(values)
-    if scalar:
-        g0 = int(gather[0])
-
-        def full(t, z, th):  # pragma: no cover - compiled by numba
-            return values(t, z, th)[g0]
-    else:
-        def full(t, z, th):  # pragma: no cover - compiled by numba
-            return values(t, z, th)[gather].reshape(shape)
-    full = numba.njit(cache=False)(full)
-    if terminal:
-        def terminal_fn(z):  # pragma: no cover - compiled by numba
-            return full(0.0, z, no_theta)
-
-        return numba.njit(cache=False)(terminal_fn)
-    return full
 
 
 # -- validation -----------------------------------------------------------------------

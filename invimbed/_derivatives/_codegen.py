@@ -1,0 +1,104 @@
+"""numba code generated from the symbolic provider's expressions, cached on disk.
+
+One module of Python source per request of `SympyProvider`, holding
+
+* ``point(t, z (N,), th (M,), out)``: the cse'd expressions at one sample, written into
+  ``out[j]`` (``out`` has one more slot than there are values: the zero that entries
+  known to vanish are gathered from);
+* ``kernel(t, z (B, N), th (B, M), out (B, n + 1))``: ``point`` row by row, what
+  ``compile="numba"`` calls for a batch;
+* for a per-sample derivative (`SympyProvider.sample_function`, what ``backend="numba"``
+  calls), ``sample(t, z, th)`` returning the full tensor gathered from ``point``'s
+  values (``sample_T(z)`` for the terminal loss).
+
+The source is written to ``$INVIMBED_CACHE`` (default ``~/.cache/invimbed/codegen``)
+under the name of its SHA-256 and imported from there, so numba's ``cache=True`` keeps
+the machine code next to it: a later process compiles nothing. The file is only
+imported when its content is the source just generated. Where the folder cannot be
+written the same source is compiled in memory (``cache=False``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HEADER = "import math\nimport numpy as np\nfrom numba import njit\n\n_jit = njit(cache={cache})\n"
+
+
+def cache_dir() -> Path | None:
+    """The folder of generated modules (created if missing), or None if it cannot be."""
+    root = os.environ.get("INVIMBED_CACHE")
+    path = Path(root) / "codegen" if root else Path.home() / ".cache" / "invimbed" / "codegen"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return path if os.access(path, os.W_OK) else None
+
+
+def point_source(printer: Any, t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
+                 reduced: list) -> list[str]:
+    """Lines of ``point`` and ``kernel`` for the cse'd ``repl`` / ``reduced``."""
+    lines = ["@_jit", "def point(t, z, th, out):", f"    {t_arg} = t"]
+    lines += [f"    {s} = z[{i}]" for i, s in enumerate(z_args)]
+    lines += [f"    {s} = th[{k}]" for k, s in enumerate(th_args)]
+    lines += [f"    {s} = {printer.doprint(e)}" for s, e in repl]
+    lines += [f"    out[{j}] = {printer.doprint(e)}" for j, e in enumerate(reduced)]
+    lines += ["", "", "@_jit", "def kernel(t, z, th, out):", "    for b in range(z.shape[0]):",
+              "        point(t, z[b], th[b], out[b])"]
+    return lines
+
+
+def sample_source(n_values: int, gather: np.ndarray, shape: tuple[int, ...],
+                  n_theta: int, has_point: bool) -> list[str]:
+    """Lines of ``sample`` / ``sample_T``: the full tensor from ``point``'s values."""
+    idx = ", ".join(str(int(g)) for g in gather)
+    lines = [f"GATHER = np.array([{idx}], dtype=np.int64)",
+             f"NO_THETA = np.zeros({n_theta})", "", "", "@_jit", "def values(t, z, th):",
+             f"    buf = np.zeros({n_values + 1})"]
+    if has_point:
+        lines.append("    point(t, z, th, buf)")
+    lines.append("    return buf")
+    lines += ["", "", "@_jit", "def sample(t, z, th):"]
+    if shape == ():
+        lines.append(f"    return values(t, z, th)[{int(gather[0])}]")
+    else:
+        lines.append(f"    return values(t, z, th)[GATHER].reshape({tuple(shape)!r})")
+    lines += ["", "", "@_jit", "def sample_T(z):", "    return sample(0.0, z, NO_THETA)"]
+    return lines
+
+
+def load(body: list[str]) -> types.ModuleType:
+    """The generated module of ``body`` (see the module docstring)."""
+    source = HEADER.format(cache=True) + "\n\n" + "\n".join(body) + "\n"
+    name = "invimbed_codegen_" + hashlib.sha256(source.encode()).hexdigest()[:32]
+    if name in sys.modules:
+        return sys.modules[name]
+    folder = cache_dir()
+    if folder is not None:
+        path = folder / f"{name}.py"
+        try:
+            if not path.is_file() or path.read_text() != source:
+                tmp = folder / f".{name}.{os.getpid()}.tmp"
+                tmp.write_text(source)
+                os.replace(tmp, path)
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules[name] = module
+            return module
+        except OSError:
+            pass
+    module = types.ModuleType(name)
+    memory = HEADER.format(cache=False) + "\n\n" + "\n".join(body) + "\n"
+    exec(compile(memory, f"<{name}>", "exec"), module.__dict__)
+    sys.modules[name] = module
+    return module
