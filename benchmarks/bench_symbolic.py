@@ -35,7 +35,9 @@ Run:  python benchmarks/bench_symbolic.py [--quick] [--repeats R]
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -134,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None,
                         help="timed repeats per case, the best is kept (default 5, quick 1)")
     args = parser.parse_args(argv)
+    # the numba column times a cold compile: generated code goes to a fresh, empty cache
+    os.environ["INVIMBED_CACHE"] = tempfile.mkdtemp(prefix="invimbed-bench-")
     try:
         from invimbed._derivatives.symbolic import SympyProvider
         import sympy  # noqa: F401
