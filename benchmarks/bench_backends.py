@@ -304,6 +304,7 @@ def table_numpy_numba(sizes: list[int], numpy_max: int, repeats: int, exact: boo
                       closure: str) -> list[dict]:
     pn, pv = problems(exact)
     invimbed.solve_imbedding(pn, inputs(2), DEPTHS, backend="numba", closure=closure, **KW)
+    invimbed.solve_imbedding(pv, inputs(2), DEPTHS, closure=closure, **KW)   # generated code
     rows = []
     for B in sizes:
         x = inputs(B)
