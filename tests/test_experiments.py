@@ -155,3 +155,30 @@ def test_model_shapes():
     enc = m.balls_encoder(7, 2)
     assert enc(balls).shape == (2, 7)
     assert m.balls_decoder(7, 2)(torch.rand(3, 7)).shape == (3, 1, 32, 32)
+
+
+def test_every_experiment_uses_the_original_split_of_the_mat_file(tmp_path):
+    """With --mat, the rotating-MNIST experiments (and the MNIST half of extrapolation and
+    of the baseline, which share `task_for`) train on the first 500 sequences of the
+    original file unless --n-train says otherwise, and test on the rest."""
+    from scipy.io import savemat
+
+    from invimbed.experiments import extrapolation, latent_ode_baseline, rotating_mnist
+    from invimbed.experiments._latent import task_for
+    from invimbed.experiments._runner import Options, resolve
+
+    X = np.random.default_rng(2).integers(0, 256, size=(506, 16, 784)).astype(np.uint8)
+    path = tmp_path / "rot-mnist-3s.mat"
+    savemat(path, {"X": X})
+    for paper, quick in [(rotating_mnist.PAPER, rotating_mnist.QUICK),
+                         (extrapolation.PAPER["mnist"], extrapolation.QUICK["mnist"]),
+                         (latent_ode_baseline.PAPER["mnist"], latent_ode_baseline.QUICK["mnist"])]:
+        opts = Options(mat=str(path))
+        cfg = resolve(paper, quick, opts)
+        task, _, _ = task_for("mnist", cfg, opts)
+        assert (cfg["n_train"], cfg["n_test"]) == (500, 6)
+        assert len(task.x0_train) == 500 and len(task.x0_test) == 6
+        opts = Options(mat=str(path), n_train=20)
+        cfg = resolve(paper, quick, opts)
+        task, _, _ = task_for("mnist", cfg, opts)
+        assert cfg["n_train"] == 20 and len(task.x0_train) == 20

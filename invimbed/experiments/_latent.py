@@ -9,11 +9,48 @@ from typing import Callable
 import numpy as np
 
 from . import _figures as fig
+from ._models import (LatentInImNet, balls_decoder, balls_encoder, mnist_decoder,
+                      mnist_encoder)
 from ._runner import Options, RunResult, device_of, out_dir, predict_samples, run_one, \
     write_results
-from ._tasks import Task
+from ._tasks import Task, balls_task, mnist_task
 
-__all__ = ["run_variants"]
+__all__ = ["inimnet_variants", "run_variants", "task_for", "variant_name"]
+
+
+def task_for(dataset: str, cfg: dict, opts: Options) -> tuple[Task, Callable, Callable]:
+    """The task of ``dataset`` (``"mnist"`` or ``"balls"``) for the resolved ``cfg``, whose
+    sizes it updates to the data's, and the builders of its encoder and decoder. With the
+    original ``rot-mnist-3s.mat`` (``--mat``), the first 500 sequences train unless
+    ``--n-train`` says otherwise."""
+    if dataset == "mnist":
+        if opts.mat and opts.n_train is None:
+            cfg["n_train"] = 500
+        task = mnist_task(cfg["n_train"], cfg["n_test"], mat=opts.mat, cache_dir=opts.cache_dir)
+        cfg["n_train"], cfg["n_test"] = len(task.x0_train), len(task.x0_test)
+        return task, mnist_encoder, mnist_decoder
+    task = balls_task(cfg["n_train"], cfg["n_test"], cache_dir=opts.cache_dir)
+    return task, balls_encoder, balls_decoder
+
+
+def variant_name(p_min: float, layers: int) -> str:
+    return f"inimnet-p{p_min:g}-n{layers}"
+
+
+def inimnet_variants(cfg: dict, encoder: Callable, decoder: Callable) -> list:
+    """``(variant, overrides, build)`` of a latent InImNet for every ``p_min`` x ``layers``
+    of ``cfg`` (the paper's tables), for `run_variants`."""
+    latent = cfg["latent"]
+    variants = []
+    for p in cfg["p_min"]:
+        for n in cfg["layers"]:
+            def build(p=p, n=n):
+                return LatentInImNet(encoder(latent, cfg["n_filt"]),
+                                     decoder(latent, cfg["n_filt"]), latent,
+                                     p_min=p, hidden_layers=n, inflation=cfg["inflation"],
+                                     dropout=cfg["dropout"], jacobian=cfg["jacobian"])
+            variants.append((variant_name(p, n), {"p_min": p, "layers": n}, build))
+    return variants
 
 
 def run_variants(name: str, task: Task, cfg: dict, opts: Options,

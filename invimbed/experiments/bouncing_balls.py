@@ -9,10 +9,8 @@ the test MSE over all frames; eq. cropping for the nested Jacobians.
 
 from __future__ import annotations
 
-from ._latent import run_variants
-from ._models import LatentInImNet, balls_decoder, balls_encoder
+from ._latent import inimnet_variants, run_variants, task_for
 from ._runner import Options, resolve
-from ._tasks import balls_task
 
 NAME = "bouncing-balls"
 
@@ -33,15 +31,6 @@ PAPER_TABLE = {
 
 def run(opts: Options) -> dict:
     cfg = resolve(PAPER, QUICK, opts)
-    task = balls_task(cfg["n_train"], cfg["n_test"], cache_dir=opts.cache_dir)
-    latent = cfg["latent"]
-    variants = []
-    for p in cfg["p_min"]:
-        for n in cfg["layers"]:
-            def build(p=p, n=n):
-                return LatentInImNet(balls_encoder(latent, cfg["n_filt"]),
-                                     balls_decoder(latent, cfg["n_filt"]), latent,
-                                     p_min=p, hidden_layers=n, inflation=cfg["inflation"],
-                                     dropout=cfg["dropout"], jacobian=cfg["jacobian"])
-            variants.append((f"inimnet-p{p:g}-n{n}", {"p_min": p, "layers": n}, build))
-    return run_variants(NAME, task, cfg, opts, variants, paper=PAPER_TABLE)
+    task, enc, dec = task_for("balls", cfg, opts)
+    return run_variants(NAME, task, cfg, opts, inimnet_variants(cfg, enc, dec),
+                        paper=PAPER_TABLE)

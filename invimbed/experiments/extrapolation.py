@@ -16,10 +16,10 @@ import numpy as np
 from . import _figures as fig
 from . import bouncing_balls as _bb
 from . import rotating_mnist as _rm
-from ._models import LatentInImNet, balls_decoder, balls_encoder, mnist_decoder, mnist_encoder
+from ._latent import task_for
+from ._models import LatentInImNet
 from ._runner import Options, device_of, evaluate, out_dir, predict_samples, resolve, run_one, \
     write_results
-from ._tasks import balls_task, mnist_task
 
 NAME = "extrapolation"
 DATASETS = ("mnist", "balls")
@@ -39,14 +39,7 @@ def run(opts: Options) -> dict:
     docs = {}
     for ds in names:
         cfg = resolve(PAPER[ds], QUICK[ds], opts)
-        if ds == "mnist":
-            task = mnist_task(cfg["n_train"], cfg["n_test"], mat=opts.mat,
-                              cache_dir=opts.cache_dir)
-            cfg["n_train"], cfg["n_test"] = len(task.x0_train), len(task.x0_test)
-            enc, dec = mnist_encoder, mnist_decoder
-        else:
-            task = balls_task(cfg["n_train"], cfg["n_test"], cache_dir=opts.cache_dir)
-            enc, dec = balls_encoder, balls_decoder
+        task, enc, dec = task_for(ds, cfg, opts)
         latent, n = cfg["latent"], cfg["layers"][0]
         p_train = cfg["p_min"][0]
         deepest = min(cfg["eval_depth"], p_train)

@@ -12,10 +12,9 @@ InImNet's on the same machine, is the comparison of the paper's claim.
 
 from __future__ import annotations
 
-from ._latent import run_variants
-from ._models import LatentODE, balls_decoder, balls_encoder, mnist_decoder, mnist_encoder
+from ._latent import run_variants, task_for
+from ._models import LatentODE
 from ._runner import Options, out_dir, resolve
-from ._tasks import balls_task, mnist_task
 from . import bouncing_balls as _bb
 from . import rotating_mnist as _rm
 
@@ -38,16 +37,7 @@ def run(opts: Options) -> dict:
     docs = {}
     for ds in names:
         cfg = resolve(PAPER[ds], QUICK[ds], opts)
-        if ds == "mnist":
-            if opts.mat and opts.n_train is None:
-                cfg["n_train"] = 500
-            task = mnist_task(cfg["n_train"], cfg["n_test"], mat=opts.mat,
-                              cache_dir=opts.cache_dir)
-            cfg["n_train"], cfg["n_test"] = len(task.x0_train), len(task.x0_test)
-            enc, dec = mnist_encoder, mnist_decoder
-        else:
-            task = balls_task(cfg["n_train"], cfg["n_test"], cache_dir=opts.cache_dir)
-            enc, dec = balls_encoder, balls_decoder
+        task, enc, dec = task_for(ds, cfg, opts)
         latent = cfg["latent"]
         variants = []
         for n in cfg["layers"]:

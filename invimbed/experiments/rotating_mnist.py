@@ -11,10 +11,8 @@ Jacobians by eq. cropping, as the paper's experiments used.
 
 from __future__ import annotations
 
-from ._latent import run_variants
-from ._models import LatentInImNet, mnist_decoder, mnist_encoder
+from ._latent import inimnet_variants, run_variants, task_for
 from ._runner import Options, resolve
-from ._tasks import mnist_task
 
 NAME = "rotating-mnist"
 
@@ -37,24 +35,8 @@ PAPER_TABLE = {
 }
 
 
-def variant_name(p_min: float, layers: int) -> str:
-    return f"inimnet-p{p_min:g}-n{layers}"
-
-
 def run(opts: Options) -> dict:
     cfg = resolve(PAPER, QUICK, opts)
-    if opts.mat and opts.n_train is None:
-        cfg["n_train"] = 500
-    task = mnist_task(cfg["n_train"], cfg["n_test"], mat=opts.mat, cache_dir=opts.cache_dir)
-    cfg["n_train"], cfg["n_test"] = len(task.x0_train), len(task.x0_test)
-    latent = cfg["latent"]
-    variants = []
-    for p in cfg["p_min"]:
-        for n in cfg["layers"]:
-            def build(p=p, n=n):
-                return LatentInImNet(mnist_encoder(latent, cfg["n_filt"]),
-                                     mnist_decoder(latent, cfg["n_filt"]), latent,
-                                     p_min=p, hidden_layers=n, inflation=cfg["inflation"],
-                                     dropout=cfg["dropout"], jacobian=cfg["jacobian"])
-            variants.append((variant_name(p, n), {"p_min": p, "layers": n}, build))
-    return run_variants(NAME, task, cfg, opts, variants, paper=PAPER_TABLE)
+    task, enc, dec = task_for("mnist", cfg, opts)
+    return run_variants(NAME, task, cfg, opts, inimnet_variants(cfg, enc, dec),
+                        paper=PAPER_TABLE)
