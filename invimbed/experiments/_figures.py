@@ -19,6 +19,15 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path: Path, dpi: int = 100, tight: bool = False) -> Path:
+    """Write ``fig`` to ``path`` and close it."""
+    if tight:
+        fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return Path(path)
+
+
 def _depth_label(p: float) -> str:
     return f"p={p:g}"
 
@@ -44,9 +53,7 @@ def sample_grid(path: Path, truth: np.ndarray, pred: np.ndarray, depths, title: 
     if title:
         fig.suptitle(title, fontsize=9)
     fig.subplots_adjust(wspace=0.04, hspace=0.04, left=0.08, right=0.99, top=0.92, bottom=0.01)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, path, dpi=80)
 
 
 def mse_per_frame(path: Path, curves: dict, title: str = "", held_out: int | None = None) -> Path:
@@ -64,10 +71,7 @@ def mse_per_frame(path: Path, curves: dict, title: str = "", held_out: int | Non
     ax.legend(fontsize=7)
     if title:
         ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, path, tight=True)
 
 
 def extrapolation_curve(path: Path, per_depth_frame: np.ndarray, depths, trained: float,
@@ -97,7 +101,4 @@ def extrapolation_curve(path: Path, per_depth_frame: np.ndarray, depths, trained
     b.legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, path, tight=True)
