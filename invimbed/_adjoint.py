@@ -1,13 +1,21 @@
-"""The classical reference: forward solve and backward adjoint, one depth at a time.
+"""The classical reference: forward solve and backward adjoint, exact at every depth.
 
-For each depth ``p_i`` separately (DESIGN.md section 4): integrate ``z`` (and the running
-loss) forward from ``p_i`` to ``q``; then the adjoint
+For each depth ``p_i`` and input ``x`` (docs: theory, "The classical adjoint method"):
+integrate ``z`` and the running loss forward from ``p_i`` to ``q``; then the adjoint
 ``d lambda/dt = -([grad_z f]^T lambda + grad_z R)``, ``lambda(q) = grad T(z(q))``, and the
-parameter adjoint ``d mu/dt = -([grad_w f]^T lambda + grad_w R)``, ``mu(q) = 0``,
-backward from ``q`` to ``p_i`` (eq. lam-adjoint; Chen et al.'s augmented adjoint), with
-``z(t)`` from the forward solve's dense output. Then ``J = int R + T(z(q))``,
+parameter adjoint ``d mu/dt = -([grad_w f]^T lambda + grad_w R)``, ``mu(q) = 0``, backward
+from ``q`` to ``p_i`` with ``z(t)`` from the forward pass's dense output (the paper's
+eq. (5); Chen et al.'s augmented adjoint). Then ``J = int R + T(z(q))``,
 ``grad_x J = lambda(p_i)``, ``dJ/dw = mu(p_i)`` and ``dJ/dp = -(lambda(p_i) . f + R)``
 at ``t = p_i``.
+
+Two strategies compute exactly this:
+
+* ``"ensemble"``: every (depth, input) pair is one row of a single solve
+  (`invimbed._integrators.ensemble`): each row runs from its own ``p_i`` in the problem's
+  own time, with its own adaptive step size and error control, all rows vectorised;
+* ``"per_depth"``: one forward and one backward scipy solve per depth, the simplest
+  reference, with every scipy method.
 
 It shares nothing with the imbedding closures beyond the problem and its derivative
 provider: it is what the imbedding sweep is verified against.
@@ -18,19 +26,32 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.integrate import solve_ivp
+from scipy.integrate import OdeSolution
+from scipy.integrate._ivp.ivp import METHODS as _SCIPY_SOLVERS
 
 from ._integrators import SCIPY_METHODS
 from ._integrators.common import segments
+from ._integrators.ensemble import (DONE, MAX_STEPS, NONFINITE, STIFF_H_LAMBDA, TABLEAUX,
+                                    UNDERFLOW, integrate_rows)
 from ._problem import BolzaProblem
 from ._results import ImbeddingResult
 from ._setup import Setup, depth_gradient, pack_result, prepare
+from ._validation import check_choice, describe
+
+STRATEGIES = ("ensemble", "per_depth")
+BACKENDS = ("numpy", "numba")
+#: Keyword options of `solve_adjoint` beyond its named arguments.
+OPTIONS = ("first_step", "max_step", "max_steps")
+#: Default step budget per row (ensemble) or per solve (per_depth).
+MAX_STEPS = 10_000
+_STIFF = ("Radau", "BDF", "LSODA")
 
 
 def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = None,
                   method: str = "RK45", rtol: float = 1e-6, atol: float = 1e-9,
+                  strategy: str = "ensemble", backend: str = "numpy",
                   **options: Any) -> ImbeddingResult:
-    """Reference solution by the classical adjoint method, each depth separately.
+    """Exact fields of every depth by the classical adjoint method.
 
     Parameters
     ----------
@@ -40,17 +61,44 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
         Strictly monotone depths ``p_i <= q``.
     control : Constant, PiecewiseConstant, Control or None
     method : str, default "RK45"
-        Any ``scipy.integrate.solve_ivp`` method.
+        ``"RK45"`` (Dormand-Prince 5(4)) or ``"RK23"`` (Bogacki-Shampine 3(2)) for the
+        ensemble; any ``scipy.integrate.solve_ivp`` method for ``strategy="per_depth"``.
+        The ensemble does not run ``"DOP853"`` or the implicit methods for stiff problems
+        (``"Radau"``, ``"BDF"``, ``"LSODA"``): with those it solves depth by depth and says
+        so in the result (``strategy``, ``warnings``, ``message``).
     rtol, atol : float
-        Tolerances of the forward and backward solves.
+        Tolerances of the forward and backward solves (scipy's meaning, per row).
+    strategy : {"ensemble", "per_depth"}, default "ensemble"
+        ``"ensemble"``: every (depth, input) pair is one row of a single vectorised solve,
+        each row with its own adaptive steps, stopping exactly at the control's
+        breakpoints; the backward pass reads the forward pass's dense output, which costs
+        ``(S (k + 2) + 2)`` floats per accepted forward step and row (``S = N + 1``,
+        ``k + 1 = 4`` for RK45). ``"per_depth"``: one forward and one backward scipy solve
+        per depth; the simplest reference.
+    backend : {"numpy", "numba"}, default "numpy"
+        ``"numba"`` runs the ensemble as one compiled kernel, a ``prange`` loop over rows
+        (``pip install invimbed[numba]``): the problem's functions must compile with numba
+        (per-sample ``@njit`` functions or a `from_sympy` problem).
     **options
-        Passed to ``solve_ivp``.
+        ``first_step``, ``max_step`` (as in `scipy.integrate.solve_ivp`) and ``max_steps``
+        (default 10,000: attempted steps per row, or per solve with ``"per_depth"``).
 
     Returns
     -------
     ImbeddingResult
-        The same fields as `solve_imbedding` (``error_estimate`` is None). The work
-        grows linearly with the number of depths: one forward and one backward solve each.
+        The same fields as `solve_imbedding` (``error_estimate`` is None), plus
+        ``strategy`` (what ran), ``nsteps`` (steps per depth and input, forward and
+        backward together) and ``warnings`` (a list of str). ``nfev`` counts vectorised
+        right-hand-side calls. A row that fails (non-finite value, step-size underflow,
+        more than ``max_steps`` steps) has NaN fields and makes ``success`` False, with a
+        message naming its depth and input; the other rows keep their values.
+
+    Raises
+    ------
+    TypeError
+        For an unknown keyword argument.
+    ValueError
+        For an unknown ``strategy``, ``backend`` or ``method``.
 
     Examples
     --------
@@ -61,53 +109,259 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
     >>> round(float(res.depth_grad[0]), 3)   # exact: -0.7 * 1.3**2 * exp(1.4)
     -4.797
     """
+    check_choice(strategy, "strategy", STRATEGIES)
+    check_choice(backend, "backend", BACKENDS)
+    opts = _options(options)
     setup = prepare(problem, x, depths, control, method, rtol, atol, None, SCIPY_METHODS)
+    rtol, atol = float(rtol), float(atol)
+    warnings: list[str] = []
+    if strategy == "ensemble" and method not in TABLEAUX:
+        strategy = "per_depth"
+        warnings.append(f"method={method!r} is not run by the ensemble (it runs "
+                        f"{', '.join(map(repr, TABLEAUX))}): the depths were solved one at a "
+                        f"time (strategy='per_depth')")
+    if backend == "numba":
+        if strategy != "ensemble":
+            raise ValueError(f"`backend='numba'` runs the ensemble only (method 'RK45' or "
+                             f"'RK23', strategy='ensemble'), but got strategy={strategy!r} "
+                             f"and method={method!r}")
+        from ._backends.ensemble_numba import ensemble_numba
+
+        fields, nfev, failure = ensemble_numba(setup, method, rtol, atol, opts)
+    elif strategy == "ensemble":
+        fields, nfev, failure = _ensemble(setup, method, rtol, atol, opts)
+    else:
+        fields, nfev, failure = _per_depth(setup, method, rtol, atol, opts)
+    success = failure is None
+    message = ("The adjoint solves reached every requested depth." if success else failure)
+    if warnings:
+        message += " Note: " + "; ".join(warnings) + "."
+    return pack_result(setup, fields, success=success, message=message, nfev=nfev,
+                       closure="adjoint", method=method, strategy=strategy, warnings=warnings)
+
+
+def _options(options: dict) -> dict:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"solve_adjoint() got unexpected keyword argument(s) "
+                        f"{', '.join(map(repr, unknown))}; the options are "
+                        f"{', '.join(map(repr, OPTIONS))}")
+    opts = dict(options)
+    steps = opts.get("max_steps", MAX_STEPS)
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"`max_steps` must be a positive integer, but got {describe(steps)}")
+    opts["max_steps"] = int(steps)
+    for name in ("first_step", "max_step"):
+        if name in opts:
+            v = opts[name]
+            try:
+                ok = float(v) > 0 and not isinstance(v, bool)
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(f"`{name}` must be a positive number, but got {describe(v)}")
+            opts[name] = float(v)
+    return opts
+
+
+def _empty_fields(n: int, B: int, N: int, nw: int) -> dict[str, np.ndarray]:
+    return {"z": np.full((n, B, N), np.nan), "value": np.full((n, B), np.nan),
+            "adjoint": np.full((n, B, N), np.nan), "param_grad": np.full((n, B, nw), np.nan),
+            "depth_grad": np.full((n, B), np.nan), "nsteps": np.zeros((n, B), dtype=np.int64)}
+
+
+def failure_reason(code: int, max_steps: int, h_lambda: float) -> str:
+    """What a per-row failure code of the ensemble means, with the remedy."""
+    if code == MAX_STEPS:
+        if h_lambda > STIFF_H_LAMBDA:
+            return (f"more than max_steps = {max_steps} steps; the problem looks stiff "
+                    f"(h|lambda| = {h_lambda:.2g} at the last step, the explicit method's "
+                    f"stability limit): use method='Radau' or 'BDF'")
+        return f"more than max_steps = {max_steps} steps; increase `max_steps`"
+    if code == NONFINITE:
+        return "the dynamics or the running loss is not finite there"
+    if code == UNDERFLOW:
+        return ("the step size fell below the spacing of floating-point numbers (a "
+                "singularity or a finite-time blow-up of the solution)")
+    return f"failure code {code}"
+
+
+def failure_message(setup: Setup, where: str, depth: float, b: int, t: float, reason: str,
+                    count: int, total: int) -> str:
+    """The message of a result with failed rows, naming the first one."""
+    inp = f"input x[{b}]" if setup.batched else "the input x"
+    return (f"The {where} failed for depth p = {depth:.10g} and {inp} at t = {t:.10g}: "
+            f"{reason}. {count} of {total} (depth, input) rows failed; the others are "
+            f"exact to the tolerances.")
+
+
+# -- strategy "ensemble" ----------------------------------------------------------------
+def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
+              opts: dict) -> tuple[dict, int, str | None]:
+    prov, ctrl, q = setup.provider, setup.control, setup.q
     B, N = setup.x.shape
-    nw = setup.control.n_params
-    n = setup.depths_desc.size
-    fields = {"z": np.full((n, B, N), np.nan), "value": np.full((n, B), np.nan),
-              "adjoint": np.full((n, B, N), np.nan), "param_grad": np.full((n, B, nw), np.nan),
-              "depth_grad": np.full((n, B), np.nan)}
+    n, nw = setup.depths_desc.size, ctrl.n_params
+    R = n * B
+    p = np.repeat(setup.depths_desc, B)                 # row r = (depth r // B, input r % B)
+    x = np.tile(setup.x, (n, 1))
+    qs = np.full(R, q)
+    stops = np.sort(ctrl.breakpoints[(ctrl.breakpoints > p.min()) & (ctrl.breakpoints < q)])
+    tab = TABLEAUX[method]
+    common = dict(tableau=tab, rtol=rtol, atol=atol, max_steps=opts["max_steps"], stops=stops,
+                  pieces=lambda lo, hi, rows: ctrl.pieces(lo, hi),
+                  first_step=opts.get("first_step"), max_step=opts.get("max_step", np.inf))
+
+    def forward(t, y, rows, piece):
+        z = y[:, :N]
+        th = ctrl.theta_rows(t, piece)
+        return np.concatenate([prov.derivative("f", t, z, th),
+                               prov.derivative("R", t, z, th)[:, None]], axis=1)
+
+    fwd = integrate_rows(forward, p, qs, np.concatenate([x, np.zeros((R, 1))], axis=1),
+                         record=True, **common)
+    ok = fwd.status == DONE
+    zq = fwd.y[:, :N]
+    value = np.full(R, np.nan)
+    lam_q = np.full((R, N), np.nan)
+    if np.any(ok):
+        value[ok] = fwd.y[ok, N] + prov.derivative("T", q, zq[ok], None)
+        lam_q[ok] = prov.derivative("T", q, zq[ok], None, dz=1)
+    dense = fwd.dense
+
+    def backward(t, y, rows, piece):
+        z = dense(t, rows)[:, :N]
+        th = ctrl.theta_rows(t, piece)
+        lam = y[:, :N]
+        dlam = -(np.einsum("kji,kj->ki", prov.derivative("f", t, z, th, dz=1), lam)
+                 + prov.derivative("R", t, z, th, dz=1))
+        if not nw:
+            return dlam
+        g = (np.einsum("kjm,kj->km", prov.derivative("f", t, z, th, dth=1), lam)
+             + prov.derivative("R", t, z, th, dth=1))
+        dmu = -np.einsum("km,kmw->kw", g, ctrl.jacobian_rows(t, piece))
+        return np.concatenate([dlam, dmu], axis=1)
+
+    start = np.where(ok, q, p)                           # failed rows: nothing to do
+    bwd = integrate_rows(backward, start, p, np.concatenate(
+        [np.where(ok[:, None], lam_q, 0.0), np.zeros((R, nw))], axis=1), **common)
+    good = ok & (bwd.status == DONE)
+    adjoint = np.where(good[:, None], bwd.y[:, :N], np.nan)
+    fields = _empty_fields(n, B, N, nw)
+    fields["z"][:] = np.where(good[:, None], zq, np.nan).reshape(n, B, N)
+    fields["value"][:] = np.where(good, value, np.nan).reshape(n, B)
+    fields["adjoint"][:] = adjoint.reshape(n, B, N)
+    fields["param_grad"][:] = np.where(good[:, None], bwd.y[:, N:], np.nan).reshape(n, B, nw)
+    fields["nsteps"][:] = (fwd.nsteps + bwd.nsteps).reshape(n, B)
+    nfev = fwd.nfev + bwd.nfev
+    if np.any(good):
+        fields["depth_grad"].reshape(R)[good] = depth_gradient(setup, p[good], adjoint[good],
+                                                               x[good])
+    failure = None
+    bad = np.flatnonzero(~good)
+    if bad.size:
+        r = int(bad[0])
+        fwd_failed = not ok[r]
+        out = fwd if fwd_failed else bwd
+        reason = failure_reason(int(out.status[r]), opts["max_steps"], float(out.h_lambda[r]))
+        failure = failure_message(setup, "forward solve" if fwd_failed else
+                                  "backward adjoint solve", float(p[r]), r % B,
+                                  float(out.t[r]), reason, bad.size, R)
+    return fields, nfev, failure
+
+
+# -- strategy "per_depth" ---------------------------------------------------------------
+class _NonFinite(ArithmeticError):
+    def __init__(self, t: float) -> None:
+        super().__init__(t)
+        self.t = t
+
+
+def _solve(fun, t0: float, t1: float, y0: np.ndarray, method: str, rtol: float,
+           atol: float, opts: dict, dense: bool) -> tuple[str | None, float, np.ndarray, Any, int, int]:
+    """One scipy solve with a step budget and a stop on non-finite values.
+
+    Returns ``(failure, t, y, dense_output, nfev, nsteps)``: ``failure`` is None or the
+    reason, ``t`` where the solve ended.
+    """
+    def guarded(t, y):
+        dy = fun(t, y)
+        if not np.all(np.isfinite(dy)):
+            raise _NonFinite(t)
+        return dy
+
+    extra = {k: opts[k] for k in ("first_step", "max_step") if k in opts}
+    if "first_step" in extra:
+        extra["first_step"] = min(extra["first_step"], abs(t1 - t0))
+    try:
+        solver = _SCIPY_SOLVERS[method](guarded, t0, y0, t1, rtol=rtol, atol=atol, **extra)
+    except _NonFinite as exc:
+        return failure_reason(NONFINITE, 0, 0.0), exc.t, y0, None, 1, 0
+    ts, parts = [t0], []
+    steps = 0
+    while solver.status == "running":
+        if steps >= opts["max_steps"]:
+            return (failure_reason(MAX_STEPS, opts["max_steps"], 0.0), solver.t, solver.y,
+                    None, solver.nfev, steps)
+        try:
+            msg = solver.step()
+        except _NonFinite as exc:
+            return failure_reason(NONFINITE, 0, 0.0), exc.t, solver.y, None, solver.nfev, steps
+        steps += 1
+        if solver.status == "failed":
+            return f"{msg}", solver.t, solver.y, None, solver.nfev, steps
+        if dense:
+            parts.append(solver.dense_output())
+            ts.append(solver.t)
+    sol = OdeSolution(ts, parts) if dense else None
+    return None, solver.t, solver.y, sol, solver.nfev, steps
+
+
+def _per_depth(setup: Setup, method: str, rtol: float, atol: float,
+               opts: dict) -> tuple[dict, int, str | None]:
+    B, N = setup.x.shape
+    n, nw = setup.depths_desc.size, setup.control.n_params
+    fields = _empty_fields(n, B, N, nw)
     nfev = 0
-    success, message = True, "The adjoint solves reached every requested depth."
+    failure, failed = None, 0
     for i, p in enumerate(setup.depths_desc):
-        ok, msg, out, count = _one_depth(setup, float(p), method, rtol, atol, options)
+        reason, t_fail, out, count, steps = _one_depth(setup, float(p), method, rtol, atol,
+                                                       opts)
         nfev += count
-        if not ok:
-            success, message = False, msg
-            break
+        fields["nsteps"][i] = steps
+        if reason is not None:
+            failed += 1
+            if failure is None:
+                failure = (float(p), t_fail, reason)
+            continue
         for k, v in out.items():
             fields[k][i] = v
         fields["depth_grad"][i] = depth_gradient(setup, float(p), out["adjoint"])
-        if not np.all(np.isfinite(fields["depth_grad"][i])):
-            success = False
-            message = f"Non-finite depth gradient at depth p = {p:.10g}."
-            break
-    return pack_result(setup, fields, success=success, message=message, nfev=nfev,
-                       closure="adjoint", method=method)
+    if failure is not None:
+        p, t_fail, reason = failure
+        where, _, reason = reason.partition(": ")
+        message = (f"The {where} failed for depth p = {p:.10g} at t = {t_fail:.10g}: "
+                   f"{reason}. {failed} of {n} depths failed; the others are exact to the "
+                   f"tolerances.")
+        return fields, nfev, message
+    return fields, nfev, None
 
 
 def _one_depth(setup: Setup, p: float, method: str, rtol: float, atol: float,
-               options: dict) -> tuple[bool, str, dict, int]:
+               opts: dict) -> tuple[str | None, float, dict, int, int]:
     prov = setup.provider
     ctrl = setup.control
     q = setup.q
     B, N = setup.x.shape
     M, nw = ctrl.size, ctrl.n_params
-    nfev = 0
+    nfev = nsteps = 0
     if p == q:
         z = setup.x
         lam = prov.derivative("T", q, z, None, dz=1)
-        return True, "", {"z": z.copy(), "value": prov.derivative("T", q, z, None),
-                          "adjoint": lam, "param_grad": np.zeros((B, nw))}, 0
+        return None, q, {"z": z.copy(), "value": prov.derivative("T", q, z, None),
+                         "adjoint": lam, "param_grad": np.zeros((B, nw))}, 0, 0
     segs = segments(q, p, ctrl.breakpoints)[::-1]  # forward in t: from p up to q
     dense = []
     y = np.concatenate([setup.x.ravel(), np.zeros(B)])
-
-    def bad(where: str, t: float) -> tuple[bool, str, dict, int]:
-        return (False, f"{where} failed for depth p = {p:.10g} at t = {t:.10g}: non-finite "
-                f"value or solver failure", {}, nfev)
-
     for hi, lo in segs:
         piece = setup.piece_of(hi, lo)
 
@@ -118,13 +372,14 @@ def _one_depth(setup: Setup, p: float, method: str, rtol: float, atol: float,
             r = prov.derivative("R", t, z, th)
             return np.concatenate([f.ravel(), r])
 
-        sol = solve_ivp(forward, (lo, hi), y, method=method, rtol=rtol, atol=atol,
-                        dense_output=True, **options)
-        nfev += sol.nfev
-        if sol.status != 0 or not np.all(np.isfinite(sol.y)):
-            return bad("forward solve", float(sol.t[-1]))
-        dense.append((lo, hi, sol.sol, piece))
-        y = sol.y[:, -1]
+        fail, t_end, y_end, sol, count, steps = _solve(forward, lo, hi, y, method, rtol, atol,
+                                                      opts, dense=True)
+        nfev += count
+        nsteps += steps
+        if fail is not None:
+            return "forward solve: " + fail, t_end, {}, nfev, nsteps
+        dense.append((lo, hi, sol, piece))
+        y = y_end
     zq = y[:B * N].reshape(B, N)
     value = y[B * N:] + prov.derivative("T", q, zq, None)
     lam = prov.derivative("T", q, zq, None, dz=1)
@@ -147,10 +402,12 @@ def _one_depth(setup: Setup, p: float, method: str, rtol: float, atol: float,
                 return np.concatenate([dl.ravel(), dm.ravel()])
             return dl.ravel()
 
-        sol = solve_ivp(backward, (hi, lo), yb, method=method, rtol=rtol, atol=atol, **options)
-        nfev += sol.nfev
-        if sol.status != 0 or not np.all(np.isfinite(sol.y)):
-            return bad("backward adjoint solve", float(sol.t[-1]))
-        yb = sol.y[:, -1]
-    return True, "", {"z": zq, "value": value, "adjoint": yb[:B * N].reshape(B, N),
-                      "param_grad": yb[B * N:].reshape(B, nw)}, nfev
+        fail, t_end, yb_end, _, count, steps = _solve(backward, hi, lo, yb, method, rtol, atol,
+                                                     opts, dense=False)
+        nfev += count
+        nsteps += steps
+        if fail is not None:
+            return "backward adjoint solve: " + fail, t_end, {}, nfev, nsteps
+        yb = yb_end
+    return None, p, {"z": zq, "value": value, "adjoint": yb[:B * N].reshape(B, N),
+                     "param_grad": yb[B * N:].reshape(B, nw)}, nfev, nsteps

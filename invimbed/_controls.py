@@ -65,6 +65,22 @@ class OpenLoopControl:
         self._check_time(t)
         return self._jacobian(float(t), piece)
 
+    # -- many rows at once (the ensemble adjoint: every row at its own time) -----------
+    def pieces(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray | None:
+        """`piece` for each row's open interval between ``lo[r]`` and ``hi[r]``
+        (``None`` for smooth controls)."""
+        return None
+
+    def theta_rows(self, t: np.ndarray, pieces: np.ndarray | None = None) -> np.ndarray:
+        """``theta(t[r])`` of every row, shape (R, M). Subclasses may vectorise it."""
+        return np.stack([self.theta(float(tr), None if pieces is None else pieces[r])
+                         for r, tr in enumerate(t)]).reshape(len(t), self.size)
+
+    def jacobian_rows(self, t: np.ndarray, pieces: np.ndarray | None = None) -> np.ndarray:
+        """``d theta(t[r]) / d w`` of every row, shape (R, M, n_w)."""
+        return np.stack([self.jacobian(float(tr), None if pieces is None else pieces[r])
+                         for r, tr in enumerate(t)]).reshape(len(t), self.size, self.n_params)
+
     def with_params(self, w: Any) -> "OpenLoopControl":  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -108,6 +124,12 @@ class NoControl(OpenLoopControl):
     def _jacobian(self, t: float, piece: Any) -> np.ndarray:
         return np.empty((0, 0))
 
+    def theta_rows(self, t: np.ndarray, pieces: np.ndarray | None = None) -> np.ndarray:
+        return np.empty((len(t), 0))
+
+    def jacobian_rows(self, t: np.ndarray, pieces: np.ndarray | None = None) -> np.ndarray:
+        return np.empty((len(t), 0, 0))
+
 
 class Constant(OpenLoopControl):
     """A constant control ``theta(t) = w``.
@@ -137,6 +159,12 @@ class Constant(OpenLoopControl):
 
     def _jacobian(self, t: float, piece: Any) -> np.ndarray:
         return np.eye(self.size)
+
+    def theta_rows(self, t: np.ndarray, pieces: np.ndarray | None = None) -> np.ndarray:
+        return np.broadcast_to(self.w, (len(t), self.size))
+
+    def jacobian_rows(self, t: np.ndarray, pieces: np.ndarray | None = None) -> np.ndarray:
+        return np.broadcast_to(np.eye(self.size), (len(t), self.size, self.size))
 
 
 class PiecewiseConstant(OpenLoopControl):
@@ -208,6 +236,26 @@ class PiecewiseConstant(OpenLoopControl):
             t = 0.5 * (lo + hi)
         k = int(np.searchsorted(self.knots, t, side="right")) - 1
         return min(max(k, 0), self.values.shape[0] - 1)
+
+    def pieces(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self.knots, 0.5 * (np.asarray(lo) + np.asarray(hi)), side="right") - 1
+        return np.clip(k, 0, self.values.shape[0] - 1)
+
+    def theta_rows(self, t: np.ndarray, pieces: np.ndarray | None = None) -> np.ndarray:
+        if pieces is None:
+            for tr in (np.min(t), np.max(t)):
+                self._check_time(float(tr))
+            pieces = self.pieces(t, t)
+        return self.values[pieces]
+
+    def jacobian_rows(self, t: np.ndarray, pieces: np.ndarray | None = None) -> np.ndarray:
+        if pieces is None:
+            pieces = self.pieces(t, t)
+        M = self.size
+        jac = np.zeros((len(t), M, self.w.size))
+        cols = pieces[:, None] * M + np.arange(M)              # (R, M): row k of piece
+        jac[np.arange(len(t))[:, None], np.arange(M), cols] = 1.0
+        return jac
 
     def _theta(self, t: float, piece: Any) -> np.ndarray:
         k = self.piece(t) if piece is None else piece

@@ -49,7 +49,14 @@ class BolzaProblem:
         (B, N) and ``theta`` of shape (B, M), and returns the batch of results
         ((B, N) for the dynamics, (B,) for the losses). Vectorised functions make
         batched solves and finite differences fast; otherwise they are called row by
-        row.
+        row. ``t`` is always a float: where the rows of a batch are at different times
+        (the ensemble `invimbed.solve_adjoint`), a vectorised function is called once per
+        distinct time, unless the problem is declared ``autonomous``.
+    autonomous : bool, default False
+        Declares that ``dynamics`` and ``running_loss`` do not depend on ``t``: vectorised
+        functions are then called once for a whole batch whose rows are at different
+        times. The declaration is checked once, at the first solve, by evaluating the
+        functions at two times; a function that depends on ``t`` raises ``ValueError``.
 
     Raises
     ------
@@ -73,7 +80,7 @@ class BolzaProblem:
     def __init__(self, dynamics: Callable, running_loss: Callable | None = None,
                  terminal_loss: Callable | None = None, *, q: float = 0.0,
                  derivatives: Mapping[str, Callable] | DerivativeProvider | None = None,
-                 vectorized: bool = False) -> None:
+                 vectorized: bool = False, autonomous: bool = False) -> None:
         check_callable(dynamics, "dynamics")
         check_callable(running_loss, "running_loss", allow_none=True)
         check_callable(terminal_loss, "terminal_loss", allow_none=True)
@@ -87,7 +94,12 @@ class BolzaProblem:
         self.running_loss = running_loss
         self.terminal_loss = terminal_loss
         self.q = q
+        if not isinstance(vectorized, (bool, np.bool_)):
+            raise TypeError(f"`vectorized` must be True or False, but got {describe(vectorized)}")
+        if not isinstance(autonomous, (bool, np.bool_)):
+            raise TypeError(f"`autonomous` must be True or False, but got {describe(autonomous)}")
         self.vectorized = bool(vectorized)
+        self.autonomous = bool(autonomous)
         self._user_provider: DerivativeProvider | None = None
         self._known: dict[tuple[str, int, int], Callable] = {}
         if isinstance(derivatives, DerivativeProvider):
@@ -147,12 +159,28 @@ class BolzaProblem:
             return fn(t, z, theta)
 
         if vectorized:
+            autonomous = self.autonomous or which == "T"
+
             def g(t, z, theta):   # numpy, or cupy arrays on backend="cupy"
                 xp = array_namespace(z)
-                return xp.asarray(call(t, z, theta), dtype=xp.float64)
+                if np.ndim(t) == 0 or autonomous:
+                    t0 = t if np.ndim(t) == 0 else (float(t[0]) if len(t) else 0.0)
+                    return xp.asarray(call(t0, z, theta), dtype=xp.float64)
+                # rows at different times (the ensemble adjoint): one call per time
+                times, inverse = np.unique(t, return_inverse=True)
+                out = None
+                for k, tk in enumerate(times):
+                    rows = np.flatnonzero(inverse == k)
+                    part = xp.asarray(call(float(tk), z[rows], theta[rows]), dtype=xp.float64)
+                    if out is None:
+                        out = xp.empty((z.shape[0],) + tuple(part.shape[1:]))
+                    out[rows] = part
+                return out
         else:
             def g(t, z, theta):
-                rows = [np.asarray(call(t, z[b], theta[b]), dtype=float) for b in range(z.shape[0])]
+                ts = np.broadcast_to(t, (z.shape[0],))      # a time per row
+                rows = [np.asarray(call(float(ts[b]), z[b], theta[b]), dtype=float)
+                        for b in range(z.shape[0])]
                 if not rows:
                     return np.zeros((0,))
                 return np.stack(rows)
@@ -221,7 +249,22 @@ class BolzaProblem:
                     f"`{name}` must return {what}{batch}, i.e. shape {expected}, but returned "
                     f"shape {out.shape}"
                 )
+        if self.autonomous:
+            self._check_autonomous(t, x[:1], theta[None, :])
         self._checked.add(key)
+
+    def _check_autonomous(self, t: float, z: np.ndarray, theta: np.ndarray) -> None:
+        """Refute ``autonomous=True`` where a function changes with ``t``."""
+        for name, fn in (("dynamics", self.dynamics), ("running_loss", self.running_loss)):
+            if fn is None:
+                continue
+            args = (z, theta) if self.vectorized else (z[0], theta[0])
+            values = [np.asarray(fn(s, *args), dtype=float) for s in (t, t - 0.731, t + 1.913)]
+            if not all(np.array_equal(values[0], v) for v in values[1:]):
+                raise ValueError(
+                    f"`autonomous=True` was declared, but `{name}` depends on t: it returns "
+                    f"different values at t = {t}, {t - 0.731} and {t + 1.913} for the same z "
+                    f"and theta; drop `autonomous=True`")
 
 
 def _key_name(key: tuple[str, int, int]) -> str:

@@ -67,11 +67,21 @@ def prepare(problem: Any, x: Any, depths: Any, control: Any, method: str, rtol: 
     return Setup(problem, xb, batched, dep, order, dep[order], ctrl, provider)
 
 
-def depth_gradient(setup: Setup, p: float, adjoint: np.ndarray) -> np.ndarray:
-    """``dJ/dp = -(Lam . f(p, x, theta(p)) + R(p, x, theta(p)))`` (DESIGN.md section 2)."""
-    th = np.broadcast_to(setup.control.theta(p), (setup.x.shape[0], setup.control.size))
-    f = setup.provider.derivative("f", p, setup.x, th)
-    R = setup.provider.derivative("R", p, setup.x, th)
+def depth_gradient(setup: Setup, p: float | np.ndarray, adjoint: np.ndarray,
+                   x: np.ndarray | None = None) -> np.ndarray:
+    """``dJ/dp = -(Lam . f(p, x, theta(p)) + R(p, x, theta(p)))`` (DESIGN.md section 2).
+
+    ``p`` is one depth for the inputs ``setup.x``, or an array of per-row depths for the
+    rows ``x`` (the ensemble adjoint). At a jump of the control, ``theta(p)`` is the value
+    just above ``p`` (the derivative from above)."""
+    ctrl = setup.control
+    if np.ndim(p) == 0:
+        x = setup.x
+        th = np.broadcast_to(ctrl.theta(p), (x.shape[0], ctrl.size))
+    else:
+        th = ctrl.theta_rows(p, ctrl.pieces(p, p))
+    f = setup.provider.derivative("f", p, x, th)
+    R = setup.provider.derivative("R", p, x, th)
     return -(sum_products(adjoint, f) + R)
 
 

@@ -447,12 +447,14 @@ def test_depth_at_q_gives_the_terminal_fields():
 
 
 def test_nfev_grows_with_the_number_of_depths():
-    # "one forward and one backward solve each": the work of several depths is the sum
-    # of the work of each depth solved alone, and strictly grows with their number.
+    # strategy="per_depth": "one forward and one backward solve each": the work of several
+    # depths is the sum of the work of each depth solved alone, and strictly grows with
+    # their number.
     depths = CONV_DEPTHS[:-1]                        # exclude p = q, which costs nothing
-    single = [_conv(CONV_X, [p]).nfev for p in depths]
+    single = [_conv(CONV_X, [p], strategy="per_depth").nfev for p in depths]
     assert all(n > 0 for n in single)
-    cumulative = [_conv(CONV_X, depths[:k]).nfev for k in range(1, depths.size + 1)]
+    cumulative = [_conv(CONV_X, depths[:k], strategy="per_depth").nfev
+                  for k in range(1, depths.size + 1)]
     assert all(b > a for a, b in zip(cumulative, cumulative[1:]))
     assert cumulative[-1] == sum(single)
 

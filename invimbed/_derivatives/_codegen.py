@@ -6,7 +6,8 @@ One module of Python source per request of `SympyProvider`, holding
   ``out[j]`` (``out`` has one more slot than there are values: the zero that entries
   known to vanish are gathered from);
 * ``kernel(t, z (B, N), th (B, M), out (B, n + 1))``: ``point`` row by row, what
-  ``compile="numba"`` calls for a batch;
+  ``compile="numba"`` calls for a batch; ``kernel_rows`` the same with a time per row
+  (``t`` of shape (B,));
 * for a per-sample derivative (`SympyProvider.sample_function`, what ``backend="numba"``
   calls), ``sample(t, z, th)`` returning the full tensor gathered from ``point``'s
   values (``sample_T(z)`` for the terminal loss).
@@ -54,6 +55,8 @@ def point_source(printer: Any, t_arg: Any, z_args: tuple, th_args: tuple, repl: 
     lines += [f"    out[{j}] = {printer.doprint(e)}" for j, e in enumerate(reduced)]
     lines += ["", "", "@_jit", "def kernel(t, z, th, out):", "    for b in range(z.shape[0]):",
               "        point(t, z[b], th[b], out[b])"]
+    lines += ["", "", "@_jit", "def kernel_rows(t, z, th, out):",
+              "    for b in range(z.shape[0]):", "        point(t[b], z[b], th[b], out[b])"]
     return lines
 
 

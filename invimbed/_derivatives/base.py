@@ -6,6 +6,8 @@ the closures and the adjoint reference ask for them in one form:
 ``provider.derivative(which, t, z, theta, dz=0, dth=0)``
 
 * ``which`` is ``"f"`` (dynamics), ``"R"`` (running loss) or ``"T"`` (terminal loss);
+* ``t`` is a float, or an array of shape ``(B,)`` giving each row its own time (the
+  ensemble adjoint solver, whose rows are at different times);
 * ``z`` has shape ``(B, N)``, ``theta`` shape ``(B, M)`` (ignored for ``"T"``);
 * the result is the tensor of partial derivatives of order ``dz`` in ``z`` and ``dth``
   in ``theta``, batched, with the axes ``(B, *out, *[N] * dz, *[M] * dth)`` where
@@ -22,6 +24,10 @@ Contract for implementers of a provider
    the public `DerivativeProvider.derivative` checks the order and the shape.
 3. Derivative tensors are symmetric in their ``z`` axes and stored in full; a provider
    may compute them any way it likes (closed form, code generation, differences).
+4. Per-row times: a provider that can evaluate rows at different times in one call sets
+   ``row_times = True`` and receives ``t`` as an array of shape ``(B,)``; for the others
+   the public `DerivativeProvider.derivative` calls ``_derivative`` once per distinct
+   time, with a float.
 """
 
 from __future__ import annotations
@@ -65,6 +71,8 @@ class DerivativeProvider:
     max_order: int | None = None
     max_jet_order: int | None = None
     name: str = "provider"
+    #: Whether ``_derivative`` accepts an array of per-row times (contract rule 4).
+    row_times: bool = False
 
     def out_shape(self, which: str) -> tuple[int, ...]:
         return (self.n_state,) if which == "f" else ()
@@ -91,7 +99,18 @@ class DerivativeProvider:
             theta = xp.zeros((B, self.n_theta))
         else:
             theta = xp.broadcast_to(xp.asarray(theta, dtype=xp.float64), (B, self.n_theta))
-        out = self._derivative(which, t, z, theta, dz, dth)
+        t = _row_times(t, B)
+        if isinstance(t, float) or self.row_times:
+            out = self._derivative(which, t, z, theta, dz, dth)
+        else:                      # one call per distinct time
+            times, inverse = np.unique(t, return_inverse=True)
+            out = None
+            for k, tk in enumerate(times):
+                rows = np.flatnonzero(inverse == k)
+                part = self._derivative(which, float(tk), z[rows], theta[rows], dz, dth)
+                if out is None:
+                    out = xp.empty((B,) + tuple(part.shape[1:]))
+                out[rows] = part
         expected = (B,) + self.out_shape(which) + (self.n_state,) * dz + (self.n_theta,) * dth
         if tuple(out.shape) != expected:
             raise ValueError(
@@ -154,6 +173,18 @@ class DerivativeProvider:
 
     def __repr__(self) -> str:
         return f"<{self.name}: N={self.n_state}, M={self.n_theta}, max_order={self.max_order}>"
+
+
+def _row_times(t: Any, B: int) -> float | np.ndarray:
+    """``t`` as a float, or as an array of ``B`` per-row times where they differ."""
+    if np.ndim(t) == 0:
+        return float(t)
+    arr = np.asarray(t, dtype=float).reshape(-1)
+    if arr.size != B:
+        raise ValueError(f"per-row times `t` must have shape ({B},), but got shape {np.shape(t)}")
+    if B == 0 or np.all(arr == arr[0]):
+        return float(arr[0]) if B else 0.0
+    return arr
 
 
 def symmetrize(tensor: np.ndarray, k: int) -> np.ndarray:

@@ -54,6 +54,8 @@ class FiniteDifferences(DerivativeProvider):
     """
 
     name = "finite-difference provider"
+    #: Per-row times are handed to the functions (see `invimbed.BolzaProblem`).
+    row_times = True
     #: Differences of differences lose digits fast: jets of order <= 2 only.
     max_jet_order = 2
 
@@ -147,7 +149,7 @@ def _difference(g: BatchedFn, var: str, h_rel: float, insert_at: int) -> Batched
         u = z if var == "z" else theta
         n = u.shape[1]
         if n == 0:
-            base = g(t, z[:0], theta[:0])
+            base = g(t if np.ndim(t) == 0 else t[:0], z[:0], theta[:0])
             shape = (B,) + tuple(base.shape[1:])
             res = xp.zeros(shape + (0,))
             return xp.moveaxis(res, -1, 1 + insert_at)
@@ -162,7 +164,8 @@ def _difference(g: BatchedFn, var: str, h_rel: float, insert_at: int) -> Batched
         else:
             zz = xp.tile(z, (2 * n, 1))
             tt = stacked
-        vals = xp.asarray(g(t, zz, tt), dtype=xp.float64)
+        ts = t if np.ndim(t) == 0 else np.tile(t, 2 * n)   # per-row times follow the rows
+        vals = xp.asarray(g(ts, zz, tt), dtype=xp.float64)
         vals = vals.reshape((2, n, B) + tuple(vals.shape[1:]))
         hb = h.T.reshape((n, B) + (1,) * (vals.ndim - 3))
         d = (vals[0] - vals[1]) / (2.0 * hb)  # (n, B, *S)

@@ -228,6 +228,9 @@ class SympyProvider(DerivativeProvider):
         return self._sp.Array(entries, shape) if entries else self._sp.Array([], shape)
 
     # -- the interface ----------------------------------------------------------------
+    #: Generated code evaluates rows at their own times (contract rule 4 of the base).
+    row_times = True
+
     def _derivative(self, which, t, z, theta, dz, dth):
         return self._request("tensor", which, dz, dth)(t, z, theta)
 
@@ -311,7 +314,7 @@ class SympyProvider(DerivativeProvider):
             return _nothing
         repl, reduced = self._cse(exprs)
         if self.compile == "numba":
-            return self._numba_module(repl, reduced).kernel
+            return self._numba_module(repl, reduced)   # its kernel / kernel_rows are called
         args = (self._t_arg,) + self._z_args + self._th_args
         return sp.lambdify(args, list(reduced), modules="numpy", cse=lambda _: (repl, reduced),
                            **_lambdify_options(sp))
@@ -392,12 +395,14 @@ class _Compiled:
         n = self.n_values
         if self.gather.size == 0:
             return np.zeros((B,) + self.shape)
-        t = float(t)
+        rows = np.ndim(t) != 0          # per-row times (an array of shape (B,))
+        t = np.ascontiguousarray(t, dtype=float) if rows else float(t)
         if self.numba:
             buf = np.zeros((B, n + 1))
             if n:
-                self.fn(t, np.ascontiguousarray(z, dtype=float),
-                        np.ascontiguousarray(theta, dtype=float), buf)
+                kernel = self.fn.kernel_rows if rows else self.fn.kernel
+                kernel(t, np.ascontiguousarray(z, dtype=float),
+                       np.ascontiguousarray(theta, dtype=float), buf)
             return buf[:, self.gather].reshape((B,) + self.shape)
         buf = np.empty((n + 1, B))
         buf[n] = 0.0
