@@ -43,7 +43,7 @@ BACKENDS = ("numpy", "numba")
 #: Keyword options of `solve_adjoint` beyond its named arguments.
 OPTIONS = ("first_step", "max_step", "max_steps")
 #: Default step budget per row (ensemble) or per solve (per_depth).
-MAX_STEPS = 10_000
+DEFAULT_MAX_STEPS = 10_000
 _STIFF = ("Radau", "BDF", "LSODA")
 
 
@@ -147,7 +147,7 @@ def _options(options: dict) -> dict:
                         f"{', '.join(map(repr, unknown))}; the options are "
                         f"{', '.join(map(repr, OPTIONS))}")
     opts = dict(options)
-    steps = opts.get("max_steps", MAX_STEPS)
+    steps = opts.get("max_steps", DEFAULT_MAX_STEPS)
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"`max_steps` must be a positive integer, but got {describe(steps)}")
     opts["max_steps"] = int(steps)
