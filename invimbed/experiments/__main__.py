@@ -6,10 +6,13 @@ import argparse
 import json
 import sys
 
+from ..data import DataError
 from . import EXPERIMENTS, run
+from ._options import Options, check_device, check_options, check_requirements
 
 
 def parser() -> argparse.ArgumentParser:
+    """The command line's parser (:func:`main` checks the values it parses)."""
     ap = argparse.ArgumentParser(
         prog="python -m invimbed.experiments",
         description="Reproduce the learning experiments of 'Imbedding Deep Neural Networks'. "
@@ -39,7 +42,8 @@ def parser() -> argparse.ArgumentParser:
                                         "~/.cache/invimbed/data)")
     ap.add_argument("--device", help="cpu or cuda (default: cuda if available)")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads")
-    ap.add_argument("--no-figures", dest="figures", action="store_false")
+    ap.add_argument("--no-figures", dest="figures", action="store_false",
+                    help="draw no figures (and need no matplotlib)")
     ap.add_argument("--progress", dest="progress", action="store_true", default=None,
                     help="always show progress bars (default: only on a terminal)")
     return ap
@@ -50,11 +54,47 @@ def _int_depths(values):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    """Run ``python -m invimbed.experiments NAME [options]`` and print its summary.
+
+    Before anything runs, an unusable option (``--epochs 0``, ``--lr -1``, a missing
+    ``--mat`` file, a ``--device`` this machine lacks) ends it with argparse's one-line
+    error and exit status 2, and a missing dependency (PyTorch, tqdm, torchdiffeq,
+    matplotlib unless ``--no-figures``, mlxtend) with its message and exit status 1. A
+    data file that cannot be read, or data with a NaN or an infinity, ends it with exit
+    status 1 and a message naming the file.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 when every run finished.
+    """
+    ap = parser()
+    args = ap.parse_args(argv)
     kw = vars(args)
     name = kw.pop("name")
     kw["p_min"] = _int_depths(kw["p_min"])
-    doc = run(name, **kw)
+    opts = Options.from_kwargs(**kw)
+    try:
+        check_options(opts, cli=True)
+    except ValueError as exc:
+        ap.error(str(exc))
+    try:
+        check_requirements(name, opts, cli=True)
+    except ImportError as exc:
+        ap.exit(1, f"{ap.prog}: error: {exc}\n")
+    try:
+        check_device(opts.device, cli=True)
+    except ValueError as exc:
+        ap.error(str(exc))
+    try:
+        doc = run(name, **kw)
+    except DataError as exc:
+        ap.exit(1, f"{ap.prog}: error: {exc}\n")
     docs = doc if "summary" not in doc else {name: doc}
     for key, d in docs.items():
         print(f"== {d['experiment']}")

@@ -20,7 +20,7 @@ import math
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,45 +28,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._options import Options
 from ._tasks import Task
 
 __all__ = ["Options", "evaluate", "resolve", "run_one", "save_json", "train"]
-
-
-@dataclass
-class Options:
-    """Command-line options shared by the experiments; ``None`` means the experiment's
-    default (the paper's, or its ``--quick`` value)."""
-
-    quick: bool = False
-    epochs: int | None = None
-    seeds: list | None = None
-    out: str | None = None
-    resume: bool = False
-    n_train: int | None = None
-    n_test: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    p_min: list | None = None
-    layers: list | None = None
-    jacobian: str | None = None
-    dataset: list | None = None
-    frames_per_step: int | None = None
-    max_batches: int | None = None
-    mat: str | None = None
-    cache_dir: str | None = None
-    device: str | None = None
-    threads: int | None = None
-    figures: bool = True
-    progress: bool | None = None
-
-    @classmethod
-    def from_kwargs(cls, **kwargs: Any) -> "Options":
-        names = {f.name for f in fields(cls)}
-        unknown = set(kwargs) - names
-        if unknown:
-            raise TypeError(f"unknown option(s) {sorted(unknown)}; known: {sorted(names)}")
-        return cls(**kwargs)
 
 
 def resolve(paper: dict, quick: dict, opts: Options) -> dict:

@@ -51,13 +51,21 @@ class Task:
 def mnist_task(n_train: int = 400, n_test: int | None = None, *, mat: str | None = None,
                mask_seed: int = 0, cache_dir=None) -> Task:
     """Rotating MNIST: predict 16 rotations from the first; the 5th frame and 3 random
-    frames per sequence out of the training loss; scored by the test MSE at the 5th."""
+    frames per sequence out of the training loss; scored by the test MSE at the 5th.
+
+    Raises
+    ------
+    invimbed.data.DataError
+        If the data cannot be read or holds a NaN or an infinity (any frame, held out
+        or not), naming the file or data set.
+    """
     if mat is not None:
         d = _data.load_rot_mnist_mat(mat)
         d = d.subset(n_train, n_test)
     else:
         d = _data.rotating_mnist(n_train=n_train, cache_dir=cache_dir)
         d = d.subset(None, n_test)
+    d.check_finite()     # a NaN would reach the loss even in a held-out frame
     y_tr, y_te = torch.from_numpy(d.train), torch.from_numpy(d.test)
     mask = torch.from_numpy(_data.training_mask(len(y_tr), d.n_frames, seed=mask_seed))
     info = dict(d.info, mask="5th frame (index 4) + 3 random frames per sequence held out",
@@ -69,8 +77,15 @@ def mnist_task(n_train: int = 400, n_test: int | None = None, *, mat: str | None
 def balls_task(n_train: int = 10_000, n_test: int = 500, *, n_frames: int = 20,
                seed: int = 0, cache_dir=None) -> Task:
     """Bouncing balls: predict the 20 frames from the first 3 (as 3 channels); scored
-    by the test MSE averaged over all frames."""
+    by the test MSE averaged over all frames.
+
+    Raises
+    ------
+    invimbed.data.DataError
+        If the data holds a NaN or an infinity.
+    """
     d = _data.bouncing_balls(n_train, n_test, n_frames=n_frames, seed=seed, cache_dir=cache_dir)
+    d.check_finite()
     y_tr, y_te = torch.from_numpy(d.train), torch.from_numpy(d.test)
     info = dict(d.info, scored="mean test MSE over all frames")
     return Task("bouncing-balls", y_tr[:, :3].clone(), y_tr, None, y_te[:, :3].clone(), y_te,
