@@ -27,3 +27,27 @@ def combine(coef: np.ndarray, rows: np.ndarray) -> np.ndarray:
     for j in range(1, coef.shape[0]):
         acc = acc + coef[j] * rows[j]
     return acc
+
+
+def sum_table(targets: np.ndarray, n_out: int) -> np.ndarray:
+    """The table of `scatter_sum`: for each output ``k`` the positions ``j`` with
+    ``targets[j] == k`` in increasing order, padded with ``len(targets)`` (a zero)."""
+    targets = np.asarray(targets, dtype=np.int64)
+    counts = np.bincount(targets, minlength=n_out)
+    table = np.full((n_out, max(int(counts.max(initial=0)), 1)), targets.size, dtype=np.int64)
+    order = np.argsort(targets, kind="stable")
+    slot = np.arange(targets.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    table[targets[order], slot] = order
+    return table
+
+
+def scatter_sum(values: np.ndarray, table: np.ndarray, xp: object = np) -> np.ndarray:
+    """``out[..., k] = sum of values[..., j] over targets[j] == k`` (``table`` from
+    `sum_table`), added in the order ``j`` increases, whatever the leading shape: a row's
+    sum does not depend on how many rows are computed with it, as a BLAS product with a
+    0/1 matrix does (its kernels treat leftover rows in another order)."""
+    ext = xp.concatenate([values, xp.zeros(values.shape[:-1] + (1,))], axis=-1)
+    out = ext[..., table[:, 0]]
+    for k in range(1, table.shape[1]):
+        out = out + ext[..., table[:, k]]
+    return out

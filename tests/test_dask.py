@@ -153,3 +153,113 @@ def test_module_imports_without_touching_dask():
 
     assert hasattr(importlib.import_module("invimbed.dask"), "solve_batch")
     assert invimbed.__version__
+
+
+# -- solver="adjoint": the exact fields, rows = (depth, input) pairs -------------------
+ADJ_FIELDS = FIELDS + ("nsteps",)
+CONTROL = invimbed.PiecewiseConstant([-1.0, -0.6, -0.3, 0.0], [0.2, -0.1, 0.3])
+ADJ_KW = dict(control=CONTROL, rtol=1e-7, atol=1e-9)
+
+
+def assert_same_fields(res, ref):
+    """Rows are independent: the chunked solve agrees with the whole one to rounding."""
+    for k in ADJ_FIELDS:
+        np.testing.assert_allclose(res[k], ref[k], rtol=1e-12, atol=0, err_msg=k)
+
+
+def test_adjoint_chunks_of_inputs_match_one_solve(client):
+    x, depths = X[:8], np.array([0.0, -0.3, -0.7, -1.0])
+    ref = invimbed.solve_adjoint(PROBLEM, x, depths, **ADJ_KW)
+    # chunk_size counts (depth, input) rows: 8 rows >= 4 depths -> 2 whole inputs a chunk
+    res = idask.solve_batch(PROBLEM, x, depths, client=client, solver="adjoint",
+                            chunk_size=8, **ADJ_KW)
+    assert res.success and res.status == 0 and res.closure == "adjoint"
+    assert [(c["start"], c["stop"], c["depth_start"], c["depth_stop"])
+            for c in res.chunk_status] == [(0, 2, 0, 4), (2, 4, 0, 4), (4, 6, 0, 4), (6, 8, 0, 4)]
+    assert_same_fields(res, ref)
+    assert res.error_estimate is None and res.strategy == "ensemble" and res.warnings == []
+    assert res.nfev == sum(c["nfev"] for c in res.chunk_status)
+    np.testing.assert_array_equal(res.depths, depths)
+
+
+def test_adjoint_single_input_is_cut_along_its_depths(client):
+    depths = np.linspace(-1.0, 0.0, 7)          # ascending: the user's order is kept
+    x = X[3:4]
+    ref = invimbed.solve_adjoint(PROBLEM, x, depths, **ADJ_KW)
+    res = idask.solve_batch(PROBLEM, x, depths, client=client, solver="adjoint",
+                            chunk_size=2, **ADJ_KW)
+    assert res.success
+    assert [(c["start"], c["stop"], c["depth_start"], c["depth_stop"])
+            for c in res.chunk_status] == [(0, 1, 0, 2), (0, 1, 2, 4), (0, 1, 4, 6), (0, 1, 6, 7)]
+    assert_same_fields(res, ref)
+    lazy = idask.solve_batch(PROBLEM, x, depths, client=client, solver="adjoint",
+                             chunk_size=3, as_dask=True, **ADJ_KW)
+    assert isinstance(lazy.value, da.Array) and lazy.value.chunks == ((3, 3, 1), (1,))
+    np.testing.assert_allclose(lazy.adjoint.compute(), ref.adjoint, rtol=1e-12, atol=0)
+    np.testing.assert_array_equal(lazy.nsteps.compute(), ref.nsteps)
+
+
+def test_adjoint_default_chunks_follow_the_rule(client):
+    one = idask.solve_batch(PROBLEM, X[:1], np.linspace(0.0, -1.0, 8), client=client,
+                            solver="adjoint", **ADJ_KW)
+    # 8 rows, two threads: chunk_size 1 < 8 depths -> one depth a chunk
+    assert [(c["depth_start"], c["depth_stop"]) for c in one.chunk_status] == [
+        (i, i + 1) for i in range(8)]
+    many = idask.solve_batch(PROBLEM, X[:16], [0.0, -0.5], client=client, solver="adjoint",
+                             **ADJ_KW)
+    # 32 rows: chunk_size 4 >= 2 depths -> 2 whole inputs a chunk
+    assert [(c["start"], c["stop"]) for c in many.chunk_status] == [
+        (a, a + 2) for a in range(0, 16, 2)]
+    assert all(c["depth_start"] == 0 and c["depth_stop"] == 2 for c in many.chunk_status)
+
+
+def test_adjoint_failing_rows_are_reported_with_their_chunk(client):
+    x, depths = X[:8].copy(), np.array([-0.25, -0.5, -1.0])
+    x[5, 0] = 8.0                               # its rows are NaN: rows 4:6 fail
+    problem = BolzaProblem(f_guarded, R, T, vectorized=True)
+    res = idask.solve_batch(problem, x, depths, client=client, solver="adjoint",
+                            chunk_size=6, **ADJ_KW)
+    assert not res.success and res.status == -1
+    bad = [c for c in res.chunk_status if not c["success"]]
+    assert [(c["start"], c["stop"]) for c in bad] == [(4, 6)]
+    assert "input x[5]" in bad[0]["message"]    # numbered as in the whole batch
+    assert "rows 4:6, depths 0:3" in res.message and "input x[5]" in res.message
+    assert np.all(np.isnan(res.value[:, 5])) and np.all(np.isnan(res.z[:, 5]))
+    keep = np.r_[0:5, 6:8]                      # x[4] too: rows are independent
+    ref = invimbed.solve_adjoint(problem, x[keep], depths, **ADJ_KW)
+    assert ref.success
+    for k in ADJ_FIELDS:
+        np.testing.assert_allclose(res[k][:, keep], ref[k], rtol=1e-12, atol=0, err_msg=k)
+
+
+def test_adjoint_failing_depths_are_reported_with_their_chunk(client):
+    def f_shallow(t, z, th):
+        """NaN below t = -0.8: the deeper depths fail."""
+        out = f(t, z, th)
+        out[np.broadcast_to(np.asarray(t) < -0.8, out.shape[:1])] = np.nan
+        return out
+
+    problem = BolzaProblem(f_shallow, R, T, vectorized=True)
+    depths = np.array([0.0, -0.2, -0.4, -0.6, -0.9, -1.0])
+    res = idask.solve_batch(problem, X[2:3], depths, client=client, solver="adjoint",
+                            chunk_size=2, **ADJ_KW)
+    assert [c["success"] for c in res.chunk_status] == [True, True, False]
+    assert "rows 0:1, depths 4:6" in res.message and "depth p = -0.9" in res.message
+    assert np.all(np.isnan(res.value[4:])) and np.all(np.isfinite(res.value[:4]))
+    ref = invimbed.solve_adjoint(problem, X[2:3], depths[:4], **ADJ_KW)
+    np.testing.assert_allclose(res.depth_grad[:4], ref.depth_grad, rtol=1e-12, atol=0)
+
+
+def test_solver_and_its_keywords_are_checked_before_any_work(client):
+    with pytest.raises(ValueError, match="`solver` must be one of 'imbedding', 'adjoint', "
+                                         "but got 'exact'"):
+        idask.solve_batch(PROBLEM, X, DEPTHS, client=client, solver="exact", **KW)
+    with pytest.raises(TypeError, match="'step'.* solve_adjoint does not take"):
+        idask.solve_batch(PROBLEM, X, DEPTHS, client=client, solver="adjoint", **KW)
+    with pytest.raises(TypeError, match="'max_steps', 'strategy'.* solve_imbedding does not"):
+        idask.solve_batch(PROBLEM, X, DEPTHS, client=client, strategy="ensemble",
+                          max_steps=10, **KW)
+    # a chunk of depths would be monotone on its own: the depths are checked as a whole
+    with pytest.raises(ValueError, match="`depths` must be strictly monotone"):
+        idask.solve_batch(PROBLEM, X[:1], [0.0, -1.0, -0.5], client=client,
+                          solver="adjoint", chunk_size=1, **ADJ_KW)

@@ -53,6 +53,7 @@ from scipy import sparse
 from .._derivatives.multiindex import (degree_slices, n_coefficients, poly_derivatives,
                                        product_table)
 from .._namespace import array_namespace, on_device
+from .._ordered import scatter_sum, sum_table
 from .base import Closure, Layout
 
 
@@ -60,9 +61,8 @@ from .base import Closure, Layout
 def _product_plan(n: int, order_a: int, order_b: int, order_out: int):
     ia, ib, io = product_table(n, order_a, order_b, order_out)
     n_out = n_coefficients(n, order_out)
-    if io.size * n_out <= 2_000_000:  # small: one dense BLAS product
-        scatter = np.zeros((io.size, n_out))
-        scatter[np.arange(io.size), io] = 1.0
+    if io.size * n_out <= 2_000_000:  # small: sums in a fixed order (not BLAS: see
+        scatter = sum_table(io, n_out)  # invimbed._ordered.scatter_sum)
     else:
         scatter = sparse.csr_matrix((np.ones(io.size), (np.arange(io.size), io)),
                                     shape=(io.size, n_out))
@@ -88,8 +88,9 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
     prod = xp.einsum("bpin,biqn->bpqn", a2, b2)                      # (B, p, q, pairs)
     flat = prod.reshape(-1, ia.size)
     if isinstance(scatter, np.ndarray):
-        out = flat @ on_device(scatter, xp)
-    elif xp is np:
+        out = scatter_sum(flat, on_device(scatter, xp), xp)
+        return out.reshape((B,) + P + Q + (scatter.shape[0],))
+    if xp is np:
         out = (scatter.T @ flat.T).T
     else:  # a large scatter, on the device: cupy's sparse matrices
         out = (_device_sparse(scatter, xp).T @ flat.T).T

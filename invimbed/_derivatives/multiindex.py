@@ -20,6 +20,7 @@ from math import comb, factorial
 import numpy as np
 
 from .._namespace import array_namespace, on_device
+from .._ordered import scatter_sum, sum_table
 
 
 @lru_cache(maxsize=None)
@@ -178,16 +179,16 @@ def poly_derivatives(u: np.ndarray, n: int, order: int) -> np.ndarray:
 @lru_cache(maxsize=None)
 def _mul_plan(n: int, order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ia, ib, io = product_table(n, order, order, order)
-    scatter = np.zeros((io.size, n_coefficients(n, order)))
-    scatter[np.arange(io.size), io] = 1.0
-    return ia, ib, scatter
+    return ia, ib, sum_table(io, n_coefficients(n, order))
 
 
 def poly_mul(a: np.ndarray, b: np.ndarray, n: int, order: int) -> np.ndarray:
     """Truncated product of polynomials with coefficients on the last axis (broadcast
     over the leading axes), both and the result of degree <= ``order``."""
-    ia, ib, scatter = _mul_plan(n, order)
-    return (a[..., ia] * b[..., ib]) @ scatter
+    ia, ib, table = _mul_plan(n, order)
+    xp = array_namespace(a, b)
+    return scatter_sum(a[..., on_device(ia, xp)] * b[..., on_device(ib, xp)],
+                       on_device(table, xp), xp)
 
 
 @lru_cache(maxsize=None)
