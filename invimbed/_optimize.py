@@ -2,27 +2,33 @@
 
 Two drivers built on the public solvers only:
 
-* `optimize_control` minimises ``J(w; p, x)`` over the parameters ``w`` of an open-loop
-  control with ``scipy.optimize.minimize``; the gradient ``dJ/dw`` comes from one
-  imbedding sweep (``param_grad``, eq. aug-lam-th-pde) or from the classical adjoint
-  reference (DESIGN.md section 4).
-* `optimal_depth` sweeps once over a grid of depths and locates the depth ``p`` that
-  minimises ``J(p, x)`` from the exact depth gradient ``dJ/dp = -(Lam . Phi + R)``
+* `optimize_control` minimises the exact ``J(w; p, x)`` over the parameters ``w`` of an
+  open-loop control with ``scipy.optimize.minimize``. The objective and the reported
+  ``fun`` always come from `solve_adjoint` (the ensemble, exact to the tolerances); the
+  gradient ``dJ/dw`` comes from the same exact solve (``gradient="adjoint"``, default) or
+  from one imbedding sweep (``gradient="imbedding"``, eq. aug-lam-th-pde), whose accuracy
+  is then estimated at the solution and reported.
+* `optimal_depth` evaluates ``J(p, x)`` and the exact depth gradient
+  ``dJ/dp = -(Lam . Phi + R)`` on a grid of depths with one ensemble solve and refines
+  every bracketed minimum, all brackets at once, with one ensemble solve per iteration
   (DESIGN.md section 2; the paper's "optimal depth" remark after eq. aug-lam-t-pde).
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any, Callable
 
 import numpy as np
 from scipy.integrate import solve_ivp
-from scipy.optimize import Bounds, OptimizeResult, brentq, minimize
+from scipy.optimize import Bounds, OptimizeResult, minimize
 
 from ._adjoint import solve_adjoint
 from ._controls import OpenLoopControl
+from ._derivatives import DerivativeOrderError
 from ._imbedding import solve_imbedding
+from ._integrators import SCIPY_METHODS
 from ._problem import BolzaProblem
 from ._validation import as_float_array, as_state, describe
 
@@ -31,28 +37,94 @@ GRADIENT_FREE = ("nelder-mead", "powell", "cobyla", "cobyqa")
 #: Methods that accept ``bounds``.
 BOUNDED = ("nelder-mead", "l-bfgs-b", "tnc", "slsqp", "powell", "trust-constr", "cobyla",
            "cobyqa")
+#: Solver keywords passed to both the exact solve (`solve_adjoint`) and the sweep.
+SHARED_OPTIONS = ("rtol", "atol", "first_step", "max_step", "backend")
+#: Solver keywords of the exact solve only.
+EXACT_OPTIONS = ("max_steps", "strategy")
+#: Solver keywords of the imbedding sweep only (`solve_imbedding`).
+SWEEP_OPTIONS = ("closure", "order", "estimate_error", "difference", "delta", "step")
+#: Backends that run the sweep only (`solve_adjoint` runs ``"numpy"`` and ``"numba"``).
+SWEEP_BACKENDS = ("cupy",)
+#: The default tolerance of the exact solve, against which gradient errors are judged.
+DEFAULT_RTOL = float(inspect.signature(solve_adjoint).parameters["rtol"].default)
 
 
 class _SolverFailure(RuntimeError):
     """A solve inside the objective did not succeed (turned into ``success=False``)."""
 
 
+def split_solve_kwargs(kwargs: dict, caller: str, method_key: str
+                       ) -> tuple[dict, dict, list[str]]:
+    """Split a driver's solver keywords into those of `solve_adjoint` and of
+    `solve_imbedding`.
+
+    Returns ``(exact, sweep, sweep_only)``: the keywords of the exact solve, those of the
+    sweep, and the names of the given settings that only the sweep uses (an integrator
+    that `solve_adjoint` does not run, such as a fixed-step ``"rk4"``, is one of them;
+    the exact solve then keeps its default ``"RK45"``). Unknown keywords raise
+    ``TypeError`` naming them.
+    """
+    known = (method_key,) + SHARED_OPTIONS + EXACT_OPTIONS + SWEEP_OPTIONS
+    unknown = [k for k in kwargs if k not in known]
+    if unknown:
+        raise TypeError(f"{caller}() got unexpected keyword argument(s) "
+                        f"{', '.join(map(repr, unknown))}; the solver keywords are "
+                        f"{', '.join(map(repr, known))}")
+    exact: dict[str, Any] = {}
+    sweep: dict[str, Any] = {}
+    sweep_only: list[str] = []
+    for key, value in kwargs.items():
+        if key == method_key:
+            sweep["method"] = value
+            if isinstance(value, str) and value not in SCIPY_METHODS and \
+                    value in _sweep_methods():
+                sweep_only.append(f"{key}={value!r}")
+            else:
+                exact["method"] = value
+        elif key == "backend":
+            sweep[key] = value
+            if value in SWEEP_BACKENDS:
+                sweep_only.append(f"backend={value!r}")
+            else:                               # solve_adjoint validates it
+                exact[key] = value
+        elif key in SHARED_OPTIONS:
+            exact[key] = sweep[key] = value
+        elif key in EXACT_OPTIONS:
+            exact[key] = value
+        else:
+            sweep[key] = value
+            sweep_only.append(key)
+    return exact, sweep, sweep_only
+
+
+def _sweep_methods() -> tuple[str, ...]:
+    from ._setup import ALL_METHODS
+
+    return tuple(ALL_METHODS)
+
+
+def _mean_grad(param_grad: np.ndarray, n_params: int) -> np.ndarray:
+    """The batch mean of one depth's ``param_grad`` (shape (n_w,) or (B, n_w))."""
+    return np.mean(np.reshape(param_grad, (-1, n_params)), axis=0)
+
+
 # ---------------------------------------------------------------------------------------
 # optimize_control
 # ---------------------------------------------------------------------------------------
 def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
-                     p: float | None = None, gradient: str = "imbedding",
+                     p: float | None = None, gradient: str = "adjoint",
                      method: str | Callable = "L-BFGS-B", bounds: Any = None,
                      options: dict | None = None, callback: Callable | None = None,
                      progress: bool = False, trajectory_points: int = 201,
                      **solve_kwargs: Any) -> OptimizeResult:
-    r"""Minimise ``J(w; p, x)`` over the parameters ``w`` of an open-loop control.
+    r"""Minimise the exact ``J(w; p, x)`` over the parameters ``w`` of an open-loop control.
 
-    The direct method: ``scipy.optimize.minimize`` on ``w -> J(w; p, x)`` with the
-    gradient ``dJ/dw`` of the same solve, either from the imbedding sweep
-    (`solve_imbedding`'s ``param_grad``, eq. aug-lam-th-pde) or from the classical
-    forward/backward adjoint (`solve_adjoint`). Each evaluation of the objective is
-    one solve at the single depth ``p``.
+    The direct method: ``scipy.optimize.minimize`` on ``w -> J(w; p, x)``. The objective
+    the optimiser sees, and the reported ``fun``, are the exact ``J`` of the classical
+    adjoint method (`solve_adjoint`, the ensemble, to the given ``rtol``/``atol``), never
+    an imbedded model's. The gradient ``dJ/dw`` comes from the same exact solve
+    (``gradient="adjoint"``, default) or from the imbedding sweep
+    (``gradient="imbedding"``, `solve_imbedding`'s ``param_grad``, eq. aug-lam-th-pde).
 
     Parameters
     ----------
@@ -67,55 +139,78 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
     p : float, optional
         The depth (start time). Default: ``control.knots[0]`` for a `PiecewiseConstant`
         (its lower time limit), otherwise ``problem.q - 1``. Must satisfy ``p < q``.
-    gradient : {"imbedding", "adjoint"}
-        Where ``dJ/dw`` comes from. ``"imbedding"`` (default) is one sweep in ``p`` from
-        ``q`` down to ``p``; with the jet closure of order 1 it is exact (to integrator
-        tolerance) when ``f`` is affine in ``z`` and ``R``, ``T`` are at most quadratic in
-        ``z`` (linear-quadratic problems), and otherwise carries the closure's truncation
-        error ``O((q - p)^3)`` (DESIGN.md section 3): the optimiser then finds the optimum
-        of the imbedded model, not of the exact ``J``. Prefer ``"adjoint"`` for deep,
-        strongly nonlinear problems, or raise ``order=``.
+    gradient : {"adjoint", "imbedding"}, default "adjoint"
+        Where ``dJ/dw`` comes from. ``"adjoint"``: the exact gradient, from the same
+        `solve_adjoint` call as the value (no extra cost). ``"imbedding"``: one sweep in
+        ``p`` from ``q`` down to ``p`` per evaluation, in addition to the exact solve of the
+        value. With the jet closure of order 1 it is exact (to integrator tolerance) for
+        linear dynamics with quadratic losses, and otherwise carries the closure's
+        truncation error ``O((q - p)^3)`` (DESIGN.md section 3). At the solution one more
+        sweep estimates that error (``estimate_error``, default True); the result reports
+        it (``gradient_error``, ``gradient_exact``) and warns when it exceeds ``rtol``:
+        the value is then still the exact ``J``, but the point was found with an
+        approximate gradient, so it is not an exact stationary point of ``J``.
     method : str or callable, default "L-BFGS-B"
         Any ``scipy.optimize.minimize`` method. Gradient-free methods (Nelder-Mead,
-        Powell, COBYLA, COBYQA) get the value only.
+        Powell, COBYLA, COBYQA) get the value only (and no sweep is run).
     bounds : sequence of (low, high) pairs, one (low, high) pair, or scipy.optimize.Bounds
         Bounds on ``w``; a single pair applies to every parameter; ``None`` for no bound.
     options : dict, optional
         Passed to ``minimize`` (e.g. ``{"maxiter": 200, "gtol": 1e-10}``).
     callback : callable ``callback(intermediate_result)``, optional
         Called after each iteration with an ``OptimizeResult`` holding ``x`` (``w``),
-        ``fun``, ``jac`` (when known), ``nit`` and ``control``. Returning ``True`` stops
-        the optimisation (``status`` 99, as scipy does for ``StopIteration``).
+        ``fun`` (the exact ``J``), ``jac`` (the gradient the optimiser uses, when known),
+        ``nit`` and ``control``. Returning ``True`` stops the optimisation (``status``
+        99, as scipy does for ``StopIteration``).
     progress : bool, default False
         Show a progress bar (``tqdm``, when installed; otherwise one line per iteration
         on ``stderr``).
     trajectory_points : int, default 201
         Number of times in the returned trajectory.
     **solve_kwargs
-        Passed to `solve_imbedding` or `solve_adjoint` (``rtol``, ``atol``, ``closure``,
-        ...); since ``method`` names the optimiser here, the integrator is chosen with
-        ``solver_method=`` (e.g. ``solver_method="DOP853"``). For
-        ``gradient="imbedding"`` the default is ``estimate_error=False`` (the error
-        estimate costs one more derivative order per evaluation).
+        Solver settings, split between the two solvers (any other keyword raises
+        ``TypeError`` naming it). Both solves: ``rtol``, ``atol`` (default those of
+        `solve_adjoint`, ``1e-6`` and ``1e-9``), ``first_step``, ``max_step``,
+        ``solver_method`` (the integrator; ``method`` names the optimiser here) and
+        ``backend``. The exact solve only: ``max_steps``, ``strategy``. The sweep only
+        (``gradient="imbedding"``): ``closure``, ``order``, ``estimate_error``,
+        ``difference``, ``delta``, ``step``, and an integrator or backend that
+        `solve_adjoint` does not run (fixed-step ``"euler"``, ``"midpoint"``, ``"rk4"``,
+        ``"disc"``; ``backend="cupy"``), with which the exact solve keeps ``"RK45"`` and
+        ``"numpy"``. Sweep-only settings given with ``gradient="adjoint"`` are not used,
+        and the result's ``warnings`` says so.
 
     Returns
     -------
     OptimizeResult
-        scipy's result (``x`` = ``w*``, ``fun`` = ``J(w*)``, ``jac``, ``nit``, ``nfev``,
-        ``success``, ``status``, ``message``) plus
+        scipy's result (``x`` = ``w*``, ``fun`` = the exact ``J(w*)``, ``jac`` = the
+        gradient the optimiser used at ``w*``, ``nit``, ``nfev``, ``success``, ``status``,
+        ``message``) plus
 
         - ``control``: ``control.with_params(w*)``;
-        - ``p``, ``gradient``: what was optimised and how;
+        - ``p``, ``gradient``: what was optimised and with which gradient;
+        - ``jac_exact``: the exact ``dJ/dw`` at ``w*`` (from the solve of ``fun``);
+        - ``gradient_exact``: whether the gradient the optimiser used is exact to
+          ``rtol`` (always True for ``"adjoint"``; for ``"imbedding"`` only where its
+          estimated error is at most ``rtol``);
+        - ``gradient_error``: for ``"imbedding"``, the sweep's estimated error of
+          ``dJ/dw`` at ``w*`` (max-norm, batch mean of the absolute errors) relative to
+          the gradient's size, ``max(|dJ/dw(w0)|, |dJ/dw(w*)|)`` in max-norm with the
+          exact gradients (at an interior optimum the gradient vanishes, so its size at
+          the solution alone is no scale); ``None`` when not estimated, 0.0 for
+          ``"adjoint"``;
+        - ``warnings``: a list of str (an approximate gradient, settings not used, the
+          exact solver's own notes), also appended to ``message``;
         - ``trajectory``: an ``OptimizeResult`` with ``t`` (``trajectory_points`` times in
           ``[p, q]``), ``z`` (shape (n_t, N) or (n_t, B, N)) and ``theta`` (shape
           (n_t, M)), from a forward ``scipy.integrate.solve_ivp`` under the optimal
-          control (independent of the gradient source);
+          control (independent of both solvers);
         - ``nfev_solver``: right-hand-side evaluations of all the solves;
-          ``nsolve``: number of solves.
+          ``nsolve``: number of solves (exact solves and sweeps).
 
         A solve that fails inside the objective ends the optimisation with
         ``success=False`` and the solver's message; ``x`` is then the last parameter
-        vector whose solve succeeded.
+        vector whose solves succeeded.
 
     Raises
     ------
@@ -130,8 +225,8 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
     ...     terminal_loss=lambda z: 0.5 * z @ z, q=1.0)
     >>> control = invimbed.PiecewiseConstant(np.linspace(0, 1, 5), np.zeros(4))
     >>> res = invimbed.optimize_control(problem, [1.0], control)
-    >>> bool(res.success), res.control.values.shape
-    (True, (4, 1))
+    >>> bool(res.success), res.control.values.shape, res.gradient_exact
+    (True, (4, 1), True)
     """
     if not isinstance(problem, BolzaProblem):
         raise TypeError(f"`problem` must be an invimbed.BolzaProblem, but got {describe(problem)}")
@@ -140,8 +235,8 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
                         f"Control) whose parameters are optimised, but got {describe(control)}")
     if control.n_params == 0:
         raise ValueError("`control` has no parameters to optimise (n_params = 0)")
-    if gradient not in ("imbedding", "adjoint"):
-        raise ValueError(f"`gradient` must be 'imbedding' or 'adjoint', but got {gradient!r}")
+    if gradient not in ("adjoint", "imbedding"):
+        raise ValueError(f"`gradient` must be 'adjoint' or 'imbedding', but got {gradient!r}")
     if not (isinstance(method, str) or callable(method)):
         raise TypeError(f"`method` must be a scipy.optimize.minimize method name or a "
                         f"callable, but got {describe(method)}")
@@ -152,6 +247,8 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
     if not isinstance(trajectory_points, (int, np.integer)) or trajectory_points < 2:
         raise ValueError(f"`trajectory_points` must be an integer >= 2, but got "
                          f"{describe(trajectory_points)}")
+    exact_kw, sweep_kw, sweep_only = split_solve_kwargs(solve_kwargs, "optimize_control",
+                                                        "solver_method")
     xb, batched = as_state(x, None, "x")
     p = _default_depth(problem, control) if p is None else _as_depth(p, problem.q, "p")
     if p >= problem.q:
@@ -168,36 +265,60 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
         raise ValueError(f"`bounds` are not supported by method={method!r}; use one of "
                          f"'L-BFGS-B', 'TNC', 'SLSQP', 'trust-constr', 'Powell', 'Nelder-Mead'")
 
-    kwargs = dict(solve_kwargs)
-    if "solver_method" in kwargs:
-        kwargs["method"] = kwargs.pop("solver_method")
-    if gradient == "imbedding":
-        kwargs.setdefault("estimate_error", False)
-        solver = solve_imbedding
-    else:
-        solver = solve_adjoint
+    warnings: list[str] = []
+    if gradient == "adjoint" and sweep_only:
+        one = len(sweep_only) == 1
+        warnings.append(f"{', '.join(sweep_only)} appl{'ies' if one else 'y'} to "
+                        f"gradient='imbedding' only and {'was' if one else 'were'} not used: "
+                        f"the value and the gradient are exact (solve_adjoint)")
+    use_sweep = gradient == "imbedding" and use_jac
+    if gradient == "imbedding" and not use_jac:
+        warnings.append(f"method={method!r} uses no gradient: no imbedding sweep was run")
+    check_estimate = bool(sweep_kw.pop("estimate_error", True))
+    sweep_kw["estimate_error"] = False          # estimated once, at the solution
+    rtol = float(exact_kw.get("rtol", DEFAULT_RTOL))
+    n_w = control.n_params
     state: dict[str, Any] = {"nfev": 0, "nsolve": 0, "last_good": None, "failure": None,
-                             "cache": {}}
+                             "cache": {}, "g0_exact": None}
 
-    def evaluate(w: np.ndarray) -> tuple[float, np.ndarray]:
-        key = w.tobytes()
-        if key in state["cache"]:
-            return state["cache"][key]
-        ctrl = control.with_params(w)
-        res = solver(problem, x, [p], control=ctrl, **kwargs)
+    def exact_solve(w: np.ndarray) -> tuple[float, np.ndarray]:
+        res = solve_adjoint(problem, x, [p], control=control.with_params(w), **exact_kw)
+        state["nfev"] += int(res.nfev)
+        state["nsolve"] += 1
+        for note in res.get("warnings", []):
+            if note not in warnings:
+                warnings.append(note)
+        if not res.success:
+            state["failure"] = (w.copy(), "exact solve (solve_adjoint)", res.message)
+            raise _SolverFailure(res.message)
+        return float(np.mean(res.value[0])), _mean_grad(res.param_grad[0], n_w)
+
+    def sweep_solve(w: np.ndarray, **extra: Any):
+        kw = {**sweep_kw, **extra}
+        res = solve_imbedding(problem, x, [p], control=control.with_params(w), **kw)
         state["nfev"] += int(res.nfev)
         state["nsolve"] += 1
         if not res.success:
-            state["failure"] = (w.copy(), res.message)
+            state["failure"] = (w.copy(), "imbedding sweep (solve_imbedding)", res.message)
             raise _SolverFailure(res.message)
-        value = float(np.mean(res.value[0]))
-        grad = np.mean(np.reshape(res.param_grad[0], (-1, control.n_params)), axis=0)
-        state["cache"] = {key: (value, grad)}   # keep the last one only
-        state["last_good"] = (w.copy(), value, grad)
-        return value, grad
+        return res
+
+    def evaluate(w: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """``(J, the optimiser's gradient, the exact gradient)`` at ``w``."""
+        key = w.tobytes()
+        if key in state["cache"]:
+            return state["cache"][key]
+        value, g_exact = exact_solve(w)
+        grad = _mean_grad(sweep_solve(w).param_grad[0], n_w) if use_sweep else g_exact
+        out = (value, grad, g_exact)
+        state["cache"] = {key: out}   # keep the last one only
+        state["last_good"] = (w.copy(),) + out
+        if state["g0_exact"] is None:
+            state["g0_exact"] = g_exact
+        return out
 
     def fun(w):
-        value, grad = evaluate(np.asarray(w, dtype=float))
+        value, grad, _ = evaluate(np.asarray(w, dtype=float))
         return (value, grad) if use_jac else value
 
     bar = ProgressBar(progress, (options or {}).get("maxiter"), "optimize_control")
@@ -214,41 +335,93 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
         if callback is not None:
             info = OptimizeResult(x=w.copy(), fun=value, nit=nit[0],
                                   control=control.with_params(w))
-            if cached is not None:
+            if cached is not None and use_jac:
                 info["jac"] = cached[1].copy()
             if callback(info) is True:
                 raise StopIteration
 
     w0 = np.asarray(control.w, dtype=float).copy()
+    final = None
     try:
-        # the first solve validates what the solver reads (errors name the argument) and
+        # the first solve validates what the solvers read (errors name the argument) and
         # is cached for scipy's first call
         evaluate(w0)
         res = minimize(fun, w0, jac=True if use_jac else None, method=method,
                        bounds=scipy_bounds, options=options, callback=scipy_callback)
+        # `fun` is the exact J at the returned x (a cache hit unless the method returned
+        # a point it did not evaluate last)
+        final = evaluate(np.asarray(res.x, dtype=float))
     except _SolverFailure:
-        w_fail, msg = state["failure"]
+        w_fail, which, msg = state["failure"]
         good = state["last_good"]
         w_best = good[0] if good is not None else w0
-        res = OptimizeResult(x=w_best, fun=good[1] if good else np.nan,
-                             jac=good[2] if good else None, success=False, status=-1,
-                             nit=nit[0], nfev=state["nsolve"],
-                             message=f"The {gradient} solve failed at w = "
+        res = OptimizeResult(x=w_best, success=False, status=-1, nit=nit[0],
+                             nfev=state["nsolve"],
+                             message=f"The {which} failed at w = "
                                      f"{np.array2string(w_fail, precision=6, threshold=8)}: "
                                      f"{msg}")
+        final = good[1:] if good is not None else None
     finally:
         bar.close()
     w_opt = np.asarray(res.x, dtype=float)
+    if final is None:
+        res["fun"], res["jac"], res["jac_exact"] = np.nan, None, None
+    else:
+        res["fun"], res["jac"], res["jac_exact"] = final[0], final[1].copy(), final[2].copy()
     res["control"] = control.with_params(w_opt)
     res["p"] = p
     res["gradient"] = gradient
+
+    gradient_error: float | None = 0.0
+    if gradient == "imbedding" and use_jac:
+        gradient_error = None
+        if not check_estimate:
+            warnings.append("the imbedding gradient's error was not estimated "
+                            "(estimate_error=False): it is not known to be exact")
+        elif final is not None:
+            try:
+                chk = sweep_solve(w_opt, estimate_error=True)
+            except DerivativeOrderError as exc:
+                warnings.append(f"the imbedding gradient's error could not be estimated "
+                                f"({exc}): it is not known to be exact")
+            except _SolverFailure as exc:
+                warnings.append(f"the imbedding gradient's error could not be estimated "
+                                f"(the check sweep failed: {exc}): it is not known to be exact")
+            else:
+                if chk.error_estimate is None:
+                    warnings.append(f"the imbedding gradient's error could not be estimated "
+                                    f"(closure={chk.closure!r} has no error estimate): it is "
+                                    f"not known to be exact")
+                else:
+                    err = np.mean(np.abs(np.reshape(chk.error_estimate.param_grad[0],
+                                                    (-1, n_w))), axis=0)
+                    scale = max(np.max(np.abs(state["g0_exact"])), np.max(np.abs(final[2])))
+                    e = float(np.max(err))
+                    gradient_error = e / scale if scale > 0 else (0.0 if e == 0 else np.inf)
+        if gradient_error is not None and gradient_error > rtol:
+            warnings.append(
+                f"the imbedding gradient is approximate (estimated relative error "
+                f"{gradient_error:.1g} > rtol = {rtol:g}): `fun` is the exact J at `x`, but "
+                f"`x` was found with an approximate gradient and is not an exact stationary "
+                f"point of J (max |jac_exact| = {np.max(np.abs(final[2])):.2g} there); use "
+                f"gradient='adjoint' for the exact optimum")
+    elif gradient == "imbedding":
+        gradient_error = None
+    if final is None:                           # nothing was evaluated
+        gradient_error = None
+    res["gradient_error"] = gradient_error
+    res["gradient_exact"] = bool(final is not None and (gradient == "adjoint" or (
+        use_jac and gradient_error is not None and gradient_error <= rtol)))
+    res["warnings"] = warnings
+    if warnings:
+        res["message"] = f"{res.get('message', '')} Note: {'; '.join(warnings)}."
     res["nfev_solver"] = state["nfev"]
     res["nsolve"] = state["nsolve"]
-    rtol = float(solve_kwargs.get("rtol", 1e-8))
-    atol = float(solve_kwargs.get("atol", 1e-10))
+    tr_rtol = float(solve_kwargs.get("rtol", 1e-8))
+    tr_atol = float(solve_kwargs.get("atol", 1e-10))
     res["trajectory"] = forward_trajectory(problem, xb, batched, res["control"], p,
-                                           trajectory_points, rtol=min(rtol, 1e-8),
-                                           atol=min(atol, 1e-10))
+                                           trajectory_points, rtol=min(tr_rtol, 1e-8),
+                                           atol=min(tr_atol, 1e-10))
     return res
 
 
@@ -379,9 +552,9 @@ class DepthResult(OptimizeResult):
     p : float
         The depth minimising ``J(p, x)`` over the range.
     value : float
-        ``J`` at ``p`` (the mean over a batch of inputs).
+        The exact ``J`` at ``p`` (the mean over a batch of inputs), from `solve_adjoint`.
     depth_grad : float
-        ``dJ/dp`` at ``p`` (about 0 at an interior minimum).
+        The exact ``dJ/dp`` at ``p`` (about 0 at an interior minimum).
     interior : bool
         Whether ``p`` is a stationary point inside the range (rather than an end).
     candidates, candidate_values : ndarray
@@ -391,6 +564,8 @@ class DepthResult(OptimizeResult):
         The depth grid of the sweep and ``J``, ``dJ/dp`` on it.
     nfev : int
         Right-hand-side evaluations of all the solves; ``nsolve`` the number of solves.
+    warnings : list of str
+        Settings that were not used and the exact solver's own notes.
     success, message
     """
 
@@ -439,15 +614,18 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
                   n: int = 101, xtol: float = 1e-12, **solve_kwargs: Any) -> DepthResult:
     r"""Locate the depth ``p`` in ``p_range`` that minimises ``J(p, x)``.
 
-    One `solve_imbedding` sweep gives ``J(p_i, x)`` and the exact depth gradient
-    ``dJ/dp = -(Lam . Phi + R)`` (DESIGN.md section 2) on a grid of ``n`` depths. Every
-    sign change of ``dJ/dp`` from negative to positive brackets a local minimum, which
-    ``scipy.optimize.brentq`` refines on ``dJ/dp`` (one sweep from ``q`` to the trial
-    depth per evaluation). An end of the range is a candidate when ``J`` increases into
-    the range from it (``dJ/dp > 0`` at the low end, ``< 0`` at the high end), which is
-    how a monotone ``J`` returns the grid end. The candidate with the smallest ``J`` is
-    returned. This is the paper's remark on the optimal depth of a network (after eq.
-    aug-lam-t-pde), with the true depth gradient in place of the paper's recursion.
+    ``J(p_i, x)`` and the exact depth gradient ``dJ/dp = -(Lam . Phi + R)`` (DESIGN.md
+    section 2) come from `solve_adjoint` (the ensemble: every depth and input one row of
+    a single exact solve, to ``rtol``/``atol``), first on a grid of ``n`` depths. Every
+    sign change of ``dJ/dp`` from negative to positive brackets a local minimum; all
+    brackets are refined together on ``dJ/dp`` (regula falsi with the Illinois
+    modification and a bisection safeguard), each iteration one ensemble solve at the
+    trial depths of every bracket. An end of the range is a candidate when ``J``
+    increases into the range from it (``dJ/dp > 0`` at the low end, ``< 0`` at the high
+    end), which is how a monotone ``J`` returns the grid end. The candidate with the
+    smallest ``J`` is returned. This is the paper's remark on the optimal depth of a
+    network (after eq. aug-lam-t-pde), with the true depth gradient in place of the
+    paper's recursion.
 
     Parameters
     ----------
@@ -461,22 +639,25 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
     n : int, default 101
         Grid size. Minima narrower than the grid spacing can be missed.
     xtol : float, default 1e-12
-        Absolute tolerance of ``brentq`` (scaled by ``max(1, |p|)``).
+        Absolute tolerance of the root refinement (scaled by ``max(1, |p|)``).
     **solve_kwargs
-        Passed to `solve_imbedding` (``closure``, ``order``, ``rtol``, ``atol``, ...).
+        Passed to `solve_adjoint`: ``method`` (the integrator), ``rtol``, ``atol``
+        (defaults ``1e-6``, ``1e-9``), ``first_step``, ``max_step``, ``max_steps``,
+        ``strategy``, ``backend``. Settings of the imbedding sweep (``closure``,
+        ``order``, ``estimate_error``, ``difference``, ``delta``, ``step``, a fixed-step
+        ``method``, ``backend="cupy"``) are accepted for compatibility but not used (the
+        values are exact), and the result's ``warnings`` says so. Any other keyword
+        raises ``TypeError`` naming it.
 
     Returns
     -------
     DepthResult
         ``p``, ``value``, ``depth_grad``, ``interior``, ``candidates``,
-        ``candidate_values``, ``grid``,
-        ``grid_value``, ``grid_depth_grad``, ``nfev``, ``nsolve``, ``success``,
-        ``message``, and ``plot(ax=None)``.
+        ``candidate_values``, ``grid``, ``grid_value``, ``grid_depth_grad``, ``nfev``,
+        ``nsolve``, ``success``, ``message``, ``warnings``, and ``plot(ax=None)``.
 
     Notes
     -----
-    With the jet closure the depth gradient of a nonlinear problem carries the closure's
-    truncation error (see `solve_imbedding`); the root is that of the imbedded model.
     At a jump of a piecewise-constant control ``dJ/dp`` is the derivative from above;
     a minimum at a kink is then returned at the jump.
 
@@ -502,44 +683,67 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
         raise ValueError(f"`p_range` must lie below q = {problem.q}, but p_high = {hi}")
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 2:
         raise ValueError(f"`n` must be an integer >= 2, but got {describe(n)}")
+    exact_kw, _, sweep_only = split_solve_kwargs(solve_kwargs, "optimal_depth", "method")
+    warnings: list[str] = []
+    if sweep_only:
+        warnings.append(f"{', '.join(sweep_only)} (settings of the imbedding sweep) "
+                        f"{'was' if len(sweep_only) == 1 else 'were'} not used: J and dJ/dp "
+                        f"are computed exactly by solve_adjoint")
     grid = np.linspace(lo, hi, int(n))
-    sweep = solve_imbedding(problem, x, grid, control=control, **solve_kwargs)
-    counts = {"nfev": int(sweep.nfev), "nsolve": 1}
-    values = _batch_mean(sweep.value)
-    grads = _batch_mean(sweep.depth_grad)
-    if not sweep.success:
-        return DepthResult(p=np.nan, value=np.nan, depth_grad=np.nan, interior=False,
-                           candidates=np.empty(0), candidate_values=np.empty(0), grid=grid,
-                           grid_value=values, grid_depth_grad=grads, success=False, status=-1,
-                           message=f"The sweep failed: {sweep.message}", **counts)
+    counts = {"nfev": 0, "nsolve": 0}
 
-    def at(p: float) -> tuple[float, float]:
-        res = solve_imbedding(problem, x, [p], control=control, **solve_kwargs)
+    def at(depths: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
+        """Mean ``J`` and ``dJ/dp`` at increasing ``depths``, one ensemble solve."""
+        res = solve_adjoint(problem, x, depths, control=control, **exact_kw)
         counts["nfev"] += int(res.nfev)
         counts["nsolve"] += 1
+        for note in res.get("warnings", []):
+            if note not in warnings:
+                warnings.append(note)
+        return _batch_mean(res.value), _batch_mean(res.depth_grad), res
+
+    values, grads, sweep = at(grid)
+
+    def done(**fields: Any) -> DepthResult:
+        message = fields.pop("message")
+        if warnings:
+            message += f" Note: {'; '.join(warnings)}."
+        return DepthResult(grid=grid, grid_value=values, grid_depth_grad=grads,
+                           message=message, warnings=warnings, **fields, **counts)
+
+    if not sweep.success:
+        return done(p=np.nan, value=np.nan, depth_grad=np.nan, interior=False,
+                    candidates=np.empty(0), candidate_values=np.empty(0), success=False,
+                    status=-1, message=f"The exact solve over the grid failed: {sweep.message}")
+
+    def refine(depths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        vals, grs, res = at(depths)
         if not res.success:
             raise _SolverFailure(res.message)
-        return float(_batch_mean(res.value)[0]), float(_batch_mean(res.depth_grad)[0])
+        return vals, grs
 
     cands: list[tuple[float, float, float, bool]] = []   # (p, J, dJ/dp, interior)
     if grads[0] > 0:
         cands.append((lo, values[0], grads[0], False))
     if grads[-1] < 0:
         cands.append((hi, values[-1], grads[-1], False))
+    brackets = []
+    for j in range(n - 1):
+        g0, g1 = grads[j], grads[j + 1]
+        if g0 == 0.0 and j > 0 and grads[j - 1] < 0 <= g1:
+            cands.append((grid[j], values[j], 0.0, True))
+        elif g0 < 0 < g1:
+            brackets.append(j)
     message = "Optimal depth found."
-    try:
-        for j in range(n - 1):
-            g0, g1 = grads[j], grads[j + 1]
-            if g0 == 0.0 and j > 0 and grads[j - 1] < 0 <= g1:
-                cands.append((grid[j], values[j], 0.0, True))
-            elif g0 < 0 < g1:
-                root = brentq(lambda s: at(s)[1], grid[j], grid[j + 1],
-                              xtol=xtol * max(1.0, abs(grid[j])), rtol=4 * np.finfo(float).eps)
-                v, g = at(root)
-                cands.append((root, v, g, True))
-    except _SolverFailure as exc:
-        message = f"A refining solve failed ({exc}); the grid minimum is returned."
-        cands = []
+    if brackets:
+        k = np.array(brackets)
+        try:
+            roots = _refine_minima(refine, grid[k], grid[k + 1], grads[k], grads[k + 1],
+                                   values[k], values[k + 1], xtol)
+            cands.extend((float(r), float(v), float(g), True) for r, v, g in zip(*roots))
+        except _SolverFailure as exc:
+            message = f"A refining solve failed ({exc}); the grid minimum is returned."
+            cands = []
     if not cands:   # flat J, or a failure: fall back to the grid minimum
         k = int(np.argmin(values))
         cands = [(grid[k], values[k], grads[k], 0 < k < n - 1)]
@@ -550,11 +754,61 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
     where = "inside the range" if best[3] else "at an end of the range (J monotone there)"
     if message == "Optimal depth found.":
         message = f"Optimal depth found {where}."
-    return DepthResult(p=float(best[0]), value=float(best[1]), depth_grad=float(best[2]),
-                       interior=bool(best[3]), candidates=np.array([c[0] for c in cands]),
-                       candidate_values=np.array([c[1] for c in cands]),
-                       grid=grid, grid_value=values, grid_depth_grad=grads,
-                       success=True, status=0, message=message, **counts)
+    return done(p=float(best[0]), value=float(best[1]), depth_grad=float(best[2]),
+                interior=bool(best[3]), candidates=np.array([c[0] for c in cands]),
+                candidate_values=np.array([c[1] for c in cands]), success=True, status=0,
+                message=message)
+
+
+def _refine_minima(evaluate: Callable, a: np.ndarray, b: np.ndarray, ga: np.ndarray,
+                   gb: np.ndarray, va: np.ndarray, vb: np.ndarray, xtol: float,
+                   max_iter: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Roots of ``dJ/dp`` in disjoint increasing brackets ``[a_k, b_k]`` with
+    ``ga_k < 0 < gb_k``, all refined together.
+
+    Regula falsi with the Illinois modification (the function value kept at an end that
+    survives twice in a row is halved), and a bisection step whenever a bracket has not
+    halved in two iterations. ``evaluate(depths)`` returns ``(J, dJ/dp)`` at increasing
+    depths (one ensemble solve). Returns ``(p, J, dJ/dp)`` of each bracket's end with the
+    smaller ``|dJ/dp|`` once the bracket is narrower than ``xtol * max(1, |p|)``.
+    """
+    a, b, ga, gb, va, vb = (np.array(v, dtype=float) for v in (a, b, ga, gb, va, vb))
+    fa, fb = ga.copy(), gb.copy()                # Illinois-scaled values
+    side = np.zeros(a.size, dtype=int)           # -1: a replaced last, +1: b replaced last
+    bisect = np.zeros(a.size, dtype=bool)
+    w1 = w2 = np.full(a.size, np.inf)           # widths one and two iterations ago
+    for _ in range(max_iter):
+        mid = 0.5 * (a + b)
+        active = (b - a > xtol * np.maximum(1.0, np.abs(mid))) & (a < mid) & (mid < b)
+        if not np.any(active):
+            break
+        idx = np.flatnonzero(active)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            trial = b[idx] - fb[idx] * (b[idx] - a[idx]) / (fb[idx] - fa[idx])
+        ok = ~bisect[idx] & (trial > a[idx]) & (trial < b[idx])
+        trial = np.where(ok, trial, mid[idx])
+        v, g = evaluate(trial)
+        for i, t, vi, gi in zip(idx, trial, v, g):
+            if gi == 0.0:
+                a[i] = b[i] = t
+                ga[i] = gb[i] = 0.0
+                va[i] = vb[i] = vi
+                continue
+            if gi < 0:
+                a[i], ga[i], fa[i], va[i] = t, gi, gi, vi
+                if side[i] == -1:
+                    fb[i] *= 0.5
+                side[i] = -1
+            else:
+                b[i], gb[i], fb[i], vb[i] = t, gi, gi, vi
+                if side[i] == 1:
+                    fa[i] *= 0.5
+                side[i] = 1
+        width = b - a
+        bisect = width > 0.5 * w2
+        w2, w1 = w1, width
+    take_a = np.abs(ga) <= np.abs(gb)
+    return (np.where(take_a, a, b), np.where(take_a, va, vb), np.where(take_a, ga, gb))
 
 
 def _batch_mean(a: np.ndarray) -> np.ndarray:

@@ -1,14 +1,16 @@
-"""optimize_control and optimal_depth against closed forms independent of invimbed."""
+"""optimize_control and optimal_depth against closed forms and forward solves
+independent of invimbed: the reported cost is the exact J."""
 
 import numpy as np
 import pytest
+from scipy.integrate import solve_ivp
 from scipy.linalg import expm
 from scipy.optimize import Bounds, brentq
 
 import invimbed
 from invimbed import BolzaProblem, Constant, PiecewiseConstant
 from invimbed._optimize import optimal_depth, optimize_control
-from problems import lq_problem
+from problems import brute_force, lq_problem, pendulum_functions, piecewise_theta
 
 # -- an LQ problem with a piecewise-constant control -----------------------------------
 A = np.array([[0.0, 1.0], [-1.0, -0.2]])
@@ -78,6 +80,10 @@ def test_imbedding_and_adjoint_reach_the_discretised_lq_optimum(x):
         np.testing.assert_allclose(res.x, w_ref, rtol=1e-6, atol=1e-7 * np.abs(w_ref).max(),
                                    err_msg=g)
         assert abs(res.fun - J_ref) <= 1e-9 * J_ref, g
+        # linear-quadratic: the imbedding gradient is exact, and the result says so
+        assert res.gradient == g and res.gradient_exact, g
+        assert res.gradient_error <= OPT_TOL["rtol"] and res.warnings == [], g
+        np.testing.assert_allclose(res.jac, res.jac_exact, rtol=1e-6, atol=1e-9, err_msg=g)
         assert isinstance(res.control, PiecewiseConstant)
         np.testing.assert_allclose(res.control.values.ravel(), res.x)
         assert res.p == P0 and res.nfev_solver > 0 and res.nsolve >= res.nfev
@@ -179,6 +185,116 @@ def test_solver_failure_is_a_status_not_an_exception():
     assert np.isfinite(res.fun)
 
 
+# -- the reported cost is the exact J (nonlinear problems) ------------------------------
+def squared_growth():
+    """dz/dt = z^2 + u, R = (z^2 + u^2)/2, T = z^2/2, q = 0, exact first derivatives."""
+    derivs = {"f_z": lambda t, z, u: 2.0 * z[:, :, None],
+              "f_theta": lambda t, z, u: np.ones((len(z), 1, 1)),
+              "R_z": lambda t, z, u: z, "R_theta": lambda t, z, u: u, "T_z": lambda z: z}
+    return BolzaProblem(lambda t, z, u: z ** 2 + u,
+                        running_loss=lambda t, z, u: 0.5 * (z[:, 0] ** 2 + u[:, 0] ** 2),
+                        terminal_loss=lambda z: 0.5 * z[:, 0] ** 2, derivatives=derivs,
+                        vectorized=True)
+
+
+def squared_growth_cost(x, knots, values):
+    """The true J of `squared_growth` by one forward solve_ivp per piece (no invimbed)."""
+    y = np.array([x, 0.0])
+    for a, b, u in zip(knots[:-1], knots[1:], values):
+        sol = solve_ivp(lambda t, y, u=u: [y[0] ** 2 + u, 0.5 * (y[0] ** 2 + u ** 2)], (a, b),
+                        y, method="DOP853", rtol=1e-13, atol=1e-14)
+        y = sol.y[:, -1]
+    return y[1] + 0.5 * y[0] ** 2
+
+
+def test_fun_is_the_true_cost_of_the_returned_control_squared_growth():
+    """Before, the optimiser minimised the imbedded model's cost: from x = 1 with four
+    pieces on [-1, 0], started at w = -1, it reported J = 1.1567 for a control whose true
+    J was 1.0704."""
+    knots = np.linspace(-1.0, 0.0, 5)
+    res = optimize_control(squared_growth(), [1.0], PiecewiseConstant(knots, np.full(4, -1.0)),
+                           options=OPTS, rtol=1e-9, atol=1e-11)
+    assert res.success and res.gradient == "adjoint" and res.gradient_exact
+    assert res.gradient_error == 0.0 and res.warnings == []
+    w = res.control.values.ravel()
+    J_true = squared_growth_cost(1.0, knots, w)
+    assert abs(res.fun - J_true) <= 1e-6 * J_true
+    assert J_true < 0.95                       # the exact optimum: 0.94315
+    # and it is a stationary point of the true J: central differences of the forward solve
+    h = 1e-5
+    fd = [(squared_growth_cost(1.0, knots, w + h * e)
+           - squared_growth_cost(1.0, knots, w - h * e)) / (2 * h) for e in np.eye(4)]
+    np.testing.assert_allclose(fd, 0.0, atol=2e-5)
+    np.testing.assert_allclose(res.jac_exact, fd, atol=1e-6)
+
+
+def test_fun_is_the_true_cost_of_the_returned_control_pendulum():
+    """Before: a pendulum with an 8-piece control on [-3, 0] reported J = 0.5030 for a
+    control whose true J was 0.3701 (the imbedded model's optimum)."""
+    fns = pendulum_functions()
+    knots = np.linspace(-3.0, 0.0, 9)
+    x = np.array([1.0, 0.5])
+    res = optimize_control(fns.problem(), x, PiecewiseConstant(knots, np.zeros((8, 2))),
+                           rtol=1e-8, atol=1e-10)
+    assert res.success and res.gradient_exact and res.p == -3.0
+    _, J = brute_force(fns, x, -3.0, piecewise_theta(knots, res.control.values),
+                       breakpoints=knots)
+    assert abs(res.fun - J[0]) <= 1e-6 * J[0]
+    assert J[0] < 0.28                         # the exact optimum: 0.26937
+    assert np.abs(res.jac_exact).max() < 1e-4
+
+
+def test_imbedding_gradient_on_a_nonlinear_problem_reports_its_approximation():
+    fns = pendulum_functions()
+    x = [1.0, 0.5]
+    runs = {g: optimize_control(fns.problem(), x, Constant([0.0, 0.0]), p=-0.5, gradient=g,
+                                rtol=1e-9, atol=1e-11, options={"maxfun": 30})
+            for g in ("adjoint", "imbedding")}
+    res = runs["imbedding"]
+    assert res.gradient == "imbedding" and not res.gradient_exact
+    assert res.gradient_error > 1e-2           # jet 1 at depth 0.5 here: ~1 relative
+    assert any("imbedding gradient is approximate" in w for w in res.warnings)
+    assert "approximate" in res.message
+    # the value is still the exact J of the returned control
+    _, J = brute_force(fns, np.atleast_2d(x), -0.5, res.x)
+    assert abs(res.fun - J[0]) <= 1e-6 * J[0]
+    # the exact gradient there is not zero, and the exact optimum is lower
+    assert np.abs(res.jac_exact).max() > 1e-3
+    assert runs["adjoint"].gradient_exact and runs["adjoint"].fun < res.fun
+
+
+def test_imbedding_gradient_without_an_estimate_is_not_called_exact():
+    res = optimize_control(lq(), [1.0, -0.5], PiecewiseConstant(KNOTS, np.zeros(K)),
+                           gradient="imbedding", estimate_error=False, options={"maxiter": 3})
+    assert res.gradient_error is None and not res.gradient_exact
+    assert any("not estimated" in w for w in res.warnings)
+
+
+def test_solver_keywords_are_split_between_the_two_solvers():
+    control = PiecewiseConstant(KNOTS, np.zeros(K))
+    x = [1.0, -0.5]
+    # sweep-only keywords reach the sweep only (solve_adjoint would raise TypeError)
+    res = optimize_control(lq(), x, control, gradient="imbedding", closure="jet", order=2,
+                           difference="central", options={"maxiter": 2}, max_steps=5000,
+                           strategy="ensemble")
+    assert res.gradient == "imbedding" and res.nit == 2
+    # with the exact gradient they are not used, and the result says so
+    res = optimize_control(lq(), x, control, order=2, solver_method="RK23",
+                           options={"maxiter": 2})
+    assert any(w.startswith("order applies to gradient='imbedding' only") for w in res.warnings)
+    assert res.gradient_exact
+
+
+@pytest.mark.parametrize("call", ["optimize_control", "optimal_depth"])
+def test_unknown_solver_keyword_is_a_type_error_naming_it(call):
+    with pytest.raises(TypeError, match="'bogus_option'"):
+        if call == "optimize_control":
+            optimize_control(lq(), [1.0, 0.0], PiecewiseConstant(KNOTS, np.zeros(K)),
+                             bogus_option=1)
+        else:
+            optimal_depth(growth_problem(), [1.0], (-1.0, 0.0), bogus_option=1)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(gradient="backprop"), "`gradient`"),
     (dict(p=0.0), "`p` must be < q"),
@@ -253,6 +369,11 @@ def test_optimal_depth_picks_the_lowest_of_several_minima():
     res = optimal_depth(problem, [0.0], (-8.0, 0.0), n=81, **TIGHT)
     assert len(res.candidates) >= 3
     assert abs(res.p - p_star) < 1e-7
+    # every bracket is refined to a root of the closed-form dJ/dp, all in the same solves
+    interior = res.candidates[(res.candidates > -8.0) & (res.candidates < 0.0)]
+    assert len(interior) >= 3
+    np.testing.assert_allclose([dJ(p) for p in interior], 0.0, atol=1e-9)
+    assert res.nsolve <= 15, res.nsolve
     J_star = rho * (-p_star) + 0.5 * (-np.sin(p_star) - c) ** 2
     assert abs(res.value - J_star) < 1e-8
 
@@ -296,3 +417,33 @@ def test_optimal_depth_batch_mean_and_plot():
 def test_optimal_depth_bad_input(p_range, kwargs, match):
     with pytest.raises(ValueError, match=match):
         optimal_depth(growth_problem(), [1.0], p_range, **kwargs)
+
+
+def test_optimal_depth_value_is_the_true_cost_nonlinear():
+    """A pendulum under a constant control: J(p) and dJ/dp are exact at the returned
+    depth, which is a stationary point of the true J."""
+    fns = pendulum_functions()
+    x = np.array([1.0, 0.5])
+    theta = np.array([-0.8, 0.2])
+    res = optimal_depth(fns.problem(), x, (-2.5, 0.0), control=Constant(theta), n=26,
+                        rtol=1e-10, atol=1e-12)
+    assert res.success and res.interior and res.warnings == []
+
+    def J(p):
+        return brute_force(fns, x[None], p, theta)[1][0]
+
+    assert abs(res.value - J(res.p)) <= 1e-8 * abs(J(res.p))
+    h = 1e-4
+    assert abs((J(res.p + h) - J(res.p - h)) / (2 * h)) < 1e-6
+    assert abs(res.depth_grad) < 1e-8
+    # the grid values are exact too
+    k = np.arange(0, 26, 5)
+    np.testing.assert_allclose(res.grid_value[k], [J(p) for p in res.grid[k]], rtol=1e-8)
+
+
+def test_optimal_depth_accepts_sweep_settings_but_says_they_are_not_used():
+    res = optimal_depth(growth_problem(0.7, 2.0), [[1.0], [0.5]], (-4.0, 0.0), n=41,
+                        closure="jet", order=2, **TIGHT)
+    assert res.success
+    assert any(w.startswith("closure, order") and "not used" in w for w in res.warnings)
+    assert "not used" in res.message

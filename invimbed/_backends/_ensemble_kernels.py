@@ -1,0 +1,575 @@
+"""Numba kernel of the ensemble adjoint (``solve_adjoint(backend="numba")``).
+
+One row (a depth ``p`` and an input ``x``) is integrated by `_row` from start to end:
+the forward pass of ``y = [z, int R]`` from ``p`` to ``q`` with its dense output, the
+terminal conditions, the backward pass of ``[lambda, mu]`` from ``q`` down to ``p`` on
+that dense output, and the depth gradient. `ensemble_rows` runs the rows in a ``prange``
+loop. `_integrate` is `invimbed._integrators.ensemble.integrate_rows` for one row: the
+same decisions in the same order (scipy's first-step rule, step control, ``hit`` of a
+stop and the re-evaluation there, non-finite stages as rejections, the underflow rule,
+the step budget, Shampine's ``h |lambda|``), and numpy's pairwise summation for the
+error norm, so that both agree to rounding (numpy's matmul and einsum round a few of the
+sums differently: BLAS, fused multiply-adds).
+
+Everything is compiled once per machine (``cache=True``). User functions and the
+derivative evaluator (`invimbed._backends._numba_kernels.eval_request`) arrive as
+first-class function values, so the kernel's types do not depend on the problem. Status
+codes are this module's own (`K_DONE` ...) and the constants of the step control
+(safety, factors) are run-time arguments: a change in ``ensemble.py`` cannot leave a
+stale cached kernel behind.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ._numba_kernels import _plan_scratch
+
+_jit = njit(cache=True, error_model="numpy")
+
+#: Status codes of the kernel (mapped to those of `invimbed._integrators.ensemble`).
+K_DONE, K_UNDERFLOW, K_NONFINITE, K_MAX_STEPS, K_RUNNING = 0, 1, 2, 3, 4
+
+#: Small integers as run-time values (numba would specialise callees on literals).
+_IDS = np.arange(8, dtype=np.int64)
+
+#: Requests of the plan (see `invimbed._backends.ensemble_numba`).
+_F, _R, _FZ, _RZ, _FTH, _RTH, _T = 0, 1, 2, 3, 4, 5, 6
+#: Where f, f_z, f_theta, R, R_z, R_theta sit in the function tuple (`_plans.BASE_KEYS`;
+#: `ensemble_numba` checks `SLOTS` against it before it compiles the kernel).
+_S_F, _S_FZ, _S_FTH, _S_R, _S_RZ, _S_RTH = 0, 1, 4, 7, 8, 11
+SLOTS = {("f", 0, 0): _S_F, ("f", 1, 0): _S_FZ, ("f", 0, 1): _S_FTH, ("R", 0, 0): _S_R,
+         ("R", 1, 0): _S_RZ, ("R", 0, 1): _S_RTH}
+
+
+@_jit
+def _block(a, lo, n):
+    """numpy's pairwise summation of ``a[lo:lo + n]`` for ``n <= 128`` (one block)."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0 = a[lo]
+    r1 = a[lo + 1]
+    r2 = a[lo + 2]
+    r3 = a[lo + 3]
+    r4 = a[lo + 4]
+    r5 = a[lo + 5]
+    r6 = a[lo + 6]
+    r7 = a[lo + 7]
+    i = 8
+    while i < n - (n % 8):
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@_jit
+def _pairwise(a, lo, n):
+    """``sum(a[lo:lo + n])`` added as numpy adds a contiguous row (pairwise summation:
+    blocks of at most 128, halves split at a multiple of 8). numpy recurses; this walks
+    the same tree with an explicit stack (numba cannot cache recursive functions)."""
+    if n <= 128:
+        return _block(a, lo, n)
+    los = np.empty(64, dtype=np.int64)
+    ns = np.empty(64, dtype=np.int64)
+    stage = np.zeros(64, dtype=np.int64)
+    left = np.empty(64)
+    top = 0
+    los[0] = lo
+    ns[0] = n
+    ret = 0.0
+    while top >= 0:
+        m = ns[top]
+        if m <= 128:
+            ret = _block(a, los[top], m)
+            top -= 1
+            continue
+        m2 = m // 2
+        m2 -= m2 % 8
+        if stage[top] == 0:          # the left half first
+            stage[top] = 1
+            los[top + 1] = los[top]
+            ns[top + 1] = m2
+            stage[top + 1] = 0
+            top += 1
+        elif stage[top] == 1:        # then the right half
+            left[top] = ret
+            stage[top] = 2
+            los[top + 1] = los[top] + m2
+            ns[top + 1] = m - m2
+            stage[top + 1] = 0
+            top += 1
+        else:
+            ret = left[top] + ret
+            top -= 1
+    return ret
+
+
+@_jit
+def _sum_squares(a):
+    """``add.reduce(a * a)`` as numpy computes it (``a`` is overwritten)."""
+    n = a.shape[0]
+    for i in range(n):
+        a[i] = a[i] * a[i]
+    return _pairwise(a, 0, n)
+
+
+@_jit
+def _rms(a):
+    """``sqrt(mean(a * a))`` as numpy computes it (``a`` is overwritten)."""
+    n = a.shape[0]
+    if n == 0:
+        return 0.0
+    return np.sqrt(_sum_squares(a) / n)
+
+
+@_jit
+def _fmin(a, b):
+    """``np.minimum`` (NaN propagates)."""
+    if a != a or b != b:
+        return np.nan
+    return a if a <= b else b
+
+
+@_jit
+def _fmax(a, b):
+    """``np.maximum`` (NaN propagates)."""
+    if a != a or b != b:
+        return np.nan
+    return a if a >= b else b
+
+
+@_jit
+def _finite(a):
+    for i in range(a.shape[0]):
+        if not np.isfinite(a[i]):
+            return False
+    return True
+
+
+@_jit
+def _next_stop(t, t1, direction, stops):
+    """The first stop strictly beyond ``t`` in the row's direction, else ``t1``."""
+    n = stops.shape[0]
+    if n == 0:
+        return t1
+    if direction > 0:
+        up = np.searchsorted(stops, t, side="right")
+        valid = up < n
+        nxt = stops[up if up < n - 1 else n - 1]
+    else:
+        down = np.searchsorted(stops, t, side="left") - 1
+        valid = down >= 0
+        nxt = stops[down if down > 0 else 0]
+    if valid and direction * (t1 - nxt) > 0:
+        return nxt
+    return t1
+
+
+@_jit
+def _piece(knots, lo, hi):
+    """`PiecewiseConstant.pieces`: the piece holding the midpoint of ``(lo, hi)``."""
+    k = np.searchsorted(knots, 0.5 * (lo + hi), side="right") - 1
+    last = knots.shape[0] - 2
+    if k > last:
+        k = last
+    if k < 0:
+        k = 0
+    return k
+
+
+@_jit
+def _dense_z(t, dense, nd, ptr, N, kq, zbuf):
+    """``z(t)`` from the forward pass's dense output (`DenseRows.__call__` for one row;
+    ``dense[k] = [t_old, h, y_old (S), Q (S, kq)]`` of step ``k``): the last step whose
+    ``t_old <= t`` (the first step if none), found by walking from the step of the
+    previous call (``ptr[0]``), which gives the step of numpy's bisection."""
+    S = N + 1
+    a = ptr[0]
+    while a < nd - 1 and t - dense[a + 1, 0] >= 0:
+        a += 1
+    while a > 0 and not (t - dense[a, 0] >= 0):
+        a -= 1
+    ptr[0] = a
+    h = dense[a, 1]
+    x = (t - dense[a, 0]) / h
+    for s in range(N):
+        acc = 0.0
+        pw = 1.0
+        for j in range(kq):
+            pw = x if j == 0 else pw * x
+            acc += dense[a, 2 + S + s * kq + j] * pw
+        zbuf[s] = dense[a, 2 + s] + h * acc
+
+
+@_jit
+def _differenced(req, t, z, th, fns, fd):
+    """Request ``req`` of the plan by `eval_request` (the finite-difference rule of the
+    numba sweep) into ``fd``'s buffer, in the plan's Taylor layout."""
+    ev, plan, pz, pt, hs, vals, buf = fd
+    ev(fns, plan, req, t, z, th, pz, pt, hs, vals, buf)
+    return buf
+
+
+@_jit
+def _rhs(mode, t, y, piece, out, fns, values, dense, nd, ptr, wk, how, N, M, nw, kq, fd):
+    """The right-hand side of one row: forward (``mode == 0``) ``[f, R]``; backward
+    ``[-(f_z^T lam + R_z), -((f_th^T lam + R_th) dtheta/dw)]`` at ``z(t)`` of the dense
+    output; ``piece`` is the control's piece.
+
+    ``how[k]`` says how derivative ``k`` (`_F` ... `_RTH`) is evaluated: >= 0, the
+    function of the problem that is that derivative, called directly (``SLOTS``); -1,
+    zero (a missing running loss); -2, by the plan (finite differences). Calling the
+    function directly skips `eval_request`'s bookkeeping, which costs several times a
+    small function's own time (measured 300 ns against 70 ns per call)."""
+    th = values[piece]
+    zbuf = wk[:N]
+    if mode == 0:
+        for i in range(N):
+            zbuf[i] = y[i]
+        if how[_F] >= 0:
+            fv = fns[_S_F](t, zbuf, th)
+            for i in range(N):
+                out[i] = fv[i]
+        else:
+            buf = _differenced(_IDS[_F], t, zbuf, th, fns, fd)
+            for i in range(N):
+                out[i] = buf[i]
+        h = how[_R]
+        if h >= 0:
+            out[N] = fns[_S_R](t, zbuf, th)
+        elif h == -1:
+            out[N] = 0.0
+        else:
+            out[N] = _differenced(_IDS[_R], t, zbuf, th, fns, fd)[0]
+        return
+    _dense_z(t, dense, nd, ptr, N, kq, zbuf)
+    h = how[_FZ]             # f_z (N, N); the plan's layout is (N, 1 + N), column 0 unused
+    if h >= 0:
+        A = fns[_S_FZ](t, zbuf, th)
+        for i in range(N):
+            acc = 0.0
+            for j in range(N):
+                acc += A[j, i] * y[j]
+            out[i] = acc
+    else:
+        buf = _differenced(_IDS[_FZ], t, zbuf, th, fns, fd)
+        for i in range(N):
+            acc = 0.0
+            for j in range(N):
+                acc += buf[j * (N + 1) + 1 + i] * y[j]
+            out[i] = acc
+    h = how[_RZ]             # R_z (N,); the plan's layout is (1 + N,)
+    if h >= 0:
+        rz = fns[_S_RZ](t, zbuf, th)
+        for i in range(N):
+            out[i] = -(out[i] + rz[i])
+    elif h == -1:
+        for i in range(N):
+            out[i] = -(out[i] + 0.0)
+    else:
+        buf = _differenced(_IDS[_RZ], t, zbuf, th, fns, fd)
+        for i in range(N):
+            out[i] = -(out[i] + buf[1 + i])
+    if nw == 0:
+        return
+    gacc = wk[N:N + M]
+    h = how[_FTH]            # f_theta (N, M), the same in the plan's layout
+    if h >= 0:
+        G = fns[_S_FTH](t, zbuf, th)
+        for m in range(M):
+            acc = 0.0
+            for j in range(N):
+                acc += G[j, m] * y[j]
+            gacc[m] = acc
+    else:
+        buf = _differenced(_IDS[_FTH], t, zbuf, th, fns, fd)
+        for m in range(M):
+            acc = 0.0
+            for j in range(N):
+                acc += buf[j * M + m] * y[j]
+            gacc[m] = acc
+    for w in range(nw):
+        out[N + w] = 0.0
+    h = how[_RTH]            # R_theta (M,); dtheta/dw selects the piece's block of w
+    if h >= 0:
+        rw = fns[_S_RTH](t, zbuf, th)
+        for m in range(M):
+            out[N + piece * M + m] = -(gacc[m] + rw[m])
+    elif h == -1:
+        for m in range(M):
+            out[N + piece * M + m] = -(gacc[m] + 0.0)
+    else:
+        buf = _differenced(_IDS[_RTH], t, zbuf, th, fns, fd)
+        for m in range(M):
+            out[N + piece * M + m] = -(gacc[m] + buf[m])
+
+
+@_jit
+def _grow(dense, nd):
+    """``dense`` with twice the rows, the first ``nd`` copied."""
+    new = np.empty((2 * dense.shape[0], dense.shape[1]))
+    for k in range(nd):       # a loop: numba compiles slice assignments slowly
+        for c in range(dense.shape[1]):
+            new[k, c] = dense[k, c]
+    return new
+
+
+@_jit
+def _integrate(mode, t0, t1, y, tab, ctl, num, ints, fns, how, N, M, nw, dense, nd, wk, fd,
+               rk):
+    """`integrate_rows` for one row, from ``t0`` to ``t1``, ``y`` updated in place.
+
+    ``mode`` 0 (forward) records the dense output of every accepted step in ``dense``
+    (grown by doubling); ``mode`` 1 (backward) reads it. Returns ``(status, t, nsteps,
+    nfev, h_lambda, dense, nd)``."""
+    A, Bw, C, E, P = tab
+    knots, values, stops = ctl
+    rtol, atol, first_step, max_step, safety, min_factor, max_factor = num
+    max_steps, order, stiff = ints
+    K, f, y_new, ys, y_stiff, a = rk
+    S = y.shape[0]
+    ns = Bw.shape[0]
+    kq = P.shape[1]
+    exponent = -1.0 / (order + 1)
+    ptr = np.zeros(1, dtype=np.int64)
+    ptr[0] = nd - 1 if nd > 0 else 0
+    direction = np.sign(t1 - t0)
+    t = t0
+    nsteps = 0
+    nfev = 0
+    h_lambda = 0.0
+    if direction == 0:
+        return K_DONE, t, nsteps, nfev, h_lambda, dense, nd
+    stop = _next_stop(t, t1, direction, stops)
+    piece = _piece(knots, t, stop)
+    _rhs(mode, t, y, piece, f, fns, values, dense, nd, ptr, wk, how, N, M, nw, kq, fd)
+    nfev += 1
+    if not _finite(f):
+        return K_NONFINITE, t, nsteps, nfev, h_lambda, dense, nd
+    span = abs(stop - t)
+    if first_step > 0:
+        h = _fmin(first_step, span)
+    else:   # scipy's select_initial_step, as `_initial_step`
+        for i in range(S):
+            a[i] = y[i] / (atol + abs(y[i]) * rtol)
+        d0 = _rms(a)
+        for i in range(S):
+            a[i] = f[i] / (atol + abs(y[i]) * rtol)
+        d1 = _rms(a)
+        if d0 < 1e-5 or d1 < 1e-5:
+            h0 = 1e-6
+        else:
+            h0 = 0.01 * d0 / d1
+        h0 = _fmin(h0, span)
+        for i in range(S):
+            ys[i] = y[i] + (h0 * direction) * f[i]
+        _rhs(mode, t + h0 * direction, ys, piece, K[1], fns, values, dense, nd, ptr, wk,
+             how, N, M, nw, kq, fd)
+        nfev += 1
+        for i in range(S):
+            a[i] = (K[1, i] - f[i]) / (atol + abs(y[i]) * rtol)
+        d2 = _rms(a) / h0
+        if d1 <= 1e-15 and d2 <= 1e-15:
+            h1 = _fmax(1e-6, h0 * 1e-3)
+        else:
+            h1 = (0.01 / _fmax(d1, d2)) ** (1.0 / (order + 1))
+        if not np.isfinite(h1):
+            h1 = h0
+        h = _fmin(_fmin(100 * h0, h1), span)
+    rejected = False
+    last_bad = False
+    while True:
+        stop = _next_stop(t, t1, direction, stops)
+        piece = _piece(knots, t, stop)
+        min_step = 10.0 * abs(np.nextafter(t, direction * np.inf) - t)
+        if rejected and h < min_step:
+            status = K_NONFINITE if last_bad else K_UNDERFLOW
+            return status, t, nsteps, nfev, h_lambda, dense, nd
+        h_try = _fmin(_fmax(h, min_step), max_step)
+        dist = abs(stop - t)
+        hit = h_try >= dist
+        ha = dist if hit else h_try
+        t_new = stop if hit else t + direction * ha
+        hstep = t_new - t
+        for i in range(S):
+            K[0, i] = f[i]
+        for s in range(1, ns):
+            for i in range(S):
+                acc = A[s, 0] * K[0, i]
+                for j in range(1, s):
+                    acc += A[s, j] * K[j, i]
+                ys[i] = y[i] + acc * hstep
+            _rhs(mode, t + C[s] * hstep, ys, piece, K[s], fns, values, dense, nd, ptr, wk,
+                 how, N, M, nw, kq, fd)
+            nfev += 1
+            if s == stiff:
+                for i in range(S):
+                    y_stiff[i] = ys[i]
+        for i in range(S):
+            acc = Bw[0] * K[0, i]
+            for j in range(1, ns):
+                acc += Bw[j] * K[j, i]
+            y_new[i] = y[i] + hstep * acc
+        _rhs(mode, t_new, y_new, piece, K[ns], fns, values, dense, nd, ptr, wk, how, N, M, nw,
+             kq, fd)
+        nfev += 1
+        for i in range(S):
+            acc = E[0] * K[0, i]
+            for j in range(1, ns + 1):
+                acc += E[j] * K[j, i]
+            a[i] = (hstep * acc) / (atol + _fmax(abs(y[i]), abs(y_new[i])) * rtol)
+        norm = _rms(a)
+        finite = np.isfinite(norm) and _finite(K[ns]) and _finite(y_new)
+        accept = finite and norm < 1.0
+        nsteps += 1
+        if accept:
+            if norm == 0:
+                factor = max_factor
+            else:
+                factor = _fmin(max_factor, safety * norm ** exponent)
+            if rejected:
+                factor = _fmin(1.0, factor)
+        elif finite:
+            factor = _fmax(min_factor, safety * norm ** exponent)
+        else:
+            factor = min_factor
+        h = ha * factor
+        rejected = not accept
+        last_bad = not finite
+        if accept:
+            if mode == 0:     # dense output: t_old, h, y_old, Q = K^T P
+                if nd == dense.shape[0]:
+                    dense = _grow(dense, nd)
+                dense[nd, 0] = t
+                dense[nd, 1] = hstep
+                for i in range(S):
+                    dense[nd, 2 + i] = y[i]
+                    for c in range(kq):
+                        acc = K[0, i] * P[0, c]
+                        for j in range(1, ns + 1):
+                            acc += K[j, i] * P[j, c]
+                        dense[nd, 2 + S + i * kq + c] = acc
+                nd += 1
+            if stiff >= 0:   # Shampine: |h| |K_last - K_stiff| / |y_new - y_stiff|
+                for i in range(S):
+                    a[i] = K[ns, i] - K[stiff, i]
+                    ys[i] = y_new[i] - y_stiff[i]
+                num_ = np.sqrt(_sum_squares(a))
+                den_ = np.sqrt(_sum_squares(ys))
+                h_lambda = abs(hstep) * num_ / den_ if den_ > 0 else 0.0
+            t = t_new
+            for i in range(S):
+                y[i] = y_new[i]
+                f[i] = K[ns, i]
+            if t_new == t1:
+                return K_DONE, t, nsteps, nfev, h_lambda, dense, nd
+            if hit:   # a stop: the next step starts from the next piece's derivative
+                nxt = _next_stop(t, t1, direction, stops)
+                _rhs(mode, t, y, _piece(knots, t, nxt), f, fns, values, dense, nd, ptr, wk,
+                     how, N, M, nw, kq, fd)
+                nfev += 1
+                if not _finite(f):
+                    return K_NONFINITE, t, nsteps, nfev, h_lambda, dense, nd
+        if nsteps >= max_steps:
+            return K_MAX_STEPS, t, nsteps, nfev, h_lambda, dense, nd
+
+
+def ensemble_rows(one, ev, fns, plan, how, X, depths, perm, q, N, M, nw, tab, ctl, num, ints,
+                  out_z, out_v, out_a, out_w, out_g, out_steps, out_nfev, out_status,
+                  out_t, out_hl):
+    """Every row in a ``prange`` loop (``perm``: the order that spreads long and short
+    rows over the threads' chunks); compiled by `invimbed._backends.ensemble_numba`."""
+    for j in prange(perm.shape[0]):
+        one(perm[j], ev, fns, plan, how, X, depths, q, N, M, nw, tab, ctl, num, ints,
+            out_z, out_v, out_a, out_w, out_g, out_steps, out_nfev, out_status, out_t,
+            out_hl)
+
+
+@_jit
+def _row(r, ev, fns, plan, how, X, depths, q, N, M, nw, tab, ctl, num, ints,
+         out_z, out_v, out_a, out_w, out_g, out_steps, out_nfev, out_status, out_t, out_hl):
+    """Row ``r = i B + b`` (depth ``depths[i]``, input ``X[b]``): forward pass with dense
+    output, terminal conditions, backward pass, depth gradient. Failed rows keep their
+    NaN fields; ``out_status[r]`` holds the status of both passes.
+
+    Memory: the dense output starts with room for 32 steps and doubles when full,
+    ``2 + S + S kq`` floats per step (``S = N + 1``); it is freed when the row ends."""
+    B = X.shape[0]
+    p = depths[r // B]
+    x = X[r % B]
+    knots, values, stops = ctl
+    P = tab[4]
+    ns = tab[1].shape[0]
+    kq = P.shape[1]
+    pz, pt, hs, vals = _plan_scratch(plan, N, M)
+    fd = (ev, plan, pz, pt, hs, vals, np.empty(N * (N + 1) + N * M + M + 1))
+    wk = np.empty(N + M)
+    S = N + 1
+    Sb = N + nw
+    dense = np.empty((32, 2 + S + S * kq))
+    # forward: y = [z, int R] from p to q
+    y = np.zeros(S)
+    for i in range(N):
+        y[i] = x[i]
+    rk = (np.empty((ns + 1, S)), np.empty(S), np.empty(S), np.empty(S), np.empty(S),
+          np.empty(S))
+    st, t_end, nst, nfe, hl, dense, nd = _integrate(
+        _IDS[0], p, q, y, tab, ctl, num, ints, fns, how, N, M, nw, dense, _IDS[0], wk, fd, rk)
+    out_status[r, 0] = st
+    out_steps[r] = nst
+    out_nfev[r] = nfe
+    out_t[r] = t_end
+    out_hl[r] = hl
+    if st != K_DONE:
+        return
+    zq = np.empty(N)
+    for i in range(N):
+        zq[i] = y[i]
+    tz = np.empty(N + 1)
+    ev(fns, plan, _IDS[_T], q, zq, values[0], pz, pt, hs, vals, tz)   # [T, T_z] at z(q)
+    value = y[N] + tz[0]
+    # backward: [lambda, mu] from q down to p
+    yb = np.zeros(Sb)
+    for i in range(N):
+        yb[i] = tz[1 + i]
+    rk = (np.empty((ns + 1, Sb)), np.empty(Sb), np.empty(Sb), np.empty(Sb), np.empty(Sb),
+          np.empty(Sb))
+    st, t_end, nst, nfe, hl, dense, nd = _integrate(
+        _IDS[1], q, p, yb, tab, ctl, num, ints, fns, how, N, M, nw, dense, nd, wk, fd, rk)
+    out_status[r, 1] = st
+    out_steps[r] += nst
+    out_nfev[r] += nfe
+    out_t[r] = t_end
+    out_hl[r] = hl
+    if st != K_DONE:
+        return
+    # dJ/dp = -(lam . f + R) at p, theta from the piece just above p
+    th = values[_piece(knots, p, p)]
+    fp = np.empty(N)
+    rp = np.empty(1)
+    ev(fns, plan, _IDS[_F], p, x, th, pz, pt, hs, vals, fp)
+    ev(fns, plan, _IDS[_R], p, x, th, pz, pt, hs, vals, rp)
+    acc = 0.0
+    for i in range(N):
+        acc += yb[i] * fp[i]
+        out_z[r, i] = zq[i]
+        out_a[r, i] = yb[i]
+    for w in range(nw):
+        out_w[r, w] = yb[N + w]
+    out_v[r] = value
+    out_g[r] = -(acc + rp[0])
