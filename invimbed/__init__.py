@@ -27,7 +27,9 @@ from ._optimize import DepthResult as DepthResult
 from ._optimize import optimal_depth as optimal_depth
 from ._optimize import optimize_control as optimize_control
 from ._problem import BolzaProblem as BolzaProblem
+from ._results import STATUS as STATUS
 from ._results import ImbeddingResult as ImbeddingResult
+from ._results import SolverWarning as SolverWarning
 from ._symbolic import from_sympy as from_sympy
 
 __version__ = "0.1.0"
@@ -44,6 +46,8 @@ __all__ = [
     "ImbeddingResult",
     "MLPDynamics",
     "PiecewiseConstant",
+    "STATUS",
+    "SolverWarning",
     "SympyProvider",
     "__version__",
     "array_namespace",

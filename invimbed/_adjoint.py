@@ -34,7 +34,7 @@ from ._integrators.common import segments
 from ._integrators.ensemble import (DONE, MAX_STEPS, NONFINITE, STIFF_H_LAMBDA, TABLEAUX,
                                     UNDERFLOW, integrate_rows)
 from ._problem import BolzaProblem
-from ._results import ImbeddingResult
+from ._results import ImbeddingResult, SolverWarning
 from ._setup import Setup, depth_gradient, pack_result, prepare
 from ._validation import check_choice, describe
 
@@ -88,8 +88,9 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
     ImbeddingResult
         The same fields as `solve_imbedding` (``error_estimate`` is None), plus
         ``strategy`` (what ran), ``nsteps`` (steps per depth and input, forward and
-        backward together) and ``warnings`` (a list of str). ``nfev`` counts vectorised
-        right-hand-side calls. A row that fails (non-finite value, step-size underflow,
+        backward together) and ``warnings`` (a list of `SolverWarning`). ``nfev`` counts
+        vectorised right-hand-side calls (with ``backend="numba"``: the largest count of
+        one row). A row that fails (non-finite value, step-size underflow,
         more than ``max_steps`` steps) has NaN fields and makes ``success`` False, with a
         message naming its depth and input; the other rows keep their values.
 
@@ -114,12 +115,13 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
     opts = _options(options)
     setup = prepare(problem, x, depths, control, method, rtol, atol, None, SCIPY_METHODS)
     rtol, atol = float(rtol), float(atol)
-    warnings: list[str] = []
+    warnings: list[SolverWarning] = []
     if strategy == "ensemble" and method not in TABLEAUX:
         strategy = "per_depth"
-        warnings.append(f"method={method!r} is not run by the ensemble (it runs "
-                        f"{', '.join(map(repr, TABLEAUX))}): the depths were solved one at a "
-                        f"time (strategy='per_depth')")
+        warnings.append(SolverWarning(
+            "ran_per_depth", f"method={method!r} is not run by the ensemble (it runs "
+            f"{', '.join(map(repr, TABLEAUX))}): the depths were solved one at a time "
+            f"(strategy='per_depth')"))
     if backend == "numba":
         if strategy != "ensemble":
             raise ValueError(f"`backend='numba'` runs the ensemble only (method 'RK45' or "
@@ -135,7 +137,7 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
     success = failure is None
     message = ("The adjoint solves reached every requested depth." if success else failure)
     if warnings:
-        message += " Note: " + "; ".join(warnings) + "."
+        message += " Note: " + "; ".join(map(str, warnings)) + "."
     return pack_result(setup, fields, success=success, message=message, nfev=nfev,
                        closure="adjoint", method=method, strategy=strategy, warnings=warnings)
 

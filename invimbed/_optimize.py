@@ -414,7 +414,7 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
         use_jac and gradient_error is not None and gradient_error <= rtol)))
     res["warnings"] = warnings
     if warnings:
-        res["message"] = f"{res.get('message', '')} Note: {'; '.join(warnings)}."
+        res["message"] = f"{res.get('message', '')} Note: {'; '.join(map(str, warnings))}."
     res["nfev_solver"] = state["nfev"]
     res["nsolve"] = state["nsolve"]
     tr_rtol = float(solve_kwargs.get("rtol", 1e-8))
@@ -707,7 +707,7 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
     def done(**fields: Any) -> DepthResult:
         message = fields.pop("message")
         if warnings:
-            message += f" Note: {'; '.join(warnings)}."
+            message += f" Note: {'; '.join(map(str, warnings))}."
         return DepthResult(grid=grid, grid_value=values, grid_depth_grad=grads,
                            message=message, warnings=warnings, **fields, **counts)
 

@@ -2,7 +2,43 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from scipy.optimize import OptimizeResult
+
+#: Status codes of every solver's result (``result.status``), in the style of scipy's
+#: ``MESSAGES``. Negative: ``success`` is False; the fields are still returned (NaN where
+#: nothing could be computed).
+STATUS = {
+    0: "success: every requested depth was reached and is within the tolerance",
+    -1: "integration failed: a non-finite value, a step-size underflow or the step budget "
+        "(the message names the depth)",
+    -2: "not converged: the error estimate exceeds the tolerance at some depth (the "
+        "message names the first); the fields there are approximate",
+}
+
+
+@dataclass(frozen=True)
+class SolverWarning:
+    """One entry of a result's ``warnings`` list.
+
+    Attributes
+    ----------
+    code : str
+        What kind of warning, e.g. ``"ran_per_depth"``, ``"estimate_large"``,
+        ``"approximate_gradient"``, ``"finite_differences_at_tolerance"``.
+    message : str
+        What happened and what to do about it.
+    depth : float or None
+        The depth it concerns, if one.
+    """
+
+    code: str
+    message: str
+    depth: float | None = None
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class ImbeddingResult(OptimizeResult):
@@ -31,7 +67,8 @@ class ImbeddingResult(OptimizeResult):
     success : bool
         Whether the sweep reached every requested depth with finite values.
     status : int
-        0 success; -1 integration failure (see ``message``).
+        One of `STATUS`: 0 success; -1 integration failure; -2 not converged (the error
+        estimate exceeds the tolerance). See ``message``.
     message : str
         Human-readable description; on failure it names the depth where it happened.
     nfev : int

@@ -239,7 +239,8 @@ def test_stiff_problem_runs_out_of_steps_and_names_the_remedy():
     rad = invimbed.solve_adjoint(stiff, [1.0], [-1e-6, -2e-6], method="Radau", rtol=1e-8,
                                  atol=1e-12)
     assert rad.success and rad.strategy == "per_depth"
-    assert rad.warnings and "Radau" in rad.warnings[0] and "per_depth" in rad.message
+    assert rad.warnings and rad.warnings[0].code == "ran_per_depth"
+    assert "Radau" in str(rad.warnings[0]) and "per_depth" in rad.message
     np.testing.assert_allclose(rad.z[:, 0], np.exp(-1e6 * np.array([1e-6, 2e-6])), rtol=1e-6)
 
 
