@@ -5,7 +5,7 @@ integrate ``z`` and the running loss forward from ``p_i`` to ``q``; then the adj
 ``d lambda/dt = -([grad_z f]^T lambda + grad_z R)``, ``lambda(q) = grad T(z(q))``, and the
 parameter adjoint ``d mu/dt = -([grad_w f]^T lambda + grad_w R)``, ``mu(q) = 0``, backward
 from ``q`` to ``p_i`` with ``z(t)`` from the forward pass's dense output (the paper's
-eq. (5); Chen et al.'s augmented adjoint). Then ``J = int R + T(z(q))``,
+eq. (11); Chen et al.'s augmented adjoint). Then ``J = int R + T(z(q))``,
 ``grad_x J = lambda(p_i)``, ``dJ/dw = mu(p_i)`` and ``dJ/dp = -(lambda(p_i) . f + R)``
 at ``t = p_i``.
 

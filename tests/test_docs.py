@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["docs/tutorial.md", "docs/index.md", "docs/method.md", "docs/closures.md",
+DOCS = ["docs/tutorial.md", "docs/theory.md", "docs/index.md", "docs/method.md", "docs/closures.md",
         "README.md"]
 
 FENCE = re.compile(
