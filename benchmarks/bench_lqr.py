@@ -12,8 +12,16 @@ from sympy (``invimbed.from_sympy``), for N = 2, 8, 32. Depths ``s = q - p`` in
 
 Compared, in one run, at the same tolerances (RK45, ``rtol``, ``atol``):
 
+* ``Riccati, full P`` / ``Riccati, one x``: ``solve_optimal`` by default, which detects
+  the LQ structure (symbolically here) and takes the Riccati path: the matrix Riccati
+  equation with ``solve_ivp``'s solver, all depths from its dense output, plus the
+  closed-loop transport of ``z(q)`` (``2 N^2 + 2 N + 1`` unknowns);
+* ``Riccati, calls``: the same problem as plain vectorised callables (detected by the
+  probe; finite differences are never taken), the N unit vectors;
+
 * ``sweep, full P``: ``solve_optimal(problem, eye(N), depths, control_affine=True,
-  estimate_error=False)`` -- a batch of the N unit vectors, whose adjoints are the
+  estimate_error=False, linear_quadratic=False)`` (the jet sweep; at N = 32 only with
+  ``--n32-sweep``) -- a batch of the N unit vectors, whose adjoints are the
   columns of ``P(p)`` (the jet of order 1 is exact for LQ problems, so the error
   estimate, which would carry order 2 as well, is switched off);
 * ``sweep, one x``: the same for one input ``x`` (a fixed random unit vector): the value
@@ -39,7 +47,7 @@ BLAS runs on one thread unless ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS`` is
 benchmarks/bench_jets.py: on a busy machine threaded BLAS made the sweep's small
 products many times slower).
 
-Run:  python benchmarks/bench_lqr.py [--quick] [--repeats R] [--n32-full-p]
+Run:  python benchmarks/bench_lqr.py [--quick] [--repeats R] [--n32-sweep] [--n32-full-p]
 """
 
 from __future__ import annotations
@@ -114,7 +122,8 @@ def rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
-def case(n: int, repeats: int, rtol: float, atol: float, full_p: bool) -> dict[str, Any]:
+def case(n: int, repeats: int, rtol: float, atol: float, full_p: bool,
+         jet: bool = True) -> dict[str, Any]:
     d = chain(n)
     N, M = d["B"].shape
     x = np.random.default_rng(n).normal(size=N)
@@ -122,16 +131,28 @@ def case(n: int, repeats: int, rtol: float, atol: float, full_p: bool) -> dict[s
     problem = lq_problem(**d)
     depths = -HORIZONS
 
-    def sweep(inputs):
-        res = invimbed.solve_optimal(problem, inputs, depths, n_controls=M,
+    def sweep(inputs, lq=False, pb=problem):
+        res = invimbed.solve_optimal(pb, inputs, depths, n_controls=M,
                                      control_affine=True, rtol=rtol, atol=atol,
-                                     estimate_error=False)
+                                     estimate_error=False, linear_quadratic=lq)
         if not res.success:
             raise RuntimeError(res.message)
+        assert res.linear_quadratic is bool(lq is None)
         return res
 
-    cases: dict[str, Callable[[], Any]] = {"sweep, one x": lambda: sweep(x)}
-    if full_p:
+    A_, B_, Q_, R_, PT_ = (d[k] for k in ("A", "B", "Q", "R", "PT"))
+    plain = invimbed.BolzaProblem(lambda t, z, u: z @ A_.T + u @ B_.T,
+                                  lambda t, z, u: 0.5 * (np.einsum("bi,ij,bj->b", z, Q_, z)
+                                                         + np.einsum("bi,ij,bj->b", u, R_, u)),
+                                  lambda z: 0.5 * np.einsum("bi,ij,bj->b", z, PT_, z),
+                                  vectorized=True)
+    cases: dict[str, Callable[[], Any]] = {
+        "Riccati, full P": lambda: sweep(np.eye(N), None),
+        "Riccati, one x": lambda: sweep(x, None),
+        "Riccati, calls": lambda: sweep(np.eye(N), None, plain)}
+    if jet:
+        cases["sweep, one x"] = lambda: sweep(x)
+    if jet and full_p:
         cases["sweep, full P"] = lambda: sweep(np.eye(N))
     cases["Riccati ODE"] = lambda: riccati_ode(d["A"], d["B"], d["Q"], d["R"], d["PT"],
                                               rtol, atol)
@@ -140,7 +161,7 @@ def case(n: int, repeats: int, rtol: float, atol: float, full_p: bool) -> dict[s
     first = {k: timed(fn)[0] for k, fn in cases.items() if not k.startswith("sweep")}
     first["sweep"] = timed(lambda: invimbed.solve_optimal(
         problem, x, [-0.01], n_controls=M, control_affine=True, method="rk4", step=0.01,
-        estimate_error=False))[0]
+        estimate_error=False, linear_quadratic=False))[0] if jet else 0.0
     best = {k: np.inf for k in cases}
     out: dict[str, Any] = {}
     for _ in range(repeats):                                  # interleaved
@@ -150,23 +171,24 @@ def case(n: int, repeats: int, rtol: float, atol: float, full_p: bool) -> dict[s
     P_ode, nfev_ode = out["Riccati ODE"]
     P_care = out["CARE"]
     gain_ode = np.stack([-np.linalg.solve(d["R"], d["B"].T @ P) for P in P_ode])
-    one = out["sweep, one x"]
-    agree = {
-        "sweep, one x": (max(rel(one.adjoint[i], P_ode[i] @ x) for i in range(len(HORIZONS))),
-                         max(rel(one.feedback_jacobian[i], gain_ode[i])
-                             for i in range(len(HORIZONS))),
-                         rel(one.adjoint[-1], P_care @ x)),
-        "Riccati ODE": (None, None, rel(P_ode[-1], P_care)),
-    }
-    nfev = {"sweep, one x": one.nfev, "Riccati ODE": nfev_ode, "CARE": None}
-    if full_p:
-        full = out["sweep, full P"]
-        P_sw = np.swapaxes(full.adjoint, 1, 2)               # column j = adjoint at e_j
-        agree["sweep, full P"] = (max(rel(P_sw[i], P_ode[i]) for i in range(len(HORIZONS))),
-                                  max(rel(full.feedback_jacobian[i, 0], gain_ode[i])
-                                      for i in range(len(HORIZONS))),
-                                  rel(P_sw[-1], P_care))
-        nfev["sweep, full P"] = full.nfev
+    agree = {"Riccati ODE": (None, None, rel(P_ode[-1], P_care))}
+    nfev = {"Riccati ODE": nfev_ode, "CARE": None}
+    for k in cases:
+        if k.endswith("one x"):
+            one = out[k]
+            agree[k] = (max(rel(one.adjoint[i], P_ode[i] @ x) for i in range(len(HORIZONS))),
+                        max(rel(one.feedback_jacobian[i], gain_ode[i])
+                            for i in range(len(HORIZONS))),
+                        rel(one.adjoint[-1], P_care @ x))
+            nfev[k] = one.nfev
+        elif k.endswith("full P") or k.endswith("calls"):
+            full = out[k]
+            P_sw = np.swapaxes(full.adjoint, 1, 2)           # column j = adjoint at e_j
+            agree[k] = (max(rel(P_sw[i], P_ode[i]) for i in range(len(HORIZONS))),
+                        max(rel(full.feedback_jacobian[i, 0], gain_ode[i])
+                            for i in range(len(HORIZONS))),
+                        rel(P_sw[-1], P_care))
+            nfev[k] = full.nfev
     return dict(N=N, M=M, first=first, best=best, agree=agree, nfev=nfev)
 
 
@@ -180,11 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats (best kept)")
     ap.add_argument("--rtol", type=float, default=1e-8)
     ap.add_argument("--atol", type=float, default=1e-10)
+    ap.add_argument("--n32-sweep", action="store_true",
+                    help="also the jet sweep (linear_quadratic=False) at N = 32: minutes")
     ap.add_argument("--n32-full-p", action="store_true",
                     help="also the full-P sweep (32 inputs) at N = 32: many minutes")
     args = ap.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
-    sizes = (1, 4) if args.quick else (1, 4, 16)
+    sizes = (1, 2, 4) if args.quick else (1, 2, 4, 16)
     start = time.perf_counter()
     print("invimbed benchmark: LQR by the imbedding sweep (solve_optimal) vs Riccati ODE vs CARE")
     print(machine_info("sympy"))
@@ -199,19 +223,22 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(head))
     for n in sizes:
         full_p = n < 16 or args.n32_full_p
-        r = case(n, 1 if n >= 16 else repeats, args.rtol, args.atol, full_p)
+        jet = n < 16 or args.n32_sweep
+        r = case(n, repeats if n < 16 else max(1, repeats // 3) if not jet else 1,
+                 args.rtol, args.atol, full_p, jet)
         ode, care = r["best"]["Riccati ODE"], r["best"]["CARE"]
-        for k in ("sweep, full P", "sweep, one x", "Riccati ODE", "CARE"):
+        for k in ("Riccati, full P", "Riccati, one x", "Riccati, calls", "sweep, full P",
+                  "sweep, one x", "Riccati ODE", "CARE"):
             if k not in r["best"]:
-                print(f"{r['N']:>3} {r['M']:>2}  {k:<14} {'(not run: see --n32-full-p)'}")
+                print(f"{r['N']:>3} {r['M']:>2}  {k:<14} {'(not run: see --n32-sweep, --n32-full-p)'}")
                 continue
             t = r["best"][k]
             nf = r["nfev"].get(k)
-            per = f"{1e3 * t / nf:8.2f}" if nf and k.startswith("sweep") else f"{'-':>8}"
+            per = f"{1e3 * t / nf:8.2f}" if nf and k not in ("Riccati ODE", "CARE") else f"{'-':>8}"
             pa, ga, ca = r["agree"].get(k, (None, None, None))
-            label = "P x vs ODE" if k == "sweep, one x" else "P vs ODE"
+            label = "P x vs ODE" if k.endswith("one x") else "P vs ODE"
             print(f"{r['N']:>3} {r['M']:>2}  {k:<14} {fmt(nf, 'd') if nf else '-':>6} "
-                  f"{r['first'].get(k, r['first']['sweep']):>10.3f} {t:>10.4f} {t / ode:>8.1f} {t / care:>9.0f} {per}  "
+                  f"{r['first'].get(k, r['first']['sweep'] if k.startswith('sweep') else r['best'][k]):>10.3f} {t:>10.4f} {t / ode:>8.1f} {t / care:>9.0f} {per}  "
                   f"{fmt(pa):>9} {fmt(ga):>8} {fmt(ca):>12}" + ("" if pa is None else
                                                                 f"   ({label})"))
         print()

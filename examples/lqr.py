@@ -20,6 +20,9 @@ next to
    horizon, which ``P(p)`` approaches as ``q - p`` grows,
 3. the feedback gain ``-R^-1 B^T P`` against the Jacobian of the sweep's feedback.
 
+The sweep is forced here (``linear_quadratic=False``): by default ``solve_optimal``
+recognises a linear-quadratic problem and solves the Riccati equation directly.
+
 Default: a double integrator (N = 2, M = 1; a few seconds), without the error estimate
 (``estimate_error=False``: order 1 is exact here, and the estimate carries order 2
 alongside, which doubles the cost). ``--full``: more depths, the error estimate (it is
@@ -80,7 +83,7 @@ def run(name, A, B, Q, R, PT, horizons, show_matrices, estimate):
     t0 = time.perf_counter()
     res = invimbed.solve_optimal(problem, np.eye(N), -horizons, n_controls=M,
                                  control_affine=True, rtol=RTOL, atol=ATOL,
-                                 estimate_error=estimate)
+                                 estimate_error=estimate, linear_quadratic=False)
     t_sweep = time.perf_counter() - t0
     assert res.success, res.message
     t0 = time.perf_counter()

@@ -10,16 +10,18 @@ from ._closures import CLOSURES, JetClosure, StencilClosure
 from ._derivatives import DerivativeOrderError
 from ._integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
 from ._problem import BolzaProblem
-from ._results import ImbeddingResult
-from ._setup import ALL_METHODS, collect_results, depth_gradient, prepare
+from ._results import ImbeddingResult, SolverWarning
+from ._setup import (ALL_METHODS, assess, collect_results, depth_gradient, parse_tol,
+                     prepare)
 from ._validation import check_choice, describe
 
 def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = None,
                     closure: str = "jet", order: int = 1, method: str = "RK45",
-                    rtol: float = 1e-6, atol: float = 1e-9, step: float | None = None,
-                    estimate_error: bool = True, difference: str = "central",
-                    delta: Any = None, backend: str = "numpy",
-                    **options: Any) -> ImbeddingResult:
+                    rtol: float | None = None, atol: float | None = None,
+                    step: float | None = None, estimate_error: bool = True,
+                    difference: str = "central", delta: Any = None, backend: str = "numpy",
+                    tol: Any = None, fallback: str | None = None, max_order: int = 6,
+                    ratio_test: bool = True, **options: Any) -> ImbeddingResult:
     r"""Solve a Bolza problem for every requested depth in one sweep in ``p``.
 
     Integrates the imbedded fields of DESIGN.md section 2 --- the output
@@ -74,6 +76,21 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         Where the sweep runs. ``"numpy"`` (default) supports everything above; the
         accelerated backends (see "Performance and scale" in the docs) run fixed-step
         jet-1 and stencil sweeps and say clearly what they cannot do.
+    tol : float or (float, float), optional
+        ``(rtol, atol)`` (a float ``t`` means ``(t, t)``) applied to every field like
+        `numpy.isclose`: ``|err| <= atol + rtol |field|``. The sweep raises the jet order
+        from ``order`` to ``max_order`` until the error estimate is within ``tol`` at
+        every depth, with a ratio test that refuses depths where the jet series does not
+        converge. Without it, a depth whose estimate exceeds 10% of ``max(1, |field|)``
+        is not converged. Needs ``closure="jet"`` with the estimate.
+    fallback : {None, "adjoint"}
+        ``"adjoint"``: recompute the (depth, input) pairs that did not converge with the
+        exact ensemble `solve_adjoint` (marked in ``exact_fallback``).
+    max_order : int, default 6
+        Highest jet order ``tol`` may choose (less where the provider serves less).
+    ratio_test : bool, default True
+        With ``tol``: carry the jets of order ``K - 1`` (and ``K + 2`` where served) and
+        refuse depths whose successive differences do not shrink geometrically.
     **options
         Passed to ``scipy.integrate.solve_ivp`` (e.g. ``first_step``).
 
@@ -81,9 +98,11 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     -------
     ImbeddingResult
         ``depths``, ``z``, ``value``, ``adjoint``, ``param_grad``, ``depth_grad``,
-        ``success``, ``status``, ``message``, ``nfev``, ``error_estimate``. A non-finite
-        value during the sweep ends it with ``success=False`` and a message naming the
-        depth; depths not reached hold NaN.
+        ``success``, ``status``, ``message``, ``nfev``, ``error_estimate``, ``warnings``,
+        ``converged``, ``order``, ``exact_fallback``, ``series_ratio``. Status 0:
+        success; -1: a non-finite value ended the sweep (the message names the depth;
+        depths not reached hold NaN); -2: not converged at some depth (the message names
+        the first; the fields are still returned).
 
     Raises
     ------
@@ -113,27 +132,169 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     (True, (2, 1), (2, 1))
     """
     check_choice(closure, "closure", CLOSURES)
+    if fallback is not None:
+        check_choice(fallback, "fallback", ("adjoint",))
+    tol_pair = parse_tol(tol)
     if backend == "cupy":  # device arrays in, device arrays out (docs: Performance and scale)
         from ._namespace import is_cupy_array, to_numpy
 
         if is_cupy_array(x):
             x = to_numpy(x)
             options.setdefault("array_type", "cupy")
+    rtol, atol = integrator_tolerances(rtol, atol, tol_pair)
     setup = prepare(problem, x, depths, control, method, rtol, atol, step, ALL_METHODS)
     if not isinstance(order, (int, np.integer)) or isinstance(order, bool) or order < 1:
         raise ValueError(f"`order` must be an integer >= 1, but got {describe(order)}")
+    if not isinstance(max_order, (int, np.integer)) or isinstance(max_order, bool) \
+            or max_order < 1:
+        raise ValueError(f"`max_order` must be an integer >= 1, but got {describe(max_order)}")
     if closure != "jet" and order != 1:
         raise ValueError(f"`order` applies to closure='jet' only; closure={closure!r} needs "
                          f"order=1, but got order={order}")
     check_choice(difference, "difference", ("central", "forward"))
     est = bool(estimate_error) and closure == "jet" and method != "disc"
+    if tol_pair is not None and not est:
+        raise ValueError(
+            f"`tol` needs the jet's error estimate (closure='jet', estimate_error=True, a "
+            f"method other than 'disc'), but got closure={closure!r}, "
+            f"estimate_error={estimate_error!r}, method={method!r}; drop `tol`, or use "
+            f"solve_adjoint for exact values")
     if backend != "numpy":
-        from ._backends import BACKENDS, sweep_backend
+        from ._backends import BACKENDS
 
         check_choice(backend, "backend", ("numpy",) + tuple(BACKENDS))
-        return sweep_backend(backend, setup, closure=closure, order=order, method=method,
-                             step=step, difference=difference, delta=delta,
-                             estimate_error=est, rtol=rtol, atol=atol, **options)
+    prov = setup.provider
+    warnings: list[SolverWarning] = []
+    if method in SCIPY_METHODS:
+        rtol, atol = _finite_difference_floor(prov, closure, order, est, setup, rtol, atol,
+                                              tol_pair, warnings)
+    top = _highest_order(prov, setup, est, max_order) if tol_pair is not None else order
+    K = order
+    while True:
+        res = _sweep(setup, closure=closure, order=K, method=method, rtol=rtol, atol=atol,
+                     step=step, est=est, difference=difference, delta=delta, backend=backend,
+                     tol=tol_pair, ratio_test=ratio_test, warnings=list(warnings),
+                     options=dict(options))
+        if (tol_pair is None or res.status != -2 or K >= top
+                or (backend != "numpy" and K >= 1)):
+            break
+        K = K + 1
+    if tol_pair is not None and res.status == -2 and K < max_order:
+        why = (f"the {prov.name} serves jets up to order {top}" if top < max_order else
+               f"backend={backend!r} runs order 1 only")
+        res["warnings"].append(SolverWarning(
+            "order_limit", f"the sweep stopped at order {K} short of max_order={max_order}: "
+            f"{why}"))
+    res["order"] = K if closure in ("jet", "crop") else None
+    if fallback == "adjoint" and res.get("converged") is not None:
+        res = _fallback_adjoint(setup, res, method, rtol, atol, tol_pair)
+    res["exact_fallback"] = res.get("exact_fallback", None)
+    return res
+
+
+def integrator_tolerances(rtol: Any, atol: Any,
+                          tol: tuple[float, float] | None) -> tuple[Any, Any]:
+    """The integrator's ``rtol``, ``atol``: the user's, else 1e-6 and 1e-9, tightened
+    with ``tol`` to a hundredth of it (so that the closure error dominates what ``tol``
+    is compared with), but not below 1e-12 and 1e-14."""
+    if tol is not None:
+        r = min(1e-6, max(1e-12, 0.01 * (tol[0] if tol[0] > 0 else tol[1])))
+        a = min(1e-9, max(1e-14, 0.01 * (tol[1] if tol[1] > 0 else tol[0]) * 1e-3))
+    else:
+        r, a = 1e-6, 1e-9
+    return (r if rtol is None else rtol), (a if atol is None else atol)
+
+
+def _fd_levels(prov: Any, closure: str, order: int, est: bool, nw: int) -> int:
+    """Most nested finite-difference levels any derivative of the sweep needs."""
+    if not hasattr(prov, "fd_levels"):
+        return 0
+    if closure == "stencil":
+        reqs = [("f", 1, 0), ("R", 1, 0), ("T", 1, 0)] + ([("f", 0, 1), ("R", 0, 1)]
+                                                         if nw else [])
+    else:
+        top = order + 1 + (1 if est else 0)
+        reqs = [("f", top, 0), ("R", top, 0), ("T", top, 0)]
+        if nw:
+            reqs += [("f", top, 1), ("R", top, 1)]
+    zero = getattr(prov, "zero", ())
+    return max((prov.fd_levels(w, dz, dth) for w, dz, dth in reqs if w not in zero), default=0)
+
+
+#: The finite-difference provider's step ``h = eps^(1/(2 + k))`` for ``k`` nested levels
+#: leaves a relative error (truncation + rounding) of about ``eps^(2/(2 + k))``: the
+#: right-hand side of the sweep is noisy at that level, and an adaptive integrator asked
+#: for less chases the noise with ever smaller steps.
+#: Below ``FD_CLAMP`` times `fd_floor` the integrator's ``rtol`` is raised to it (between
+#: the two it only warns: the noise is far below the floor for smooth, nearly linear
+#: functions, where differences are accurate).
+FD_CLAMP = 1e-2
+
+
+def fd_floor(levels: int) -> float:
+    """The relative accuracy finite differences of ``levels`` nested levels can serve."""
+    return 0.0 if levels <= 0 else float(np.finfo(float).eps ** (2.0 / (2.0 + levels)))
+
+
+def _finite_difference_floor(prov: Any, closure: str, order: int, est: bool, setup: Any,
+                             rtol: float, atol: float, tol: Any,
+                             warnings: list) -> tuple[float, float]:
+    levels = _fd_levels(prov, closure, order, est, setup.control.n_params)
+    floor = fd_floor(levels)
+    if floor and rtol < floor:
+        clamp = FD_CLAMP * floor
+        ran = ""
+        if rtol < clamp:
+            factor = clamp / rtol
+            ran = (f"; the integrator ran at rtol={clamp:.2g}, atol={atol * factor:.2g} "
+                   f"instead of chasing rounding noise with ever smaller steps")
+            rtol, atol = clamp, atol * factor
+        warnings.append(SolverWarning(
+            "finite_differences_at_tolerance",
+            f"rtol is below what the {prov.name}'s derivatives can serve ({levels} nested "
+            f"difference levels: about {floor:.1g} relative){ran}. Give exact derivatives "
+            f"(invimbed.from_sympy, or `derivatives=`) for tighter results"))
+    if floor and tol is not None and min(t for t in tol if t > 0) < 10 * floor:
+        warnings.append(SolverWarning(
+            "finite_differences_at_tolerance",
+            f"tol={tol} is near or below what the {prov.name}'s derivatives can serve (about "
+            f"{floor:.1g} relative): the error estimate is not reliable there. Give exact "
+            f"derivatives (invimbed.from_sympy, or `derivatives=`)"))
+    return rtol, atol
+
+
+def _serves(prov: Any, K: int, est: bool, nw: int) -> bool:
+    """Whether the provider serves a jet of order ``K`` carried alongside (derivatives of
+    order ``K + 1``, plus one with control parameters)."""
+    if not est:
+        return False
+    if prov.max_jet_order is not None and K > prov.max_jet_order:
+        return False
+    return prov.max_order is None or K + 1 + (1 if nw else 0) <= prov.max_order
+
+
+def _highest_order(prov: Any, setup: Any, est: bool, max_order: int) -> int:
+    """The highest jet order the provider serves, with the estimate, up to ``max_order``."""
+    top = int(max_order)
+    if prov.max_jet_order is not None:
+        top = min(top, int(prov.max_jet_order))
+    if prov.max_order is not None:
+        extra = 1 + (1 if est else 0) + (1 if setup.control.n_params else 0)
+        top = min(top, int(prov.max_order) - extra)
+    return max(top, 1)
+
+
+def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, atol: float,
+           step: Any, est: bool, difference: str, delta: Any, backend: str, tol: Any,
+           ratio_test: bool, warnings: list, options: dict) -> ImbeddingResult:
+    """One sweep at jet order ``order``."""
+    if backend != "numpy":
+        from ._backends import sweep_backend
+
+        res = sweep_backend(backend, setup, closure=closure, order=order, method=method,
+                            step=step, difference=difference, delta=delta,
+                            estimate_error=est, rtol=rtol, atol=atol, **options)
+        return rejudge(setup, res, tol, warnings)
     prov = setup.provider
     if closure in ("jet", "crop"):
         if prov.max_jet_order is not None and order > prov.max_jet_order:
@@ -155,7 +316,9 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
                 f"provider){hint}"
             )
         clo = JetClosure(prov, setup.control, setup.x, setup.q, order=order,
-                         estimate_error=est, crop=(closure == "crop"))
+                         estimate_error=est, crop=(closure == "crop"),
+                         ratio_test=bool(ratio_test) and tol is not None,
+                         look_ahead=_serves(prov, order + 2, est, setup.control.n_params))
     else:
         clo = StencilClosure(prov, setup.control, setup.x, setup.q, difference=difference,
                              delta=delta)
@@ -177,9 +340,104 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     def per_depth(p: float, y: np.ndarray):
         fl = clo.fields(y)
         fl["depth_grad"] = depth_gradient(setup, p, fl["adjoint"])
+        if isinstance(clo, JetClosure):
+            return fl, clo.error_estimate(y), clo.lower_difference(y), clo.upper_difference(y)
         return fl, clo.error_estimate(y)
 
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N),
               "param_grad": (B, setup.control.n_params), "depth_grad": (B,)}
     return collect_results(setup, outcome, per_depth, shapes, closure=clo.name, method=method,
-                           with_errors=clo.has_error_estimate)
+                           with_errors=clo.has_error_estimate, tol=tol, warnings=warnings)
+
+
+def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> ImbeddingResult:
+    """Apply `assess` with ``tol`` to a backend's result (its own verdict used the default
+    criterion); the backends carry no lower order, so no ratio test."""
+    res["warnings"] = list(warnings) + [w for w in res.get("warnings", [])
+                                        if w.code not in ("estimate_large",)]
+    if res.get("error_estimate") is None or res.status == -1:
+        return res
+    n, B = setup.depths.size, setup.x.shape[0]
+
+    def lead(a):
+        a = np.asarray(a)
+        return a if setup.batched else a[:, None]
+
+    fields = {k: lead(res[k]) for k in res.error_estimate}
+    errors = {k: lead(v) for k, v in res.error_estimate.items()}
+    verdict = assess(setup.depths, fields, errors, None, tol)
+    res["converged"] = verdict.converged if setup.batched else verdict.converged[:, 0]
+    res["warnings"] += verdict.warnings
+    if verdict.all_converged:
+        res["success"], res["status"] = True, 0
+        if res.message.startswith("Not converged"):
+            res["message"] = "The sweep reached every requested depth."
+    else:
+        res["success"], res["status"], res["message"] = False, -2, verdict.message
+    return res
+
+
+def _fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
+                      atol: float, tol: Any) -> ImbeddingResult:
+    """Recompute the (depth, input) pairs that did not converge with the exact ensemble
+    `solve_adjoint`, and mark them in ``exact_fallback``."""
+    from ._adjoint import solve_adjoint
+
+    conv = np.asarray(res.converged, bool)
+    conv2 = conv if setup.batched else conv[:, None]
+    bad = ~conv2
+    exact = np.zeros_like(conv2)
+    if not bad.any():
+        res["exact_fallback"] = exact if setup.batched else exact[:, 0]
+        return res
+    if tol is not None:
+        a_rtol = min(1e-6, max(1e-12, 0.01 * (tol[0] or tol[1])))
+        a_atol = min(1e-9, max(1e-14, 1e-5 * (tol[1] or tol[0])))
+    else:
+        a_rtol, a_atol = min(rtol, 1e-6), min(atol, 1e-9)
+    adj_method = method if method in ("RK45", "RK23") else "RK45"
+    inputs = np.flatnonzero(bad.any(axis=0))
+    depths_bad = np.flatnonzero(bad.any(axis=1))
+    ref = solve_adjoint(setup.problem, setup.x[inputs], setup.depths[depths_bad],
+                        control=setup.control, method=adj_method, rtol=a_rtol, atol=a_atol)
+    fields = ("z", "value", "adjoint", "param_grad", "depth_grad")
+    ok = np.ones_like(conv2)
+    for ii, di in enumerate(depths_bad):
+        for jj, b in enumerate(inputs):
+            if not bad[di, b]:
+                continue
+            for k in fields:
+                target = res[k] if setup.batched else res[k][:, None]
+                target[di, b] = ref[k][ii, jj]
+                if not setup.batched:
+                    res[k][di] = target[di, 0]
+            finite = all(np.all(np.isfinite(ref[k][ii, jj])) for k in fields)
+            exact[di, b] = finite
+            ok[di, b] = finite
+            if res.get("error_estimate") is not None:
+                for k in res.error_estimate:
+                    e = res.error_estimate[k] if setup.batched else res.error_estimate[k][:, None]
+                    e[di, b] = 0.0 if finite else np.nan
+                    if not setup.batched:
+                        res.error_estimate[k][di] = e[di, 0]
+    res["nfev"] = int(res.nfev) + int(ref.nfev)
+    count = int(exact.sum())
+    first = float(setup.depths[depths_bad].max())
+    res["warnings"].append(SolverWarning(
+        "fallback_adjoint",
+        f"{count} (depth, input) pair(s) whose jet did not converge, from depth p = "
+        f"{first:.6g} on, were recomputed by the exact ensemble solve_adjoint (rtol={a_rtol:g}, "
+        f"atol={a_atol:g}); see `exact_fallback`", first))
+    res["warnings"] += [w for w in ref.get("warnings", [])]
+    res["exact_fallback"] = exact if setup.batched else exact[:, 0]
+    if res.status == -2:
+        if ref.success:
+            res["success"], res["status"] = True, 0
+            res["message"] = (f"The sweep reached every requested depth; {count} (depth, "
+                              f"input) pair(s) from depth p = {first:.6g} on, where its jet "
+                              f"did not converge, are exact values of solve_adjoint "
+                              f"(`exact_fallback`).")
+        else:
+            res["success"], res["status"] = False, -1
+            res["message"] = f"The fallback to solve_adjoint failed: {ref.message}"
+    return res

@@ -39,9 +39,13 @@ from ._derivatives.multiindex import (compose_split, monomials, multi_indices,
                                      n_coefficients, poly_derivatives, poly_mul)
 from ._integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
 from ._problem import BolzaProblem
-from ._results import ImbeddingResult
+from ._results import ImbeddingResult, SolverWarning
 from ._setup import ALL_METHODS, prepare
 from ._validation import as_float_array, check_choice, describe
+
+
+#: Newton's tolerance on the feedback with exact derivatives (relative step size).
+DEFAULT_NEWTON_TOL = 1e-12
 
 
 class OptimalityError(ArithmeticError):
@@ -61,18 +65,22 @@ class FeedbackJetClosure(Closure):
     def __init__(self, provider, x, q, n_controls: int, order: int = 1,
                  estimate_error: bool = True, bounds: np.ndarray | None = None,
                  control_affine: bool = False, theta0: np.ndarray | None = None,
-                 policy: Callable | None = None, newton_tol: float = 1e-12,
+                 policy: Callable | None = None, newton_tol: float | None = None,
                  max_newton: int = 50) -> None:
         control = Constant(np.zeros(n_controls))
         super().__init__(provider, control, x, q)
         self.order = order
-        self.orders = [order] + ([order + 1] if estimate_error else [])
+        # the estimate: order K + 1 against K, and K - 1 against K for the convergence test
+        self.orders = [order] + ([order + 1, order - 1] if estimate_error else [])
         self.has_error_estimate = estimate_error
         self.bounds = bounds
         self.control_affine = control_affine
         self.policy = policy
-        self.newton_tol = newton_tol
+        self.newton_tol = DEFAULT_NEWTON_TOL if newton_tol is None else float(newton_tol)
         self.max_newton = max_newton
+        #: whether a Newton iteration stopped at the derivatives' noise level rather than
+        #: at ``newton_tol`` (finite differences); reported as a warning
+        self.stopped_at_noise = False
         B, N, M = self.B, self.N, self.M
         start = np.zeros((B, M)) if theta0 is None else np.broadcast_to(theta0, (B, M)).copy()
         if bounds is not None:
@@ -93,7 +101,8 @@ class FeedbackJetClosure(Closure):
         for K in self.orders:
             Z = np.zeros((B, N, n_coefficients(N, K)))
             Z[:, :, 0] = self.x
-            Z[:, :, 1:N + 1] = np.eye(N)
+            if K >= 1:
+                Z[:, :, 1:N + 1] = np.eye(N)
             blocks[f"Z{K}"] = Z
             blocks[f"V{K}"] = T[:, :n_coefficients(N, K + 1)]
         return self.layout.pack(blocks)
@@ -127,16 +136,45 @@ class FeedbackJetClosure(Closure):
         gf = np.where(free, g, 0.0)
         return -np.linalg.solve(Hf, gf[..., None])[..., 0]
 
+    def _step_noise(self, p: float, theta: np.ndarray, lam: np.ndarray,
+                    eig_min: np.ndarray) -> float:
+        """How far a Newton step can move from the noise of the derivatives alone:
+        ``|delta H_theta| / lambda_min(H_thetatheta)``, with ``delta H_theta`` the estimated
+        error of the finite-difference gradient (zero for exact derivatives)."""
+        prov = self.provider
+        err = getattr(prov, "derivative_error", None)
+        levels = getattr(prov, "fd_levels", None)
+        if err is None or levels is None or getattr(prov, "exact_derivatives", False):
+            return 0.0
+        if levels("R", 0, 1) == 0 and levels("f", 0, 1) == 0:      # exact gradients given
+            return 0.0
+        # truncation (Richardson, steps h and 2h) and rounding, eps |R + Lam . f| / h with
+        # the central quotient's step h = eps^(1/3) max(1, |theta|)
+        g_err = err("R", p, self.x, theta, dth=1) + np.einsum(
+            "bi,bim->bm", np.abs(lam), err("f", p, self.x, theta, dth=1))
+        size = np.abs(prov.derivative("R", p, self.x, theta)) + np.einsum(
+            "bi,bi->b", np.abs(lam), np.abs(prov.derivative("f", p, self.x, theta)))
+        h = np.finfo(float).eps ** (1 / 3) * np.maximum(1.0, np.abs(theta).max(axis=1))
+        rounding = np.finfo(float).eps * size / h
+        return float(np.max((np.linalg.norm(g_err, axis=1) + rounding) / eig_min))
+
     def optimal_theta(self, p: float, lam: np.ndarray, K: int) -> np.ndarray:
-        """``Psi_0(p, x)``: minimise ``R + Lam_0 . f`` over theta (within the bounds)."""
+        """``Psi_0(p, x)``: minimise ``R + Lam_0 . f`` over theta (within the bounds).
+
+        Damped Newton, stopped when a step moves theta by at most ``newton_tol`` (relative)
+        or, with finite-difference derivatives, by at most ten times what the noise of the
+        gradient alone moves it (`_step_noise`): a tolerance below the accuracy of the
+        derivatives cannot be met (docs/optimal-control.md, "The HJB sweep")."""
         theta = self._warm[K].copy()
+        noise = None
         for it in range(self.max_newton):
             H, g, Hm = self.hamiltonian_terms(p, theta, lam)
-            eig = np.linalg.eigvalsh(0.5 * (Hm + np.swapaxes(Hm, 1, 2)))
+            eigs = np.linalg.eigvalsh(0.5 * (Hm + np.swapaxes(Hm, 1, 2)))
+            eig = eigs.min(axis=1)
             if not np.all(eig > 0):
                 raise OptimalityError(
                     p, "the Hamiltonian R + Lam . f is not strictly convex in theta "
-                    f"(smallest eigenvalue of its theta-Hessian {eig.min():.3g}); Theorem 3's "
+                    f"(smallest eigenvalue of its theta-Hessian {eigs.min():.3g}); Theorem 3's "
                     "condition has no unique minimiser")
             free = self._free(theta, g)
             step = self._restricted_solve(Hm, g, free)
@@ -166,6 +204,11 @@ class FeedbackJetClosure(Closure):
             moved = np.abs(trial - theta).max()
             theta = trial
             if moved <= self.newton_tol * max(1.0, np.abs(theta).max()):
+                break
+            if noise is None:
+                noise = self._step_noise(p, theta, lam, eig)
+            if moved <= 10.0 * noise:
+                self.stopped_at_noise = True
                 break
         else:
             raise OptimalityError(p, f"Newton's method for Psi did not converge in "
@@ -211,10 +254,14 @@ class FeedbackJetClosure(Closure):
             psi0, psi = self._policy_jet(p, K)
         else:
             psi0 = self.optimal_theta(p, lam[..., 0], K)
-        Fj = self.provider.taylor_joint("f", p, self.x, psi0, L)  # (B, N, nJ(L))
-        Rj = self.provider.taylor_joint("R", p, self.x, psi0, L)  # (B, nJ(L))
+        Lj = max(L, 2)                   # degree 2 for the theta-Hessian (order K = 0)
+        Fj = self.provider.taylor_joint("f", p, self.x, psi0, Lj)  # (B, N, nJ(Lj))
+        Rj = self.provider.taylor_joint("R", p, self.x, psi0, Lj)  # (B, nJ(Lj))
         if self.policy is None:
-            psi = self._feedback_jet(Fj, Rj, lam, psi0, K)
+            psi = self._feedback_jet(Fj, Rj, lam, psi0, K, Lj)
+        if Lj > L:
+            nJ = n_coefficients(N + M, L)
+            Fj, Rj = Fj[..., :nJ], Rj[..., :nJ]
         psi_L = np.zeros((B, M, n_coefficients(N, L)))
         psi_L[..., :psi.shape[-1]] = psi
         mon = monomials(psi_L, N, L)
@@ -222,19 +269,21 @@ class FeedbackJetClosure(Closure):
         R = compose_split(Rj, mon, N, M, L)
         return Phi, R, psi0, psi
 
-    def _feedback_jet(self, Fj, Rj, lam, psi0, K):
-        """The implicit-function-theorem jet of ``Psi`` from eq. opt-inim (module docstring)."""
+    def _feedback_jet(self, Fj, Rj, lam, psi0, K, Lj):
+        """The implicit-function-theorem jet of ``Psi`` from eq. opt-inim (module docstring);
+        ``Fj``, ``Rj`` to degree ``Lj = max(K + 1, 2)``."""
         N, M, B = self.N, self.M, self.B
         L = K + 1
-        idx1, idx2, fact2 = _theta_indices(N, M, L)
+        idx1, idx2, fact2 = _theta_indices(N, M, Lj)
         lam0 = lam[..., 0]
         g = Rj[:, idx1] + np.einsum("bi,bim->bm", lam0, Fj[:, :, idx1])
         Hm = (Rj[:, idx2] + np.einsum("bi,bimn->bmn", lam0, Fj[:, :, idx2])) * fact2
         free = self._free(psi0, g)
         pair = free[:, :, None] & free[:, None, :]
         Hinv = np.linalg.inv(np.where(pair, Hm, np.eye(M)[None])) * pair
-        Fth = poly_derivatives(Fj, N + M, L)[:, :, N:]          # (B, N, M, nJ(K))
-        Rth = poly_derivatives(Rj, N + M, L)[:, N:]             # (B, M, nJ(K))
+        nJ = n_coefficients(N + M, L)
+        Fth = poly_derivatives(Fj[..., :nJ], N + M, L)[:, :, N:]   # (B, N, M, nJ(K))
+        Rth = poly_derivatives(Rj[..., :nJ], N + M, L)[:, N:]      # (B, M, nJ(K))
         psi = np.zeros((B, M, n_coefficients(N, K)))
         for _ in range(K):
             mon = monomials(psi, N, K)
@@ -292,16 +341,18 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                   control_bounds: Any = None, closure: str = "jet", order: int = 1,
                   method: str = "RK45", rtol: float = 1e-6, atol: float = 1e-9,
                   step: float | None = None, estimate_error: bool = True,
-                  control_affine: bool = False, theta0: Any = None,
-                  newton_tol: float = 1e-12, max_newton: int = 50,
+                  control_affine: bool = False, linear_quadratic: bool | None = None,
+                  theta0: Any = None, newton_tol: float | None = None, max_newton: int = 50,
                   **options: Any) -> ImbeddingResult:
     """Optimal feedback control of every depth by one imbedding sweep (Theorem 3).
 
     At each ``(p, x)`` the control ``Psi(p, x)`` minimises the Hamiltonian
     ``R + Lam . f`` (its first-order condition is eq. opt-inim), and the value function
     ``V(p, x)``, the optimal cost-to-go, obeys the HJB equation
-    ``-dV/dp = min_theta [R + grad_x V . f]``; for linear dynamics and quadratic losses
-    it is the Riccati equation, solved exactly by the jet of order 1.
+    ``-dV/dp = min_theta [R + grad_x V . f]``. For linear-quadratic problems it is the
+    matrix Riccati equation, solved directly (the Riccati path); otherwise the jet
+    closure carries ``V`` as a Taylor polynomial (the HJB sweep). See
+    docs/optimal-control.md.
 
     Parameters
     ----------
@@ -315,22 +366,43 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         ``M``; inferred from ``control_bounds`` or ``theta0`` when omitted.
     control_bounds : array_like, shape (M, 2), optional
         Box constraints ``lo <= theta <= hi`` (projected Newton; the feedback's jet is
-        zero in the active components).
+        zero in the active components). Bounds rule out the Riccati path.
     closure : {"jet"}
-        The closure (the jet; its order ``K`` carries ``V`` to degree ``K + 1``).
+        The closure of the HJB sweep (the jet; its order ``K`` carries ``V`` to degree
+        ``K + 1``).
     order : int, default 1
-        Jet order ``K``.
+        Jet order ``K`` (not used by the Riccati path, which is exact).
     method, rtol, atol, step
-        As in `solve_imbedding`.
+        As in `solve_imbedding`; the Riccati path integrates with the same method and
+        tolerances.
     estimate_error : bool, default True
-        Carry order ``K + 1`` alongside and report the difference.
+        Carry orders ``K + 1`` and ``K - 1`` alongside: the estimate is the difference
+        between ``K`` and ``K + 1``, and a depth where the differences between successive
+        orders of the value or the output do not shrink geometrically (the ratio test of
+        `solve_imbedding`), or where the estimate is large, is not converged: ``success``
+        is False, ``status`` -2 and the message names the depth
+        (docs/optimal-control.md, "The error estimate"). The Riccati path reports a zero
+        estimate (it is exact up to the integrator's tolerance).
     control_affine : bool, default False
         The registered fast path: ``f`` affine and ``R`` quadratic in ``theta``, so
-        ``Psi`` is one (exact) Newton step.
+        ``Psi`` is one (exact) Newton step. Checked by a probe at a few random points: a
+        problem that is not control-affine raises `ValueError`.
+    linear_quadratic : bool or None, default None
+        Whether to take the Riccati path (``f`` affine in ``(z, theta)``, ``R`` and ``T``
+        quadratic). ``None`` detects it: from the polynomial degrees of the expressions
+        for `from_sympy` problems, by a probe (the functions against their interpolated
+        affine/quadratic models at random points and three times) otherwise. ``True``
+        declares it (still probed: a problem that is not LQ raises `ValueError`);
+        ``False`` always runs the jet sweep.
     theta0 : array_like, shape (M,), optional
         Starting guess of the Newton iterations at ``p = q`` (then warm-started).
-    newton_tol, max_newton
-        Convergence test and iteration limit of the pointwise minimisation.
+    newton_tol : float, optional
+        Relative step size at which the pointwise Newton iteration stops; default
+        ``1e-12``. With finite-difference derivatives it also stops once its steps are
+        within ten times what the derivatives' own noise explains (a warning
+        ``"newton_at_derivative_noise"`` says so).
+    max_newton : int, default 50
+        Iteration limit of the pointwise minimisation.
 
     Returns
     -------
@@ -339,8 +411,16 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         cost-to-go ``V(p_i, x)``), ``adjoint`` (``grad_x V``), ``feedback``
         (``Psi(p_i, x)``, shape (n, [B,] M)), ``feedback_jacobian`` (``d Psi / d x``, shape
         (n, [B,] M, N)), ``depth_grad`` (``dV/dp = -min H``), ``error_estimate``,
-        ``success``, ``message``, ``nfev``. A failure of the pointwise minimisation ends the
-        sweep with ``success=False`` and names the depth.
+        ``success``, ``status`` (`STATUS`), ``message``, ``nfev``, ``linear_quadratic``
+        (whether the Riccati path ran), ``warnings`` (`SolverWarning` entries). A failure
+        of the pointwise minimisation ends the sweep with ``success=False`` and names the
+        depth.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments; ``control_affine=True`` or ``linear_quadratic=True`` on a problem
+        without that structure.
 
     Examples
     --------
@@ -348,12 +428,16 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
 
     >>> import numpy as np, invimbed
     >>> pb = invimbed.BolzaProblem(lambda t, z, u: u, lambda t, z, u: 0.5 * (z @ z + u @ u))
-    >>> res = invimbed.solve_optimal(pb, [1.0], [-1.0], n_controls=1, control_affine=True,
-    ...                              rtol=1e-10, atol=1e-12)
-    >>> round(float(res.value[0]), 6), round(0.5 * np.tanh(1.0), 6)
-    (0.380797, 0.380797)
+    >>> res = invimbed.solve_optimal(pb, [1.0], [-1.0], n_controls=1, rtol=1e-10, atol=1e-12)
+    >>> round(float(res.value[0]), 6), round(float(0.5 * np.tanh(1.0)), 6), res.linear_quadratic
+    (0.380797, 0.380797, True)
     """
+    from . import _riccati
+
     check_choice(closure, "closure", ("jet",))
+    if linear_quadratic not in (None, True, False):
+        raise ValueError(f"`linear_quadratic` must be None, True or False, but got "
+                         f"{describe(linear_quadratic)}")
     bounds = None
     if control_bounds is not None:
         bounds = as_float_array(control_bounds, "control_bounds")
@@ -378,11 +462,32 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                              f"shape {arr.shape}")
     if not isinstance(order, (int, np.integer)) or isinstance(order, bool) or order < 1:
         raise ValueError(f"`order` must be an integer >= 1, but got {describe(order)}")
+    if newton_tol is not None and not (np.isscalar(newton_tol) and newton_tol > 0):
+        raise ValueError(f"`newton_tol` must be a positive number or None, but got "
+                         f"{describe(newton_tol)}")
     if method == "disc":
         raise ValueError("`method` 'disc' (the paper's open-loop layers) is not available for "
                          "optimal feedback; use a scipy method or euler/midpoint/rk4")
+    if linear_quadratic is True and bounds is not None:
+        raise ValueError("`linear_quadratic=True` and `control_bounds` exclude each other: "
+                         "with bounds the feedback saturates and the value is not quadratic")
     dummy = Constant(np.zeros(n_controls) if theta0 is None else theta0)
     setup = prepare(problem, x, depths, dummy, method, rtol, atol, step, ALL_METHODS)
+    p_min = float(setup.depths_desc[-1])
+    if control_affine:
+        _riccati.check_control_affine(setup.provider, setup.q, p_min, setup.x, bounds, theta0)
+    if linear_quadratic is not False and bounds is None:
+        is_lq, varying, reason = _riccati.detect_lq(problem, setup.provider, setup.x, setup.q,
+                                                    p_min)
+        if linear_quadratic is True and not is_lq:
+            raise ValueError(f"`linear_quadratic=True` was given, but {reason}; drop it (or "
+                             f"pass linear_quadratic=False) to run the jet sweep")
+        if is_lq:
+            res = _riccati.solve_riccati(setup, varying, method, rtol, atol, step,
+                                         dict(options), bool(estimate_error))
+            res.linear_quadratic = True
+            res.setdefault("warnings", [])
+            return res
     clo = FeedbackJetClosure(setup.provider, setup.x, setup.q, n_controls, order=int(order),
                              estimate_error=bool(estimate_error), bounds=bounds,
                              control_affine=control_affine, theta0=theta0,
@@ -390,6 +495,7 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     res = _sweep_feedback(setup, clo, method, rtol, atol, step, options)
     if bounds is not None and res.success:
         res.message += _branch_check(setup, res, bounds, n_controls, control_affine)
+    res.linear_quadratic = False
     return res
 
 
@@ -513,6 +619,8 @@ def _sweep_feedback(setup, clo: FeedbackJetClosure, method, rtol, atol, step, op
         outcome = Outcome(ys=np.full((setup.depths_desc.size, y0.size), np.nan), success=False,
                           message=f"Optimal feedback failed: {exc}.", failed_at=exc.p)
     B, N, M = clo.B, clo.N, clo.M
+    K = clo.order
+    converge = len(clo.orders) == 3          # orders K, K + 1, K - 1
 
     def per_depth(p: float, y: np.ndarray):
         fl = clo.fields(y)
@@ -521,10 +629,27 @@ def _sweep_feedback(setup, clo: FeedbackJetClosure, method, rtol, atol, step, op
         fl["feedback"] = psi0
         fl["feedback_jacobian"] = psi[..., 1:N + 1]
         fl["depth_grad"] = -(np.einsum("bi,bi->b", fl["adjoint"], Phi[..., 0]) + R[..., 0])
-        return fl, clo.error_estimate(y)
+        err = clo.error_estimate(y)
+        if not converge:
+            return fl, err
+        # the ratio test of `assess`: d_(K-1) = |F_K - F_(K-1)| against d_K = err; the
+        # costate is not ratio-tested (an infinite d_(K-1)): at moderate depths its series
+        # alternates while value and output converge (docs/optimal-control.md)
+        lo = clo.fields(y, K - 1)
+        lower = {k: np.abs(fl[k] - lo[k]) for k in ("z", "value")}
+        lower["adjoint"] = np.full_like(fl["adjoint"], np.inf)
+        return fl, err, lower
 
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N), "feedback": (B, M),
               "feedback_jacobian": (B, M, N), "depth_grad": (B,)}
-    return collect_results(setup, outcome, per_depth, shapes,
-                           closure="jet (optimal feedback)", method=method,
-                           with_errors=clo.has_error_estimate)
+    res = collect_results(setup, outcome, per_depth, shapes,
+                          closure="jet (optimal feedback)", method=method,
+                          with_errors=clo.has_error_estimate)
+    res.setdefault("warnings", [])
+    if clo.stopped_at_noise:
+        res.warnings.append(SolverWarning(
+            "newton_at_derivative_noise",
+            "Newton's method for the feedback stopped at the noise level of the "
+            "finite-difference derivatives (above `newton_tol`); give exact derivatives "
+            "(from_sympy, or `derivatives=`) for a tighter feedback."))
+    return res

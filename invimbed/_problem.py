@@ -61,8 +61,9 @@ class BolzaProblem:
     Raises
     ------
     TypeError
-        If a function is not callable, or ``derivatives`` is neither a dict nor a
-        provider.
+        If a function is not callable, ``derivatives`` is neither a dict nor a
+        provider, or ``vectorized``, ``autonomous`` or ``check_derivatives`` is not a
+        bool.
     ValueError
         If ``q`` is not finite or a derivative name is unknown.
 
@@ -80,7 +81,8 @@ class BolzaProblem:
     def __init__(self, dynamics: Callable, running_loss: Callable | None = None,
                  terminal_loss: Callable | None = None, *, q: float = 0.0,
                  derivatives: Mapping[str, Callable] | DerivativeProvider | None = None,
-                 vectorized: bool = False, autonomous: bool = False) -> None:
+                 vectorized: bool = False, autonomous: bool = False,
+                 check_derivatives: bool = True) -> None:
         check_callable(dynamics, "dynamics")
         check_callable(running_loss, "running_loss", allow_none=True)
         check_callable(terminal_loss, "terminal_loss", allow_none=True)
@@ -98,8 +100,12 @@ class BolzaProblem:
             raise TypeError(f"`vectorized` must be True or False, but got {describe(vectorized)}")
         if not isinstance(autonomous, (bool, np.bool_)):
             raise TypeError(f"`autonomous` must be True or False, but got {describe(autonomous)}")
+        if not isinstance(check_derivatives, (bool, np.bool_)):
+            raise TypeError(f"`check_derivatives` must be True or False, but got "
+                            f"{describe(check_derivatives)}")
         self.vectorized = bool(vectorized)
         self.autonomous = bool(autonomous)
+        self.check_derivatives = bool(check_derivatives)
         self._user_provider: DerivativeProvider | None = None
         self._known: dict[tuple[str, int, int], Callable] = {}
         if isinstance(derivatives, DerivativeProvider):
@@ -120,6 +126,7 @@ class BolzaProblem:
                 self._known[parsed] = fn
         self._providers: dict[tuple[int, int], DerivativeProvider] = {}
         self._checked: set[tuple[int, int]] = set()
+        self._derivatives_checked: set[tuple[int, int]] = set()
 
     @classmethod
     def from_sympy(cls, t: Any, z: Any, theta: Any, dynamics: Any, running_loss: Any = None,
@@ -210,19 +217,46 @@ class BolzaProblem:
                                                      zero=zero)
         return self._providers[key]
 
-    def check_shapes(self, t: float, x: np.ndarray, theta: np.ndarray) -> None:
+    def check_shapes(self, t: float, x: np.ndarray, theta: np.ndarray, *,
+                     derivatives: bool = True) -> None:
         """Call each function once at ``(t, x[0], theta)`` and check what it returns.
+
+        Every solver calls it at its first point; the checks are made once per state
+        and control size ``(N, M)``.
+
+        Parameters
+        ----------
+        t : float
+            The time of the point.
+        x : ndarray, shape (B, N)
+            The states; the first row is used.
+        theta : ndarray, shape (M,)
+            The control values.
+        derivatives : bool, default True
+            Also check the user's derivative callables against finite differences (when
+            the problem has some and was built with ``check_derivatives=True``).
 
         Raises
         ------
         ValueError
             If the dynamics do not return shape (N,), or a loss is not a scalar, or a
-            value is not finite at the starting point.
+            value is not finite at the starting point, or (``derivatives``) a user
+            derivative does not match finite differences, naming it.
         """
         n_state, n_theta = x.shape[1], theta.size
         key = (n_state, n_theta)
-        if key in self._checked:
-            return
+        if key not in self._checked:
+            self._check_values(t, x, theta)
+            self._checked.add(key)
+        if (derivatives and self.check_derivatives and self._known
+                and key not in self._derivatives_checked):
+            from ._check import verify_user_derivatives
+
+            verify_user_derivatives(self, t, x, theta)
+            self._derivatives_checked.add(key)
+
+    def _check_values(self, t: float, x: np.ndarray, theta: np.ndarray) -> None:
+        n_state = x.shape[1]
         z0 = x[:1]
         th0 = theta[None, :]
         checks = [("dynamics", self.dynamics, "f", (n_state,)),
@@ -251,7 +285,6 @@ class BolzaProblem:
                 )
         if self.autonomous:
             self._check_autonomous(t, x[:1], theta[None, :])
-        self._checked.add(key)
 
     def _check_autonomous(self, t: float, z: np.ndarray, theta: np.ndarray) -> None:
         """Refute ``autonomous=True`` where a function changes with ``t``."""

@@ -65,7 +65,9 @@ class ImbeddingResult(OptimizeResult):
         ``dJ/dp = -(Lam . Phi + R)`` at ``(p_i, x)`` (DESIGN.md section 2). At a jump of a
         piecewise-constant control it is the derivative from above (``p -> p_i+``).
     success : bool
-        Whether the sweep reached every requested depth with finite values.
+        Whether every requested depth was reached with finite values and, where the
+        closure has an error estimate, is within the tolerance (``tol``, or 10% of
+        ``max(1, |field|)`` without it) or was recomputed exactly (``fallback``).
     status : int
         One of `STATUS`: 0 success; -1 integration failure; -2 not converged (the error
         estimate exceeds the tolerance). See ``message``.
@@ -79,6 +81,21 @@ class ImbeddingResult(OptimizeResult):
         shapes), from the difference with the jet one order higher.
     closure, method : str
         What produced the result.
+    warnings : list of SolverWarning
+        Structured warnings (codes ``"estimate_large"``, ``"series_not_converging"``,
+        ``"fallback_adjoint"``, ``"finite_differences_at_tolerance"``, ``"order_limit"``,
+        ``"ran_per_depth"``, ...); ``message`` summarises.
+    converged : ndarray of bool, shape (n,) or (n, B), or None
+        `solve_imbedding` with an error estimate: whether each (depth, input) is within
+        the tolerance (and, with ``tol``, passed the ratio test).
+    order : int or None
+        `solve_imbedding`: the jet order used (chosen by the sweep with ``tol``).
+    exact_fallback : ndarray of bool or None
+        `solve_imbedding` with ``fallback="adjoint"``: the (depth, input) pairs whose
+        fields are the exact values of `solve_adjoint`.
+    series_ratio : ndarray or None
+        `solve_imbedding` with ``tol``: the largest ratio of successive differences of
+        the jet series (the ratio test refuses above 0.8).
     """
 
     def __repr__(self) -> str:

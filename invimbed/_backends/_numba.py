@@ -364,10 +364,7 @@ def finish(setup: Setup, sched: Schedule, fields: dict, error: dict | None,
     kernels write there), so the result takes them without a copy (`pack_result` would
     reorder them into new arrays).
     """
-    try:
-        from .._setup import accuracy_note
-    except ImportError:  # older core
-        from .._imbedding import _accuracy_note as accuracy_note
+    from .._setup import assess
 
     S = sched.stages
     per_step = 1 if sched.disc else S
@@ -398,9 +395,15 @@ def finish(setup: Setup, sched: Schedule, fields: dict, error: dict | None,
         message = (f"Non-finite depth gradient at depth p = {bad[0]:.10g} (the dynamics or "
                    f"running loss is not finite at x there)." if bad else
                    "Non-finite value in the results.")
-    if success and error is not None:
-        message += accuracy_note(setup.depths_desc, {k: _Desc(v, order) for k, v in fields.items()},
-                                 {k: _Desc(v, order) for k, v in error.items()})
+    status = 0 if success else -1
+    warnings: list = []
+    converged = None
+    if error is not None:   # the default criterion; solve_imbedding re-judges with `tol`
+        verdict = assess(setup.depths, fields, error, None, None)
+        converged = verdict.converged
+        warnings += verdict.warnings
+        if success and not verdict.all_converged:
+            success, status, message = False, -2, verdict.message
 
     def arrange(a: np.ndarray) -> np.ndarray:
         return a if setup.batched else a[:, 0]
@@ -408,11 +411,12 @@ def finish(setup: Setup, sched: Schedule, fields: dict, error: dict | None,
     return ImbeddingResult(
         depths=setup.depths.copy(),
         **{k: arrange(v) for k, v in fields.items()},
-        success=bool(success), status=0 if success else -1, message=message, nfev=int(nfev),
+        success=bool(success), status=status, message=message, nfev=int(nfev),
         closure=closure, method=method,
         error_estimate=(None if error is None else
                         ImbeddingResult({k: arrange(v) for k, v in error.items()})),
-        backend=backend,
+        converged=None if converged is None else arrange(converged),
+        warnings=warnings, backend=backend,
     )
 
 

@@ -156,14 +156,23 @@ class JetClosure(Closure):
     supports_disc = True
 
     def __init__(self, provider, control, x, q, order: int = 1, estimate_error: bool = True,
-                 crop: bool = False) -> None:
+                 crop: bool = False, ratio_test: bool = False, look_ahead: bool = False) -> None:
         super().__init__(provider, control, x, q)
         self.order = int(order)
         self.crop = crop
         if crop:
             self.name = "crop"
-        self.orders = [self.order] + ([self.order + 1] if estimate_error and not crop else [])
-        self.has_error_estimate = len(self.orders) > 1
+        est = estimate_error and not crop
+        # the ratio test carries the jet of order K - 1 too (order 0 for K = 1: ``Z = x``,
+        # ``V`` affine): it needs no derivative beyond those of order K + 1
+        self.has_ratio_test = bool(ratio_test and est)
+        # ``look_ahead`` carries the jet of order K + 2 as well (derivatives of order K + 3):
+        # the ratio test then sees the next difference, ``|F_(K+2) - F_(K+1)|``
+        self.has_look_ahead = bool(self.has_ratio_test and look_ahead)
+        self.orders = (([self.order - 1] if self.has_ratio_test else []) + [self.order]
+                       + ([self.order + 1] if est else [])
+                       + ([self.order + 2] if self.has_look_ahead else []))
+        self.has_error_estimate = est
         B, N, nw = self.B, self.N, self.nw
         shapes: dict[str, tuple[int, ...]] = {}
         for K in self.orders:
@@ -250,6 +259,29 @@ class JetClosure(Closure):
         Gw = self.xp.moveaxis(coef["G"][..., :c], 1, 2)        # (B, nw, N, c)
         src = contract_product(Gw, Lam[:, :, None, :], N, K + 1, K, K + 1)[:, :, 0]
         return src + coef["Rw"][..., :c]
+
+    def error_estimate(self, y: np.ndarray) -> dict[str, np.ndarray] | None:
+        """``|F_(K+1) - F_K|`` for every field ``F``: the estimated error of order ``K``."""
+        if not self.has_error_estimate:
+            return None
+        return self._difference(y, self.order, self.order + 1)
+
+    def lower_difference(self, y: np.ndarray) -> dict[str, np.ndarray] | None:
+        """``|F_K - F_(K-1)|``: the previous term of the series, for the ratio test
+        (`invimbed._setup.assess`); None without ``ratio_test``."""
+        if not self.has_ratio_test:
+            return None
+        return self._difference(y, self.order - 1, self.order)
+
+    def upper_difference(self, y: np.ndarray) -> dict[str, np.ndarray] | None:
+        """``|F_(K+2) - F_(K+1)|``: the next term of the series (``look_ahead``)."""
+        if not self.has_look_ahead:
+            return None
+        return self._difference(y, self.order + 1, self.order + 2)
+
+    def _difference(self, y: np.ndarray, lo: int, hi: int) -> dict[str, np.ndarray]:
+        a, b = self.fields(y, lo), self.fields(y, hi)
+        return {k: self.xp.abs(b[k] - a[k]) for k in a}
 
     def fields(self, y: np.ndarray, K: int | None = None) -> dict[str, np.ndarray]:
         K = self.order if K is None else K
