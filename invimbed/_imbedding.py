@@ -163,6 +163,12 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         from ._backends import BACKENDS
 
         check_choice(backend, "backend", ("numpy",) + tuple(BACKENDS))
+        if tol_pair is not None and ratio_test:
+            raise ValueError(
+                f"`tol` with backend={backend!r}: the accelerated backends carry the jets of "
+                f"orders 1 and 2 only, so the ratio test that keeps the estimate honest "
+                f"cannot run; use backend='numpy', or pass ratio_test=False to accept the "
+                f"bare estimate")
     prov = setup.provider
     warnings: list[SolverWarning] = []
     if method in SCIPY_METHODS:

@@ -171,3 +171,7 @@ def test_tol_arguments_are_checked():
         solve_imbedding(pb, [1.0], [-0.1], tol=1e-3, closure="stencil")
     with pytest.raises(ValueError, match="fallback"):
         solve_imbedding(pb, [1.0], [-0.1], fallback="exact")
+    # the accelerated backends carry orders 1 and 2 only: no ratio test, so `tol` is refused
+    # there unless the bare estimate is accepted explicitly (checked before any compiling)
+    with pytest.raises(ValueError, match="ratio test"):
+        solve_imbedding(pb, [1.0], [-0.1], tol=1e-3, backend="numba", method="rk4", step=0.05)
