@@ -11,7 +11,7 @@ from ._derivatives import DerivativeOrderError
 from ._integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
 from ._problem import BolzaProblem
 from ._results import ImbeddingResult, SolverWarning
-from ._setup import (ALL_METHODS, assess, collect_results, depth_gradient, parse_tol,
+from ._setup import (ALL_METHODS, assess, collect_results, parse_tol,
                      prepare)
 from ._validation import check_choice, describe
 
@@ -344,8 +344,7 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
     B, N = setup.x.shape
 
     def per_depth(p: float, y: np.ndarray):
-        fl = clo.fields(y)
-        fl["depth_grad"] = depth_gradient(setup, p, fl["adjoint"])
+        fl = clo.fields(y)                 # depth_grad: by collect_results, all at once
         if isinstance(clo, JetClosure):
             return fl, clo.error_estimate(y), clo.lower_difference(y), clo.upper_difference(y)
         return fl, clo.error_estimate(y)
@@ -363,7 +362,6 @@ def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> Imbed
                                         if w.code not in ("estimate_large",)]
     if res.get("error_estimate") is None or res.status == -1:
         return res
-    n, B = setup.depths.size, setup.x.shape[0]
 
     def lead(a):
         a = np.asarray(a)

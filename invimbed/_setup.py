@@ -76,13 +76,27 @@ def depth_gradient(setup: Setup, p: float | np.ndarray, adjoint: np.ndarray,
     just above ``p`` (the derivative from above)."""
     ctrl = setup.control
     if np.ndim(p) == 0:
-        x = setup.x
+        x = setup.x if x is None else x
         th = np.broadcast_to(ctrl.theta(p), (x.shape[0], ctrl.size))
     else:
         th = ctrl.theta_rows(p, ctrl.pieces(p, p))
     f = setup.provider.derivative("f", p, x, th)
     R = setup.provider.derivative("R", p, x, th)
     return -(sum_products(adjoint, f) + R)
+
+
+def _depth_gradients(setup: Setup, adjoint: np.ndarray) -> np.ndarray:
+    """`depth_gradient` at every depth at once: ``adjoint`` (n, B, N) in descending-depth
+    order; NaN where the adjoint is not finite (depths not reached)."""
+    n, B, N = adjoint.shape
+    lam = adjoint.reshape(n * B, N)
+    ok = np.all(np.isfinite(lam), axis=1)
+    out = np.full(n * B, np.nan)
+    if np.any(ok):
+        p = np.repeat(setup.depths_desc, B)[ok]
+        x = np.tile(setup.x, (n, 1))[ok]
+        out[ok] = depth_gradient(setup, p if np.ptp(p) else float(p[0]), lam[ok], x)
+    return out.reshape(n, B)
 
 
 def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, message: str,
@@ -129,6 +143,7 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
     """Per-depth fields from an integrator's states, with failures and accuracy reported.
 
     ``per_depth(p, y)`` returns ``(fields, errors)`` or ``(fields, errors, lower, upper)``
+    (fields without ``"depth_grad"``: it is computed here for every depth at once)
     for a state ``y`` at depth ``p`` (an ``ArithmeticError`` there ends the result at that
     depth); ``lower`` and ``upper`` hold the previous and the next term of the jet series,
     ``|F_K - F_(K-1)|`` and ``|F_(K+2) - F_(K+1)|`` (or None), for the ratio test of
@@ -162,7 +177,10 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
         err_rows.append(er)
         low_rows.append(lo)
         up_rows.append(up)
-    stacked = {k: np.stack([r[k] for r in rows]) for k in shapes}
+    later = "depth_grad" in shapes and any("depth_grad" not in r for r in rows)
+    stacked = {k: np.stack([r.get(k, nan[k]) for r in rows]) for k in shapes}
+    if later:       # one vectorised evaluation for every depth, not a call per depth
+        stacked["depth_grad"] = _depth_gradients(setup, stacked["adjoint"])
     errors = ({k: np.stack([r[k] for r in err_rows]) for k in err_keys} if with_errors
               else None)
     lower = ({k: np.stack([r[k] for r in low_rows]) for k in err_keys} if has_lower and with_errors
