@@ -26,7 +26,7 @@ class SolverWarning:
     ----------
     code : str
         What kind of warning, e.g. ``"ran_per_depth"``, ``"estimate_large"``,
-        ``"approximate_gradient"``, ``"finite_differences_at_tolerance"``.
+        ``"finite_differences_at_tolerance"``, ``"fallback_adjoint"``.
     message : str
         What happened and what to do about it.
     depth : float or None

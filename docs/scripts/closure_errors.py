@@ -211,13 +211,13 @@ def main():
         for label, kw in runs.items():
             res = invimbed.solve_imbedding(problem, x, DEPTHS, control=w, rtol=1e-10,
                                            atol=1e-12, **kw)
-            assert res.success, res.message
+            assert res.status in (0, -2), res.message   # -2: the estimate says approximate
             results[label] = res
         # the discrete architecture: layers of width h, read at the depths S
         for h in (0.05, 0.025):
             grid = Q - np.arange(0, S[-1] + h / 2, h)
             res = invimbed.solve_imbedding(problem, x, grid, control=w, method="disc")
-            assert res.success, res.message
+            assert res.status in (0, -2), res.message
             pick = [int(np.argmin(np.abs(grid - p))) for p in DEPTHS]
             results[f"disc h={h}"] = {k: res[k][pick] for k in ALL}
         labels = list(results)
