@@ -29,7 +29,7 @@ needs ``f`` or ``f_z`` only; hence the wall time as well.
 
 The last columns say how accurate the sweep is: the jet of order 1 is exact only for
 affine dynamics, so on this nonlinear problem it differs from the reference by its
-truncation error ``O((q - p)^3)`` (DESIGN.md section 3), which the error estimate
+truncation error ``O((q - p)^3)`` (docs/theory.md, "The closures"), which the error estimate
 reports.
 
 Run:  python benchmarks/bench_core.py [--quick] [--rtol 1e-8] [--atol 1e-10]

@@ -12,7 +12,7 @@ order K is not exact; the sweep's error estimate (order K against K + 1) says by
 much.
 
 The reference is ``scipy.integrate.solve_bvp`` on the Euler--Lagrange system
-(Pontryagin's conditions, DESIGN.md section 4) with the saturated control
+(Pontryagin's conditions, docs/theory.md, "The classical adjoint method") with the saturated control
 ``u = clip(-lam2 / rho, -1, 1)``; its cost is checked by simulating that control
 forward with ``solve_ivp``. Two regimes:
 

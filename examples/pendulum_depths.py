@@ -8,7 +8,7 @@ returns ``dJ/du`` at every depth (eq. aug-lam-th-pde).
 
 The dynamics are not affine, so the jet closure of order 1 is not exact: its error
 grows like ``s^3`` in the depth ``s = q - p`` and does not shrink when the integrator's
-tolerance is tightened (DESIGN.md section 3). The jet carries order 2 alongside and
+tolerance is tightened (docs/theory.md, "The closures"). The jet carries order 2 alongside and
 reports the difference as ``error_estimate``; this script checks the estimate against
 the true error, measured with the classical adjoint method (``solve_adjoint``), and
 shows that raising the order to 2 removes most of it.

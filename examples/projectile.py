@@ -71,7 +71,7 @@ for i, p in enumerate(depths):
 print(f"nfev: imbedding {imb.nfev} (one sweep), adjoint {adj.nfev} (per depth)")
 
 # The dynamics are affine in z and the loss quadratic, so the jet of order 1 is exact
-# and everything agrees to integrator tolerance (DESIGN.md section 3).
+# and everything agrees to integrator tolerance (docs/theory.md, "The closures").
 np.testing.assert_allclose(imb.z, np.stack([h_exact, v_exact], axis=1), atol=1e-7)
 np.testing.assert_allclose(imb.value, value_exact, atol=1e-7)
 np.testing.assert_allclose(imb.adjoint, adj.adjoint, atol=1e-7)      # grad_x J

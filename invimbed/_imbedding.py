@@ -24,7 +24,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
                     ratio_test: bool = True, **options: Any) -> ImbeddingResult:
     r"""Solve a Bolza problem for every requested depth in one sweep in ``p``.
 
-    Integrates the imbedded fields of DESIGN.md section 2 --- the output
+    Integrates the imbedded fields of docs/theory.md, "The imbedded fields" --- the output
     ``Z(p, x) = z(q; p, x)`` (Theorem 1, eq. z-inim-t), the loss ``V(p, x)``, the
     imbedded adjoint ``Lam = grad_x V`` (Theorem 2, eq. lam-inim) and the parameter
     gradient ``Lam_w`` (eq. aug-lam-th-pde) --- from ``p = q``, where they are known
@@ -42,7 +42,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     control : Constant, PiecewiseConstant, Control or None
         Open-loop control ``theta(t; w)``; ``None`` means ``theta`` of size 0.
     closure : {"jet", "stencil", "crop"}
-        How the nested Jacobians are closed (DESIGN.md section 3). ``"jet"`` (default,
+        How the nested Jacobians are closed (docs/theory.md, "The closures"). ``"jet"`` (default,
         recommended) carries Taylor coefficients: order 1 is exact for affine dynamics
         with at most quadratic losses; otherwise ``z`` and ``value`` have error
         ``O(s^3)`` in depth ``s = q - p`` (``O(s^(K+2))`` for order ``K``), and so do
@@ -112,7 +112,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
 
     Notes
     -----
-    The depth gradient is the exact ``dJ/dp = -(Lam . Phi + R)`` (DESIGN.md section 2),
+    The depth gradient is the exact ``dJ/dp = -(Lam . Phi + R)`` (docs/theory.md, "The imbedded fields"),
     not the paper's recursion eqs. aug-lam-t-init/aug-lam-t-pde, which is wrong (for
     ``dz/dt = 0.7 z``, ``T = z^2/2``, ``x = 1.3``, ``p = -1`` it gives 8.155 where
     ``-dJ/dp = 4.797``).

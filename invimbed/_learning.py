@@ -53,8 +53,8 @@ points observed from different starts, so the per-depth fields are kept separate
 
 With the jet closure of order 1 the outputs and gradients are exact (to integrator
 tolerance) when the model ``f`` is affine in ``z`` (for any dependence on ``w``);
-otherwise they carry the closure's truncation error ``O((q - p)^3)`` (DESIGN.md
-section 3): the model being fitted is then the imbedded one, which is also the one whose
+otherwise they carry the closure's truncation error ``O((q - p)^3)`` (docs/theory.md,
+"The closures"): the model being fitted is then the imbedded one, which is also the one whose
 predictions `solve_imbedding` makes.
 """
 

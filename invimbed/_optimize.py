@@ -1,4 +1,4 @@
-"""Direct optimisation of open-loop controls and of the depth (issue 4, section 2).
+"""Direct optimisation of open-loop controls and of the depth (docs: Optimisation).
 
 Two drivers built on the public solvers only:
 
@@ -11,7 +11,7 @@ Two drivers built on the public solvers only:
 * `optimal_depth` evaluates ``J(p, x)`` and the exact depth gradient
   ``dJ/dp = -(Lam . Phi + R)`` on a grid of depths with one ensemble solve and refines
   every bracketed minimum, all brackets at once, with one ensemble solve per iteration
-  (DESIGN.md section 2; the paper's "optimal depth" remark after eq. aug-lam-t-pde).
+  (docs/theory.md, "The imbedded fields"; the paper's "optimal depth" remark after eq. aug-lam-t-pde).
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
         ``p`` from ``q`` down to ``p`` per evaluation, in addition to the exact solve of the
         value. With the jet closure of order 1 it is exact (to integrator tolerance) for
         linear dynamics with quadratic losses, and otherwise carries the closure's
-        truncation error ``O((q - p)^3)`` (DESIGN.md section 3). At the solution one more
+        truncation error ``O((q - p)^3)`` (docs/theory.md, "The closures"). At the solution one more
         sweep estimates that error (``estimate_error``, default True); the result reports
         it (``gradient_error``, ``gradient_exact``) and warns when it exceeds ``rtol``:
         the value is then still the exact ``J``, but the point was found with an
@@ -616,8 +616,8 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
                   n: int = 101, xtol: float = 1e-12, **solve_kwargs: Any) -> DepthResult:
     r"""Locate the depth ``p`` in ``p_range`` that minimises ``J(p, x)``.
 
-    ``J(p_i, x)`` and the exact depth gradient ``dJ/dp = -(Lam . Phi + R)`` (DESIGN.md
-    section 2) come from `solve_adjoint` (the ensemble: every depth and input one row of
+    ``J(p_i, x)`` and the exact depth gradient ``dJ/dp = -(Lam . Phi + R)`` (docs/theory.md,
+    "The depth gradient") come from `solve_adjoint` (the ensemble: every depth and input one row of
     a single exact solve, to ``rtol``/``atol``), first on a grid of ``n`` depths. Every
     sign change of ``dJ/dp`` from negative to positive brackets a local minimum; all
     brackets are refined together on ``dJ/dp`` (regula falsi with the Illinois

@@ -1,4 +1,4 @@
-"""The Bolza problem (DESIGN.md section 1; the paper's eq. loss-total).
+"""The Bolza problem (docs/theory.md, "The Bolza problem"; the paper's eq. loss-total).
 
 It knows nothing of solvers: it holds the user's dynamics and losses, evaluates them
 on batches, validates what they return, and hands out the derivative provider.

@@ -62,7 +62,7 @@ class ImbeddingResult(OptimizeResult):
     param_grad : ndarray, shape (n, n_w) or (n, B, n_w)
         ``dJ/dw``, the gradient in the control parameters (eq. aug-lam-th-pde).
     depth_grad : ndarray, shape (n,) or (n, B)
-        ``dJ/dp = -(Lam . Phi + R)`` at ``(p_i, x)`` (DESIGN.md section 2). At a jump of a
+        ``dJ/dp = -(Lam . Phi + R)`` at ``(p_i, x)`` (docs/theory.md, "The imbedded fields"). At a jump of a
         piecewise-constant control it is the derivative from above (``p -> p_i+``).
     success : bool
         Whether every requested depth was reached with finite values and, where the

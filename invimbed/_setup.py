@@ -69,7 +69,7 @@ def prepare(problem: Any, x: Any, depths: Any, control: Any, method: str, rtol: 
 
 def depth_gradient(setup: Setup, p: float | np.ndarray, adjoint: np.ndarray,
                    x: np.ndarray | None = None) -> np.ndarray:
-    """``dJ/dp = -(Lam . f(p, x, theta(p)) + R(p, x, theta(p)))`` (DESIGN.md section 2).
+    """``dJ/dp = -(Lam . f(p, x, theta(p)) + R(p, x, theta(p)))`` (docs/theory.md, "The imbedded fields").
 
     ``p`` is one depth for the inputs ``setup.x``, or an array of per-row depths for the
     rows ``x`` (the ensemble adjoint). At a jump of the control, ``theta(p)`` is the value

@@ -6,7 +6,7 @@ checked only against independent references:
 * closed forms (:func:`problems.lq_closed_form`, :func:`problems.logistic_closed_form`),
   which are in turn checked against a brute-force ``solve_ivp`` and finite differences;
 * finite differences of the loss in ``x``, ``w`` and ``p`` on nonlinear problems;
-* the depth-gradient example of DESIGN.md section 2.
+* the depth-gradient example of docs/theory.md, "The imbedded fields".
 
 Error measure: ``rel_err(got, exp) = max|got - exp| / max|exp|`` over a whole field
 (all depths, all batch rows), i.e. a normwise relative error in the max norm (with an
@@ -348,7 +348,7 @@ def test_depth_grad_at_a_knot_is_the_derivative_from_above():
 
 
 # ---------------------------------------------------------------------------------------
-# 6. DESIGN.md section 2: the depth gradient is -(Lam . Phi + R), not the paper's recursion
+# 6. docs/theory.md, "The imbedded fields": the depth gradient is -(Lam . Phi + R), not the paper's recursion
 # ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("exact_derivatives", [True, False])
 def test_design_depth_gradient_example(exact_derivatives):

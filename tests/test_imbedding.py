@@ -208,7 +208,7 @@ def test_gradients_are_finite_differences_of_the_value(make, opts):
 
 
 def test_depth_gradient_is_not_the_papers_recursion():
-    """DESIGN.md section 2: dz/dt = 0.7 z, T = z^2/2, q = 0, x = 1.3, p = -1."""
+    """docs/theory.md, "The imbedded fields": dz/dt = 0.7 z, T = z^2/2, q = 0, x = 1.3, p = -1."""
     pb = BolzaProblem(lambda t, z, th: 0.7 * z, terminal_loss=lambda z: 0.5 * float(z @ z))
     res = solve_imbedding(pb, [1.3], [-1.0], **TIGHT)
     exact = -0.7 * 1.3 ** 2 * np.exp(1.4)                # d/dp of 1/2 x^2 e^{2a(q-p)}

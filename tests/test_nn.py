@@ -246,7 +246,7 @@ def test_affine_phi_jet_exact_crop_not():
 
 
 def test_truncation_error_is_third_order_in_depth():
-    """For a nonlinear Phi, jet and crop err by O(s^3) (DESIGN.md section 3, K = 1) at a
+    """For a nonlinear Phi, jet and crop err by O(s^3) (docs/theory.md, "The closures", K = 1) at a
     fixed number of layers over a depth s: slope 3 within 0.3."""
     x = torch.randn(2, 3, dtype=D64)
     errs = {"jet": [], "crop": []}

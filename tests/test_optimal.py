@@ -133,7 +133,7 @@ def cubic_decay():
 
 
 def bvp_cost(x, p, q=0.0):
-    """Euler-Lagrange (DESIGN.md section 4): u = -lam, z' = -z^3 - lam,
+    """Euler-Lagrange (docs/theory.md, "The classical adjoint method"): u = -lam, z' = -z^3 - lam,
     lam' = 3 z^2 lam - z, z(p) = x, lam(q) = z(q) - 0.5; returns J."""
     t = np.linspace(p, q, 200)
 

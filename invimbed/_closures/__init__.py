@@ -1,4 +1,4 @@
-"""Closures of the nested-Jacobian hierarchy (DESIGN.md section 3)."""
+"""Closures of the nested-Jacobian hierarchy (docs/theory.md, "The closures")."""
 
 from .base import Closure, Layout
 from .jet import JetClosure

@@ -1,6 +1,6 @@
 """The closure contract: imbedded fields -> a plain right-hand side ``(p, y) -> dy/dp``.
 
-Every field ``U`` of DESIGN.md section 2 obeys ``dU/dp = -grad_x U . Phi - S_U``; the
+Every field ``U`` of docs/theory.md, "The imbedded fields" obeys ``dU/dp = -grad_x U . Phi - S_U``; the
 ``grad_x U`` at the single point ``x`` needs ``U`` near ``x`` (the paper's nested
 Jacobians, Appendix sec. app-moan). A closure decides what to carry so that the
 hierarchy closes, and packs it into one flat state vector, so that integrators never
@@ -58,7 +58,7 @@ class Layout:
 
 
 class Closure:
-    """Base class of closures of the nested-Jacobian hierarchy (DESIGN.md section 3)."""
+    """Base class of closures of the nested-Jacobian hierarchy (docs/theory.md, "The closures")."""
 
     name = "closure"
     has_error_estimate = False

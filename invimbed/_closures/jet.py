@@ -1,4 +1,4 @@
-"""The jet closure: Taylor coefficients of each field around ``x`` (DESIGN.md section 3).
+"""The jet closure: Taylor coefficients of each field around ``x`` (docs/theory.md, "The closures").
 
 A field ``U(p, x + delta)`` is carried as a truncated polynomial in ``delta``, its Taylor
 coefficients ``u_alpha = D^alpha U(p, x) / alpha!`` for ``|alpha| <= L``: ``C(N + L, L)``

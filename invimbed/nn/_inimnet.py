@@ -64,7 +64,7 @@ class InImNet(nn.Module):
 
     gives every ``Z(p_i, x)`` from one pass, with every ``Phi`` evaluated at the input
     ``x`` (the first-order expansion of the ResNet composition
-    ``Z(p_{i-1}, x + |h| Phi(p_i, x))``, DESIGN.md section 6). The same recursion is the
+    ``Z(p_{i-1}, x + |h| Phi(p_i, x))``, docs/theory.md, "The discrete architecture"). The same recursion is the
     numpy core's ``invimbed.solve_imbedding(..., method="disc")``.
 
     Parameters
@@ -95,8 +95,8 @@ class InImNet(nn.Module):
     activation : str or callable, default "tanh"
         Activation of the default ``Phi``.
     jacobian : {"exact", "crop", "jet"}, default "exact"
-        The nested Jacobian ``grad_x Z(p_{i-1}, x)`` in eq. disc-update (DESIGN.md
-        section 3):
+        The nested Jacobian ``grad_x Z(p_{i-1}, x)`` in eq. disc-update (docs/theory.md,
+        "The closures"):
 
         - ``"exact"``: automatic differentiation through the depth recursion
           (``torch.func.jvp`` nested ``L`` deep): the exact discrete network, cost

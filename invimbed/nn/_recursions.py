@@ -1,6 +1,6 @@
 """The layer recursions of the discrete architecture (sec. arch-discrete), in torch.
 
-Notation as in ``invimbed/_closures/jet.py`` and DESIGN.md section 6: depths
+Notation as in ``invimbed/_closures/jet.py`` and docs/theory.md, "The discrete architecture": depths
 ``0 = p_0 > p_1 > ... > p_L``, layer ``k`` (1-based) between ``p_{k-1}`` and ``p_k``
 with dynamics ``u_k = Phi_k(x) = Phi(p_k, x)``, evaluated at the *input* ``x``, and the
 signed step ``h_k = p_k - p_{k-1} < 0``. Eq. disc-update reads
