@@ -40,7 +40,7 @@ from ._derivatives.multiindex import (compose_split, monomials, multi_indices,
 from ._integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
 from ._problem import BolzaProblem
 from ._results import ImbeddingResult, SolverWarning
-from ._setup import ALL_METHODS, prepare
+from ._setup import ALL_METHODS, parse_tol, prepare
 from ._validation import as_float_array, check_choice, describe
 
 
@@ -343,7 +343,7 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                   step: float | None = None, estimate_error: bool = True,
                   control_affine: bool = False, linear_quadratic: bool | None = None,
                   theta0: Any = None, newton_tol: float | None = None, max_newton: int = 50,
-                  **options: Any) -> ImbeddingResult:
+                  tol: Any = None, **options: Any) -> ImbeddingResult:
     """Optimal feedback control of every depth by one imbedding sweep (Theorem 3).
 
     At each ``(p, x)`` the control ``Psi(p, x)`` minimises the Hamiltonian
@@ -403,6 +403,11 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         ``"newton_at_derivative_noise"`` says so).
     max_newton : int, default 50
         Iteration limit of the pointwise minimisation.
+    tol : float or (float, float), optional
+        ``(rtol, atol)`` (a float ``t`` means ``(t, t)``) the jet sweep's estimate must
+        meet at every depth, with the convergence test of the series of orders ``K - 1``,
+        ``K``, ``K + 1`` (docs: Accuracy). Without it the criterion is the estimate within
+        10% of ``max(1, |field|)``. A depth that fails is status -2.
 
     Returns
     -------
@@ -471,6 +476,7 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     if linear_quadratic is True and bounds is not None:
         raise ValueError("`linear_quadratic=True` and `control_bounds` exclude each other: "
                          "with bounds the feedback saturates and the value is not quadratic")
+    tol_pair = parse_tol(tol)
     dummy = Constant(np.zeros(n_controls) if theta0 is None else theta0)
     setup = prepare(problem, x, depths, dummy, method, rtol, atol, step, ALL_METHODS)
     p_min = float(setup.depths_desc[-1])
@@ -492,7 +498,11 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                              estimate_error=bool(estimate_error), bounds=bounds,
                              control_affine=control_affine, theta0=theta0,
                              newton_tol=newton_tol, max_newton=max_newton)
-    res = _sweep_feedback(setup, clo, method, rtol, atol, step, options)
+    if tol_pair is not None and not (estimate_error and len(clo.orders) == 3):
+        raise ValueError(f"`tol` needs the error estimate and its convergence test "
+                         f"(estimate_error=True, order >= 1), but got "
+                         f"estimate_error={estimate_error!r}, order={order!r}")
+    res = _sweep_feedback(setup, clo, method, rtol, atol, step, options, tol_pair)
     if bounds is not None and res.success:
         res.message += _branch_check(setup, res, bounds, n_controls, control_affine)
     res.linear_quadratic = False
@@ -599,7 +609,8 @@ def _residual(prov, p, x, theta, lam):
         "bi,bim->bm", lam, prov.derivative("f", p, x, theta, dth=1))
 
 
-def _sweep_feedback(setup, clo: FeedbackJetClosure, method, rtol, atol, step, options):
+def _sweep_feedback(setup, clo: FeedbackJetClosure, method, rtol, atol, step, options,
+                    tol=None):
     from ._integrators.common import Outcome
     from ._setup import collect_results
 
@@ -642,11 +653,12 @@ def _sweep_feedback(setup, clo: FeedbackJetClosure, method, rtol, atol, step, op
 
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N), "feedback": (B, M),
               "feedback_jacobian": (B, M, N), "depth_grad": (B,)}
-    # no `tol` here: the criterion is the default 10% rule of `assess`; the K - 1 jet gives
-    # the series' ratio, reported in `series_ratio` (docs/accuracy.md)
+    # without `tol` the criterion is the default 10% rule of `assess`; with it, the ratio
+    # test of the series K - 1, K, K + 1 as well (docs/accuracy.md)
     res = collect_results(setup, outcome, per_depth, shapes,
                           closure="jet (optimal feedback)", method=method,
-                          with_errors=clo.has_error_estimate)
+                          with_errors=clo.has_error_estimate,
+                          tol=tol if converge else None)
     res.setdefault("warnings", [])
     if clo.stopped_at_noise:
         res.warnings.append(SolverWarning(

@@ -371,3 +371,18 @@ def test_control_affine_is_checked(dynamics, running):
     sym = invimbed.from_sympy(t_, [z_], [u_], [-z_ + sp.sin(u_)], (z_ ** 2 + u_ ** 2) / 2)
     with pytest.raises(ValueError, match=r"control_affine"):
         solve_optimal(sym, [1.0], [-0.5], n_controls=1, control_affine=True)
+
+
+def test_tol_runs_the_ratio_test_of_the_feedback_series():
+    # dz = -z^3 + u, jet 2: at s = 0.5 the series converges (ratio 0.17), at s = 2 its
+    # differences grow (ratio ~19, value 44% below solve_bvp's optimum): refused as
+    # "series_not_converging" with tol, and by the 10% rule without it
+    res = solve_optimal(cubic_decay(), [1.2], [-0.5, -2.0], n_controls=1, order=2,
+                        rtol=1e-10, atol=1e-12, tol=0.05)
+    assert not res.success and res.status == -2
+    assert list(res.converged) == [True, False]
+    assert res.series_ratio[0] < 0.8 < res.series_ratio[1]
+    assert any(w.code == "series_not_converging" for w in res.warnings)
+    with pytest.raises(ValueError, match="`tol` needs"):
+        solve_optimal(cubic_decay(), [1.2], [-0.5], n_controls=1, tol=0.05,
+                      estimate_error=False)
