@@ -54,17 +54,8 @@ import numpy as np
 
 import invimbed
 
-K_SPRING = 0.5      # coupling spring
-C_DAMP = 0.1        # damping
-A_RUN = 0.2         # weight of the running loss on the angles
-RHO = 0.05          # weight of the control effort
-Z_TARGET = np.array([1.0, 1.0, 0.0, 0.0])
-N, M = 4, 2
-
-Q = 0.0
-P_MIN = -1.0
-X0 = np.array([0.8, -0.4, 0.3, 0.0])
-U0 = np.array([0.2, -0.1])
+# the constants of bench_core.py's pendulums, shared
+from bench_core import A_RUN, C_DAMP, K_SPRING, M, N, P_MIN, Q, RHO, U0, X0, Z_TARGET  # noqa: E402,F401
 
 KNOTS = np.linspace(P_MIN, Q, 5)
 VALUES = np.array([[0.2, -0.1],       # around U0, with variation from piece to piece

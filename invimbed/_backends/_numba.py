@@ -233,19 +233,28 @@ def _kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]:
     return cache[key]
 
 
-def _build_kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]:
+def eval_signature(args: tuple) -> tuple[tuple, Any, Any]:
+    """The numba types of a kernel's arguments ``args`` (user functions first, the plan
+    second) and the signature and first-class type of `eval_request` for them."""
     st = _types()
     numba = st["numba"]
     from numba import types
-
-    from . import _numba_kernels as kern
 
     argtypes = tuple(st["ftypes"] if i == 0 else numba.typeof(a) for i, a in enumerate(args))
     f8, i8 = types.float64, types.int64
     C1, C2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
     ev_sig = types.void(st["ftypes"], argtypes[1], i8, f8, C1, C1, C2, C2, C1, C2, C1)
-    ev_type = types.FunctionType(ev_sig)
-    one_sig = types.void(i8, ev_type, *argtypes)
+    return argtypes, ev_sig, types.FunctionType(ev_sig)
+
+
+def _build_kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]:
+    numba = _types()["numba"]
+    from numba import types
+
+    from . import _numba_kernels as kern
+
+    argtypes, ev_sig, ev_type = eval_signature(args)
+    one_sig = types.void(types.int64, ev_type, *argtypes)
     one = getattr(kern, f"_{name}_one")
     kern.eval_request.compile(ev_sig.args)
     one.compile(one_sig.args)

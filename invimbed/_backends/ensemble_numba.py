@@ -61,7 +61,7 @@ from .._controls import Constant, NoControl, PiecewiseConstant
 from .._integrators.ensemble import (DONE, MAX_FACTOR, MAX_STEPS, MIN_FACTOR, NONFINITE,
                                      RUNNING, SAFETY, TABLEAUX, UNDERFLOW)
 from .._setup import Setup
-from ._numba import _fingerprint, _types, function_tuple, import_numba
+from ._numba import _fingerprint, _types, eval_signature, function_tuple, import_numba
 from ._plans import BASE_KEYS, Request, build_plan
 
 #: Kernel status codes (`_ensemble_kernels.K_DONE` ...) -> those of `integrate_rows`.
@@ -205,11 +205,8 @@ def _build(args: tuple) -> tuple[Any, Any, Any]:
     from . import _ensemble_kernels as ens
     from . import _numba_kernels as kern
 
-    argtypes = tuple(st["ftypes"] if i == 0 else numba.typeof(a) for i, a in enumerate(args))
-    f8, i8 = types.float64, types.int64
-    C1, C2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
-    ev_sig = types.void(st["ftypes"], argtypes[1], i8, f8, C1, C1, C2, C2, C1, C2, C1)
-    ev_type = types.FunctionType(ev_sig)
+    argtypes, ev_sig, ev_type = eval_signature(args)
+    i8 = types.int64
     # _row takes the loop's arguments without the row order: (r, ev, fns, plan, how, X,
     # depths, q, ...)
     one_sig = types.void(i8, ev_type, *argtypes[:5], *argtypes[6:])
