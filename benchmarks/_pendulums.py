@@ -54,7 +54,8 @@ import numpy as np
 
 import invimbed
 
-# the constants of bench_core.py's pendulums, shared
+# the constants and dynamics of bench_core.py's pendulums, shared
+import bench_core  # noqa: E402
 from bench_core import A_RUN, C_DAMP, K_SPRING, M, N, P_MIN, Q, RHO, U0, X0, Z_TARGET  # noqa: E402,F401
 
 KNOTS = np.linspace(P_MIN, Q, 5)
@@ -117,15 +118,7 @@ def piece_of(t: Any) -> np.ndarray:
                    0, VALUES.shape[0] - 1)
 
 
-def f(t: Any, z: np.ndarray, th: np.ndarray) -> np.ndarray:
-    """Dynamics, z (B, 4), th (B, 2) -> (B, 4)."""
-    p1, p2, w1, w2 = z.T
-    return np.stack([
-        w1,
-        w2,
-        -np.sin(p1) - K_SPRING * (p1 - p2) - C_DAMP * w1 + th[:, 0],
-        -np.sin(p2) - K_SPRING * (p2 - p1) - C_DAMP * w2 + th[:, 1],
-    ], axis=1)
+f = bench_core.f      # dynamics, z (B, 4), th (B, 2) -> (B, 4); t is not used
 
 
 def f_z(t: Any, z: np.ndarray, th: np.ndarray) -> np.ndarray:
