@@ -56,7 +56,9 @@ import invimbed
 
 # the constants and dynamics of bench_core.py's pendulums, shared
 import bench_core  # noqa: E402
-from bench_core import A_RUN, C_DAMP, K_SPRING, M, N, P_MIN, Q, RHO, U0, X0, Z_TARGET  # noqa: E402,F401
+from bench_core import A_RUN, C_DAMP, K_SPRING, N, P_MIN, Q, RHO, X0, Z_TARGET  # noqa: E402
+
+M = bench_core.M      # torques, used by the ensemble benchmark
 
 KNOTS = np.linspace(P_MIN, Q, 5)
 VALUES = np.array([[0.2, -0.1],       # around U0, with variation from piece to piece
@@ -118,52 +120,14 @@ def piece_of(t: Any) -> np.ndarray:
                    0, VALUES.shape[0] - 1)
 
 
-f = bench_core.f      # dynamics, z (B, 4), th (B, 2) -> (B, 4); t is not used
-
-
-def f_z(t: Any, z: np.ndarray, th: np.ndarray) -> np.ndarray:
-    """(B, 4, 4)."""
-    out = np.zeros((z.shape[0], N, N))
-    out[:, 0, 2] = 1.0
-    out[:, 1, 3] = 1.0
-    out[:, 2, 0] = -np.cos(z[:, 0]) - K_SPRING
-    out[:, 2, 1] = K_SPRING
-    out[:, 2, 2] = -C_DAMP
-    out[:, 3, 0] = K_SPRING
-    out[:, 3, 1] = -np.cos(z[:, 1]) - K_SPRING
-    out[:, 3, 3] = -C_DAMP
-    return out
-
-
-def f_theta(t: Any, z: np.ndarray, th: np.ndarray) -> np.ndarray:
-    """(B, 4, 2)."""
-    out = np.zeros((z.shape[0], N, M))
-    out[:, 2, 0] = 1.0
-    out[:, 3, 1] = 1.0
-    return out
-
-
-def R(t: Any, z: np.ndarray, th: np.ndarray) -> np.ndarray:
-    """Running loss, (B,)."""
-    return A_RUN * (2.0 - np.cos(z[:, 0]) - np.cos(z[:, 1])) + 0.5 * RHO * np.sum(th ** 2, axis=1)
-
-
-def R_z(t: Any, z: np.ndarray, th: np.ndarray) -> np.ndarray:
-    """(B, 4)."""
-    out = np.zeros((z.shape[0], N))
-    out[:, 0] = A_RUN * np.sin(z[:, 0])
-    out[:, 1] = A_RUN * np.sin(z[:, 1])
-    return out
+# bench_core's vectorised functions and derivatives (t is not used)
+f, f_z, f_theta, R, R_z, T = (bench_core.f, bench_core.f_z, bench_core.f_theta, bench_core.R,
+                              bench_core.R_z, bench_core.T)
 
 
 def R_theta(t: Any, z: np.ndarray, th: np.ndarray) -> np.ndarray:
     """(B, 2)."""
     return RHO * np.asarray(th, float) * np.ones((z.shape[0], 1))
-
-
-def T(z: np.ndarray) -> np.ndarray:
-    """Terminal loss, (B,)."""
-    return 0.5 * np.sum((z - Z_TARGET) ** 2, axis=1)
 
 
 def T_z(z: np.ndarray) -> np.ndarray:

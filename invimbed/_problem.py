@@ -170,19 +170,12 @@ class BolzaProblem:
 
             def g(t, z, theta):   # numpy, or cupy arrays on backend="cupy"
                 xp = array_namespace(z)
-                if np.ndim(t) == 0 or autonomous:
-                    t0 = t if np.ndim(t) == 0 else (float(t[0]) if len(t) else 0.0)
-                    return xp.asarray(call(t0, z, theta), dtype=xp.float64)
-                # rows at different times (the ensemble adjoint): one call per time
-                times, inverse = np.unique(t, return_inverse=True)
-                out = None
-                for k, tk in enumerate(times):
-                    rows = np.flatnonzero(inverse == k)
-                    part = xp.asarray(call(float(tk), z[rows], theta[rows]), dtype=xp.float64)
-                    if out is None:
-                        out = xp.empty((z.shape[0],) + tuple(part.shape[1:]))
-                    out[rows] = part
-                return out
+                if np.ndim(t) != 0:   # per-row times reach here only when t is not read
+                    if not autonomous:  # (the provider's row_times, see `provider`)
+                        raise RuntimeError("internal error: per-row times for a vectorised "
+                                           "function of t")
+                    t = float(t[0]) if len(t) else 0.0
+                return xp.asarray(call(t, z, theta), dtype=xp.float64)
         else:
             def g(t, z, theta):
                 ts = np.broadcast_to(t, (z.shape[0],))      # a time per row
@@ -213,8 +206,12 @@ class BolzaProblem:
             known = {k: self._batched(fn, k[0], k) for k, fn in self._known.items()}
             zero = tuple(w for w, fn in (("R", self.running_loss), ("T", self.terminal_loss))
                          if fn is None)
-            self._providers[key] = FiniteDifferences(functions, n_state, n_theta, known=known,
-                                                     zero=zero)
+            prov = FiniteDifferences(functions, n_state, n_theta, known=known, zero=zero)
+            # rows at different times in one call: per-sample functions take each row's
+            # time, autonomous ones none; vectorised functions of t are called once per
+            # distinct time by `DerivativeProvider.derivative`
+            prov.row_times = not self.vectorized or self.autonomous
+            self._providers[key] = prov
         return self._providers[key]
 
     def check_shapes(self, t: float, x: np.ndarray, theta: np.ndarray, *,

@@ -679,3 +679,17 @@ def brute_force(fns: ProblemFunctions, x: Any, p: float, theta: Any,
         y = sol.y[:, -1]
     zq = y[:K * N].reshape(K, N)
     return zq, y[K * N:] + fns.T(zq)
+
+
+class _Opaque:
+    def value(self, z):
+        return z
+
+
+_OPAQUE = _Opaque()
+
+
+def uncompilable_dynamics(t: float, z: np.ndarray, th: np.ndarray) -> np.ndarray:
+    """Dynamics numba cannot compile (a method call on a Python object, ``_OPAQUE``):
+    the accelerated backends must refuse them naming the function and numba's reason."""
+    return _OPAQUE.value(z)

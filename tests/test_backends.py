@@ -25,7 +25,7 @@ import invimbed
 from invimbed import BolzaProblem, Constant, PiecewiseConstant, solve_imbedding
 from invimbed._namespace import array_namespace, is_cupy_array, to_numpy
 from invimbed._setup import ALL_METHODS, prepare
-from problems import lq_closed_form, pendulum_functions
+from problems import lq_closed_form, pendulum_functions, uncompilable_dynamics
 
 try:
     import numba
@@ -340,27 +340,15 @@ def test_unsupported_options_say_so(kw, match):
         solve_imbedding(problem, X, DEPTHS, control=CTRL, backend="numba", **kw)
 
 
-class _Opaque:
-    def value(self, z):
-        return z
-
-
-_OPAQUE = _Opaque()
-
-
-def _uncompilable(t, z, th):
-    return _OPAQUE.value(z)
-
-
 @pytest.mark.skipif(numba is None, reason="numba not installed")
-def test_uncompilable_function_names_itself_and_the_fallback():
+def testuncompilable_dynamics_function_names_itself_and_the_fallback():
     from invimbed._backends import BackendCompileError
 
-    problem = BolzaProblem(_uncompilable, pend_R, pend_T)
+    problem = BolzaProblem(uncompilable_dynamics, pend_R, pend_T)
     with pytest.raises(BackendCompileError) as info:
         solve_imbedding(problem, X, DEPTHS, control=CTRL, method="rk4", step=0.1, backend="numba")
     text = str(info.value)
-    assert "`dynamics`" in text and "_uncompilable" in text
+    assert "`dynamics`" in text and "uncompilable_dynamics" in text
     assert "numba says" in text and "_OPAQUE" in text        # numba's own reason
     assert "backend='numpy'" in text
 

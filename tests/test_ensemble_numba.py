@@ -17,6 +17,7 @@ numba = pytest.importorskip("numba")
 
 import invimbed  # noqa: E402
 from invimbed import BolzaProblem, Constant, PiecewiseConstant, solve_adjoint  # noqa: E402
+from problems import uncompilable_dynamics  # noqa: E402
 
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
 
@@ -185,21 +186,9 @@ def test_other_controls_are_refused_naming_control():
         solve_adjoint(problem, X[0], [-0.5], control=ctrl, backend="numba")
 
 
-class _Opaque:
-    def value(self, z):
-        return z
-
-
-_OPAQUE = _Opaque()
-
-
-def _uncompilable(t, z, th):
-    return _OPAQUE.value(z)
-
-
-def test_uncompilable_problem_raises_backend_compile_error():
+def testuncompilable_dynamics_problem_raises_backend_compile_error():
     from invimbed._backends import BackendCompileError
 
-    problem = BolzaProblem(_uncompilable, fd_R, fd_T)
-    with pytest.raises(BackendCompileError, match=r"`dynamics`.*_uncompilable"):
+    problem = BolzaProblem(uncompilable_dynamics, fd_R, fd_T)
+    with pytest.raises(BackendCompileError, match=r"`dynamics`.*uncompilable_dynamics"):
         solve_adjoint(problem, X[0], [-0.5], control=Constant([0.2, 0.1]), backend="numba")
