@@ -232,10 +232,9 @@ class PiecewiseConstant(OpenLoopControl):
             )
 
     def piece(self, t: float, lo: float | None = None, hi: float | None = None) -> int:
-        if lo is not None and hi is not None:
-            t = 0.5 * (lo + hi)
-        k = int(np.searchsorted(self.knots, t, side="right")) - 1
-        return min(max(k, 0), self.values.shape[0] - 1)
+        if lo is None or hi is None:
+            lo = hi = t
+        return int(self.pieces(np.array([lo], dtype=float), np.array([hi], dtype=float))[0])
 
     def pieces(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         k = np.searchsorted(self.knots, 0.5 * (np.asarray(lo) + np.asarray(hi)), side="right") - 1
