@@ -35,7 +35,7 @@ from scipy.linalg import expm
 
 import invimbed
 from _machine import machine_info
-from invimbed._optimize import optimize_control   # invimbed.optimize_control once exported
+from invimbed._control.optimize import optimize_control   # invimbed.optimize_control once exported
 
 P, Q_END, RHO = -2.0, 0.0, 0.1
 

@@ -9,7 +9,7 @@ Problem: two pendulums coupled through ``sin(phi1 - phi2)``, driven by torques,
     R = a (2 - cos phi1 - cos phi2) + rho |u|^2 / 2 + s omega1 omega2 u1,
     T = log(1 + |z - z_target|^2),
 
-written once in sympy (for :class:`~invimbed._derivatives.symbolic.SympyProvider`) and
+written once in sympy (for :class:`~invimbed._core.derivatives.symbolic.SympyProvider`) and
 once in numpy (for the finite-difference provider). Every derivative order is non-zero
 (``T`` is dense at every order).
 
@@ -45,8 +45,8 @@ import numpy as np
 
 import invimbed
 from _machine import machine_info
-from invimbed._derivatives import DerivativeOrderError
-from invimbed._derivatives.multiindex import n_coefficients
+from invimbed._core.derivatives import DerivativeOrderError
+from invimbed._core.derivatives.multiindex import n_coefficients
 
 K_SPRING, C_DAMP, A_RUN, RHO, S_CROSS = 0.5, 0.1, 0.2, 0.05, 0.1
 Z_TARGET = np.array([1.0, 1.0, 0.0, 0.0])
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     # the numba column times a cold compile: generated code goes to a fresh, empty cache
     os.environ["INVIMBED_CACHE"] = tempfile.mkdtemp(prefix="invimbed-bench-")
     try:
-        from invimbed._derivatives.symbolic import SympyProvider
+        from invimbed._core.derivatives.symbolic import SympyProvider
         import sympy  # noqa: F401
     except ImportError:
         print("this benchmark needs sympy: pip install invimbed[symbolic]")

@@ -6,31 +6,31 @@ output, loss, adjoint, parameter gradient and depth gradient of every depth
 (Corbett & Kangin, "Imbedding Deep Neural Networks", ICLR 2022).
 """
 
-from ._adjoint import solve_adjoint as solve_adjoint
-from ._check import DerivativeCheck as DerivativeCheck
-from ._check import check_derivatives as check_derivatives
-from ._controls import Constant as Constant
-from ._controls import Control as Control
-from ._controls import PiecewiseConstant as PiecewiseConstant
-from ._derivatives import DerivativeOrderError as DerivativeOrderError
-from ._derivatives import DerivativeProvider as DerivativeProvider
-from ._derivatives import FiniteDifferences as FiniteDifferences
-from ._derivatives.symbolic import SympyProvider as SympyProvider
-from ._imbedding import solve_imbedding as solve_imbedding
-from ._learning import MLPDynamics as MLPDynamics
-from ._namespace import array_namespace as array_namespace
-from ._learning import endpoint_loss as endpoint_loss
-from ._learning import fit_endpoint_dynamics as fit_endpoint_dynamics
-from ._optimal import optimality_residual as optimality_residual
-from ._optimal import solve_optimal as solve_optimal
-from ._optimize import DepthResult as DepthResult
-from ._optimize import optimal_depth as optimal_depth
-from ._optimize import optimize_control as optimize_control
-from ._problem import BolzaProblem as BolzaProblem
-from ._results import STATUS as STATUS
-from ._results import ImbeddingResult as ImbeddingResult
-from ._results import SolverWarning as SolverWarning
-from ._symbolic import from_sympy as from_sympy
+from ._core.adjoint import solve_adjoint as solve_adjoint
+from ._core.check import DerivativeCheck as DerivativeCheck
+from ._core.check import check_derivatives as check_derivatives
+from ._core.controls import Constant as Constant
+from ._core.controls import Control as Control
+from ._core.controls import PiecewiseConstant as PiecewiseConstant
+from ._core.derivatives import DerivativeOrderError as DerivativeOrderError
+from ._core.derivatives import DerivativeProvider as DerivativeProvider
+from ._core.derivatives import FiniteDifferences as FiniteDifferences
+from ._core.derivatives.symbolic import SympyProvider as SympyProvider
+from ._core.imbedding import solve_imbedding as solve_imbedding
+from ._learning.endpoint import MLPDynamics as MLPDynamics
+from ._core.namespace import array_namespace as array_namespace
+from ._learning.endpoint import endpoint_loss as endpoint_loss
+from ._learning.endpoint import fit_endpoint_dynamics as fit_endpoint_dynamics
+from ._control.optimal import optimality_residual as optimality_residual
+from ._control.optimal import solve_optimal as solve_optimal
+from ._control.optimize import DepthResult as DepthResult
+from ._control.optimize import optimal_depth as optimal_depth
+from ._control.optimize import optimize_control as optimize_control
+from ._core.problem import BolzaProblem as BolzaProblem
+from ._core.results import STATUS as STATUS
+from ._core.results import ImbeddingResult as ImbeddingResult
+from ._core.results import SolverWarning as SolverWarning
+from ._core.sympy_problem import from_sympy as from_sympy
 
 __version__ = "0.1.0"
 

@@ -30,10 +30,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._adjoint import solve_adjoint
-from ._imbedding import solve_imbedding
-from ._problem import BolzaProblem
-from ._results import ImbeddingResult
+from ._core.adjoint import solve_adjoint
+from ._core.imbedding import solve_imbedding
+from ._core.problem import BolzaProblem
+from ._core.results import ImbeddingResult
 
 GRAVITY = 9.81
 """``g`` in m/s^2, as in the paper's sec. app-pmotion."""

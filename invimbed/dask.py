@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from ._adjoint import OPTIONS as _ADJOINT_OPTIONS
-from ._adjoint import solve_adjoint
-from ._imbedding import solve_imbedding
-from ._problem import BolzaProblem
-from ._results import ImbeddingResult
-from ._validation import as_depths, check_choice, describe
+from ._core.adjoint import OPTIONS as _ADJOINT_OPTIONS
+from ._core.adjoint import solve_adjoint
+from ._core.imbedding import solve_imbedding
+from ._core.problem import BolzaProblem
+from ._core.results import ImbeddingResult
+from ._core.validation import as_depths, check_choice, describe
 
 #: What ``solver`` may be.
 SOLVERS = ("imbedding", "adjoint")

@@ -23,8 +23,8 @@ import pytest
 
 import invimbed
 from invimbed import BolzaProblem, Constant, PiecewiseConstant, solve_imbedding
-from invimbed._namespace import array_namespace, is_cupy_array, to_numpy
-from invimbed._setup import ALL_METHODS, prepare
+from invimbed._core.namespace import array_namespace, is_cupy_array, to_numpy
+from invimbed._core.setup import ALL_METHODS, prepare
 from problems import lq_closed_form, pendulum_functions, uncompilable_dynamics
 
 try:

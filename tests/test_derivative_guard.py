@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import invimbed
-import invimbed._check as check_module
-from invimbed._check import GUARD_TOL, check_derivatives, verify_user_derivatives
+import invimbed._core.check as check_module
+from invimbed._core.check import GUARD_TOL, check_derivatives, verify_user_derivatives
 from problems import (logistic_functions, lq_functions, pendulum_functions,
                       vanderpol_functions)
 

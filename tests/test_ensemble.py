@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
 import invimbed
-from invimbed._integrators.ensemble import DONE, TABLEAUX, integrate_rows
+from invimbed._core.integrators.ensemble import DONE, TABLEAUX, integrate_rows
 from problems import (brute_force, lq_closed_form, lq_matrices, lq_problem, pendulum_functions,
                       piecewise_theta)
 

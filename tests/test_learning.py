@@ -6,7 +6,7 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import invimbed
-from invimbed._learning import MLPDynamics, endpoint_loss, fit_endpoint_dynamics
+from invimbed._learning.endpoint import MLPDynamics, endpoint_loss, fit_endpoint_dynamics
 
 G = 9.81
 Q = 1.0

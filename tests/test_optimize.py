@@ -9,7 +9,7 @@ from scipy.optimize import Bounds, brentq
 
 import invimbed
 from invimbed import BolzaProblem, Constant, PiecewiseConstant
-from invimbed._optimize import optimal_depth, optimize_control
+from invimbed._control.optimize import optimal_depth, optimize_control
 from problems import brute_force, lq_problem, pendulum_functions, piecewise_theta
 
 # -- an LQ problem with a piecewise-constant control -----------------------------------

@@ -23,15 +23,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import invimbed
-from invimbed._check import check_derivatives
-from invimbed._derivatives.base import DerivativeProvider
-from invimbed._derivatives.multiindex import multi_indices
+from invimbed._core.check import check_derivatives
+from invimbed._core.derivatives.base import DerivativeProvider
+from invimbed._core.derivatives.multiindex import multi_indices
 from problems import DERIVATIVE_KEYS, pendulum_functions, vanderpol_functions
 
 sp = pytest.importorskip("sympy")
 
-from invimbed._derivatives.symbolic import SympyProvider  # noqa: E402
-from invimbed._symbolic import from_sympy  # noqa: E402
+from invimbed._core.derivatives.symbolic import SympyProvider  # noqa: E402
+from invimbed._core.sympy_problem import from_sympy  # noqa: E402
 
 SETTINGS = settings(max_examples=8, deadline=None, derandomize=True)
 
@@ -100,7 +100,7 @@ def test_matches_hand_written_derivatives(name, pt):
     prov = provider(name)
     tt, z, th = batch(pt)
     for key in ("f", "R", "T") + DERIVATIVE_KEYS:
-        which, dz, dth = invimbed._derivatives.parse_key(key) if "_" in key else (key, 0, 0)
+        which, dz, dth = invimbed._core.derivatives.parse_key(key) if "_" in key else (key, 0, 0)
         got = prov.derivative(which, tt, z, th, dz=dz, dth=dth)
         want = pf.evaluate(key, tt, z, th)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=f"{name} {key}")
@@ -275,7 +275,7 @@ def test_generated_code_is_never_imported_when_changed_on_disk(tmp_path, monkeyp
     """A cached module whose content differs from the source just generated (tampered
     with, or truncated) is rewritten before it is imported."""
     pytest.importorskip("numba")
-    from invimbed._derivatives import _codegen
+    from invimbed._core.derivatives import _codegen
 
     monkeypatch.setenv("INVIMBED_CACHE", str(tmp_path))
     body = ["X = 1"]
@@ -319,8 +319,8 @@ def test_sympy_missing_says_how_to_install(monkeypatch):
 
 def test_import_invimbed_without_sympy():
     code = ("import sys; sys.modules['sympy'] = None; sys.modules['numba'] = None\n"
-            "import invimbed, invimbed._symbolic, invimbed._check\n"
-            "import invimbed._derivatives.symbolic\n"
+            "import invimbed, invimbed._core.sympy_problem, invimbed._core.check\n"
+            "import invimbed._core.derivatives.symbolic\n"
             "assert sys.modules['sympy'] is None\n"
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

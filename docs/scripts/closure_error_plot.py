@@ -65,7 +65,7 @@ def pendulum(terminal: str) -> invimbed.BolzaProblem:
 
 
 def expected(field: str, K: int, terminal: str) -> int:
-    """The error law (invimbed/_closures/jet.py): z O(s^(K+2)); with D^(K+2) T != 0,
+    """The error law (invimbed/_core/closures/jet.py): z O(s^(K+2)); with D^(K+2) T != 0,
     adjoint O(s^(K+1)) and value O(s^(K+2)); with D^(K+2) T = 0 one order more each."""
     extra = 0 if terminal == "cos" else 1
     return {"z": K + 2, "value": K + 2 + extra, "adjoint": K + 1 + extra}[field]

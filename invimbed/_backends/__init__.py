@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._results import ImbeddingResult
-from .._setup import Setup
+from .._core.results import ImbeddingResult
+from .._core.setup import Setup
 
 BACKENDS = ("numba", "cupy")
 

@@ -4,7 +4,7 @@ One row (a depth ``p`` and an input ``x``) is integrated by `_row` from start to
 the forward pass of ``y = [z, int R]`` from ``p`` to ``q`` with its dense output, the
 terminal conditions, the backward pass of ``[lambda, mu]`` from ``q`` down to ``p`` on
 that dense output, and the depth gradient. `ensemble_rows` runs the rows in a ``prange``
-loop. `_integrate` is `invimbed._integrators.ensemble.integrate_rows` for one row: the
+loop. `_integrate` is `invimbed._core.integrators.ensemble.integrate_rows` for one row: the
 same decisions in the same order (scipy's first-step rule, step control, ``hit`` of a
 stop and the re-evaluation there, non-finite stages as rejections, the underflow rule,
 the step budget, Shampine's ``h |lambda|``), and numpy's pairwise summation for the
@@ -28,7 +28,7 @@ from ._numba_kernels import _plan_scratch
 
 _jit = njit(cache=True, error_model="numpy")
 
-#: Status codes of the kernel (mapped to those of `invimbed._integrators.ensemble`).
+#: Status codes of the kernel (mapped to those of `invimbed._core.integrators.ensemble`).
 K_DONE, K_UNDERFLOW, K_NONFINITE, K_MAX_STEPS, K_RUNNING = 0, 1, 2, 3, 4
 
 #: Small integers as run-time values (numba would specialise callees on literals).

@@ -10,7 +10,7 @@ How it works
   `BackendCompileError`, naming it, with numba's reason: there is no silent fallback.
 * Derivatives not given are taken inside the compiled code by the rule of
   `invimbed.FiniteDifferences` (nested central differences, the same steps), and the
-  numpy sweep adds its sums in the kernels' order (`invimbed._ordered`), so the numba and
+  numpy sweep adds its sums in the kernels' order (`invimbed._core.ordered`), so the numba and
   numpy backends agree bit for bit for the same functions.
 * A problem built with ``from_sympy`` runs on the symbolic provider's generated
   per-sample code (`SympyProvider.sample_function`), the code ``compile="numba"`` uses.
@@ -28,10 +28,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._derivatives.multiindex import derivative_table, n_coefficients, product_table
-from .._integrators.common import NonFiniteError, Outcome
-from .._results import ImbeddingResult
-from .._setup import Setup
+from .._core.derivatives.multiindex import derivative_table, n_coefficients, product_table
+from .._core.integrators.common import NonFiniteError, Outcome
+from .._core.results import ImbeddingResult
+from .._core.setup import Setup
 from ._plans import BASE_KEYS, Request, build_plan, key_name
 from ._schedule import Schedule, build_schedule, check_scope
 
@@ -339,7 +339,7 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
         _run("jet_sweep", args)
         name = "jet"
     else:
-        from .._closures import StencilClosure
+        from .._core.closures import StencilClosure
 
         clo = StencilClosure(prov, ctrl, setup.x, setup.q, difference=difference, delta=delta)
         reqs = [Request("f", 0, 1), Request("R", 0, 1), Request("f", 1, 0), Request("R", 1, 0),
@@ -373,7 +373,7 @@ def finish(setup: Setup, sched: Schedule, fields: dict, error: dict | None,
     kernels write there), so the result takes them without a copy (`pack_result` would
     reorder them into new arrays).
     """
-    from .._setup import assess
+    from .._core.setup import assess
 
     S = sched.stages
     per_step = 1 if sched.disc else S

@@ -175,7 +175,7 @@ def _all_finite(a):
 @njit(cache=True)
 def _stage_input(y, Ks, A, s, h, ys):
     """``ys = y + h sum_{j<s} A[s, j] Ks[j]``, added in the order of the numpy sweep
-    (`invimbed._ordered.combine`)."""
+    (`invimbed._core.ordered.combine`)."""
     for i in range(y.shape[0]):
         acc = 0.0
         for j in range(s):

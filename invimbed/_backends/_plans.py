@@ -23,8 +23,8 @@ from itertools import combinations_with_replacement
 
 import numpy as np
 
-from .._derivatives import DerivativeOrderError
-from .._derivatives.multiindex import factorials, n_coefficients
+from .._core.derivatives import DerivativeOrderError
+from .._core.derivatives.multiindex import factorials, n_coefficients
 
 EPS = np.finfo(float).eps
 

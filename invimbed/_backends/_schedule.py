@@ -1,6 +1,6 @@
 """The fixed-step grid of a sweep, laid out once as arrays for compiled or device kernels.
 
-The grid is the one of `invimbed._integrators.fixed.integrate_fixed`, node for node and
+The grid is the one of `invimbed._core.integrators.fixed.integrate_fixed`, node for node and
 step for step (so that every backend takes the same steps and returns the same numbers):
 every requested depth and every control breakpoint is a node, each interval between
 nodes is divided evenly into the fewest steps not longer than ``step``, and ``theta``
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._integrators.fixed import TABLEAUX, _nodes
-from .._setup import Setup
+from .._core.integrators.fixed import TABLEAUX, _nodes
+from .._core.setup import Setup
 
 
 @dataclass

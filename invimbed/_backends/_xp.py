@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from .._closures import JetClosure, StencilClosure
-from .._closures.base import Layout
-from .._namespace import to_numpy
-from .._ordered import sum_products
-from .._setup import Setup
+from .._core.closures import JetClosure, StencilClosure
+from .._core.closures.base import Layout
+from .._core.namespace import to_numpy
+from .._core.ordered import sum_products
+from .._core.setup import Setup
 from ._schedule import build_schedule, check_scope
 
 def import_cupy() -> Any:
@@ -75,7 +75,7 @@ def check_problem(setup: Setup) -> None:
 
 
 class XPStencil(StencilClosure):
-    """`invimbed._closures.StencilClosure` with its stencil moved to the namespace ``xp``."""
+    """`invimbed._core.closures.StencilClosure` with its stencil moved to the namespace ``xp``."""
 
     def __init__(self, setup: Setup, xp: Any, difference: str, delta: Any) -> None:
         super().__init__(setup.provider, setup.control, setup.x, setup.q,

@@ -1,9 +1,9 @@
 """``solve_adjoint(strategy="ensemble", backend="numba")``: the exact ensemble adjoint as
 one compiled numba kernel.
 
-What it computes is `invimbed._adjoint._ensemble`'s contract, row by row: every
+What it computes is `invimbed._core.adjoint._ensemble`'s contract, row by row: every
 (depth ``p_i``, input ``x_b``) pair is a row ``r = i B + b`` (depths in descending
-order), integrated by the algorithm of `invimbed._integrators.ensemble.integrate_rows`
+order), integrated by the algorithm of `invimbed._core.integrators.ensemble.integrate_rows`
 (scipy's RK45 / RK23 tableaux, first-step rule, step-size control, stops exactly on the
 control's breakpoints with the derivative of the next piece after them, non-finite
 stages as rejections, the step budget, Shampine's ``h |lambda|``), so that both take
@@ -56,11 +56,11 @@ from typing import Any
 
 import numpy as np
 
-from .._adjoint import _empty_fields, failure_message, failure_reason
-from .._controls import Constant, NoControl, PiecewiseConstant
-from .._integrators.ensemble import (DONE, MAX_FACTOR, MAX_STEPS, MIN_FACTOR, NONFINITE,
+from .._core.adjoint import _empty_fields, failure_message, failure_reason
+from .._core.controls import Constant, NoControl, PiecewiseConstant
+from .._core.integrators.ensemble import (DONE, MAX_FACTOR, MAX_STEPS, MIN_FACTOR, NONFINITE,
                                      RUNNING, SAFETY, TABLEAUX, UNDERFLOW)
-from .._setup import Setup
+from .._core.setup import Setup
 from ._numba import _fingerprint, _types, eval_signature, function_tuple, import_numba
 from ._plans import BASE_KEYS, Request, build_plan
 
@@ -109,7 +109,7 @@ def direct_codes(plan: Any, pieces: list[tuple[str, int, int, int]]) -> np.ndarr
 def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
                    opts: dict) -> tuple[dict, int, str | None]:
     """The ensemble adjoint on the numba backend; the contract of
-    `invimbed._adjoint._ensemble` (see the module docstring)."""
+    `invimbed._core.adjoint._ensemble` (see the module docstring)."""
     import_numba()
     ctrl = setup.control
     knots, values = control_arrays(ctrl)

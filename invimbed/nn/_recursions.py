@@ -1,6 +1,6 @@
 """The layer recursions of the discrete architecture (sec. arch-discrete), in torch.
 
-Notation as in ``invimbed/_closures/jet.py`` and docs/theory.md, "The discrete architecture": depths
+Notation as in ``invimbed/_core/closures/jet.py`` and docs/theory.md, "The discrete architecture": depths
 ``0 = p_0 > p_1 > ... > p_L``, layer ``k`` (1-based) between ``p_{k-1}`` and ``p_k``
 with dynamics ``u_k = Phi_k(x) = Phi(p_k, x)``, evaluated at the *input* ``x``, and the
 signed step ``h_k = p_k - p_{k-1} < 0``. Eq. disc-update reads
@@ -14,7 +14,7 @@ and the closures differ only in the Jacobian ``J_{k-1} ~ grad Z_{k-1}(x)`` they 
   ``Z_L`` is ``L`` nested jvps, each ``Phi_k`` evaluated once (with dual numbers of
   ``L - k`` levels, ``2^(L-k)`` components: exponential cost), never an ``N x N``
   matrix.
-* ``jet`` (order 1, ``invimbed._closures.jet`` with ``order=1``): the degree-1
+* ``jet`` (order 1, ``invimbed._core.closures.jet`` with ``order=1``): the degree-1
   coefficient carried by its own Euler step with the degree-2 one dropped,
   ``J_k = J_{k-1} (I - h_k grad Phi_k)``, so ``J_{k-1} = prod_{j<k} (I - h_j G_j)``.
 * ``crop`` (eq. cropping, as the core's ``crop``): ``J_k = J_{k-1} - h_k grad Phi_k``,

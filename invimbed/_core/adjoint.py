@@ -12,7 +12,7 @@ at ``t = p_i``.
 Two strategies compute exactly this:
 
 * ``"ensemble"``: every (depth, input) pair is one row of a single solve
-  (`invimbed._integrators.ensemble`): each row runs from its own ``p_i`` in the problem's
+  (`invimbed._core.integrators.ensemble`): each row runs from its own ``p_i`` in the problem's
   own time, with its own adaptive step size and error control, all rows vectorised;
 * ``"per_depth"``: one forward and one backward scipy solve per depth, the simplest
   reference, with every scipy method.
@@ -29,14 +29,14 @@ import numpy as np
 from scipy.integrate import OdeSolution
 from scipy.integrate._ivp.ivp import METHODS as _SCIPY_SOLVERS
 
-from ._integrators import SCIPY_METHODS
-from ._integrators.common import segments
-from ._integrators.ensemble import (DONE, MAX_STEPS, NONFINITE, STIFF_H_LAMBDA, TABLEAUX,
+from .integrators import SCIPY_METHODS
+from .integrators.common import segments
+from .integrators.ensemble import (DONE, MAX_STEPS, NONFINITE, STIFF_H_LAMBDA, TABLEAUX,
                                     UNDERFLOW, integrate_rows)
-from ._problem import BolzaProblem
-from ._results import ImbeddingResult, SolverWarning
-from ._setup import Setup, depth_gradient, pack_result, prepare
-from ._validation import check_choice, describe
+from .problem import BolzaProblem
+from .results import ImbeddingResult, SolverWarning
+from .setup import Setup, depth_gradient, pack_result, prepare
+from .validation import check_choice, describe
 
 STRATEGIES = ("ensemble", "per_depth")
 BACKENDS = ("numpy", "numba")
@@ -127,7 +127,7 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
             raise ValueError(f"`backend='numba'` runs the ensemble only (method 'RK45' or "
                              f"'RK23', strategy='ensemble'), but got strategy={strategy!r} "
                              f"and method={method!r}")
-        from ._backends.ensemble_numba import ensemble_numba
+        from .._backends.ensemble_numba import ensemble_numba
 
         fields, nfev, failure = ensemble_numba(setup, method, rtol, atol, opts)
     elif strategy == "ensemble":

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._ordered import combine
+from ..ordered import combine
 from .common import CountingRHS, NonFiniteError, Outcome
 
 TABLEAUX = {

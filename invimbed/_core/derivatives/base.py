@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .._namespace import array_namespace
+from ..namespace import array_namespace
 from .multiindex import joint_positions, tensors_to_taylor
 
 _WHICH = ("f", "R", "T")
@@ -126,7 +126,7 @@ class DerivativeProvider:
 
         Returns an array of shape ``(B, *out, *[M] * dth, C(N + order, order))`` with
         ``c_alpha = D^alpha_z g / alpha!`` in the graded order of
-        `invimbed._derivatives.multiindex.multi_indices`. The default builds it
+        `invimbed._core.derivatives.multiindex.multi_indices`. The default builds it
         from `derivative`; providers that can produce coefficients directly
         (symbolic code generation) override it.
         """

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from .._namespace import array_namespace
+from ..namespace import array_namespace
 from .base import DerivativeOrderError, DerivativeProvider
 
 EPS = np.finfo(float).eps

@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from ._controls import OpenLoopControl, as_control
-from ._derivatives import DerivativeProvider
-from ._integrators import FIXED_METHODS, SCIPY_METHODS
-from ._ordered import sum_products
-from ._problem import BolzaProblem
-from ._results import ImbeddingResult
-from ._validation import as_depths, as_state, check_choice, check_positive, describe
+from .controls import OpenLoopControl, as_control
+from .derivatives import DerivativeProvider
+from .integrators import FIXED_METHODS, SCIPY_METHODS
+from .ordered import sum_products
+from .problem import BolzaProblem
+from .results import ImbeddingResult
+from .validation import as_depths, as_state, check_choice, check_positive, describe
 
 
 @dataclass
@@ -362,7 +362,7 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
 
 
 def _warning(code: str, message: str, depth: float | None = None) -> Any:
-    from ._results import SolverWarning
+    from .results import SolverWarning
 
     return SolverWarning(code, message, depth)
 

@@ -6,14 +6,14 @@ from typing import Any
 
 import numpy as np
 
-from ._closures import CLOSURES, JetClosure, StencilClosure
-from ._derivatives import DerivativeOrderError
-from ._integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
-from ._problem import BolzaProblem
-from ._results import ImbeddingResult, SolverWarning
-from ._setup import (ALL_METHODS, assess, collect_results, parse_tol,
+from .closures import CLOSURES, JetClosure, StencilClosure
+from .derivatives import DerivativeOrderError
+from .integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
+from .problem import BolzaProblem
+from .results import ImbeddingResult, SolverWarning
+from .setup import (ALL_METHODS, assess, collect_results, parse_tol,
                      prepare)
-from ._validation import check_choice, describe
+from .validation import check_choice, describe
 
 def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = None,
                     closure: str = "jet", order: int = 1, method: str = "RK45",
@@ -136,7 +136,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         check_choice(fallback, "fallback", ("adjoint",))
     tol_pair = parse_tol(tol)
     if backend == "cupy":  # device arrays in, device arrays out (docs: Performance and scale)
-        from ._namespace import is_cupy_array, to_numpy
+        from .namespace import is_cupy_array, to_numpy
 
         if is_cupy_array(x):
             x = to_numpy(x)
@@ -160,7 +160,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
             f"estimate_error={estimate_error!r}, method={method!r}; drop `tol`, or use "
             f"solve_adjoint for exact values")
     if backend != "numpy":
-        from ._backends import BACKENDS
+        from .._backends import BACKENDS
 
         check_choice(backend, "backend", ("numpy",) + tuple(BACKENDS))
         if tol_pair is not None and ratio_test:
@@ -295,7 +295,7 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
            ratio_test: bool, warnings: list, options: dict) -> ImbeddingResult:
     """One sweep at jet order ``order``."""
     if backend != "numpy":
-        from ._backends import sweep_backend
+        from .._backends import sweep_backend
 
         res = sweep_backend(backend, setup, closure=closure, order=order, method=method,
                             step=step, difference=difference, delta=delta,
@@ -385,7 +385,7 @@ def _fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float
                       atol: float, tol: Any) -> ImbeddingResult:
     """Recompute the (depth, input) pairs that did not converge with the exact ensemble
     `solve_adjoint`, and mark them in ``exact_fallback``."""
-    from ._adjoint import solve_adjoint
+    from .adjoint import solve_adjoint
 
     conv = np.asarray(res.converged, bool)
     conv2 = conv if setup.batched else conv[:, None]

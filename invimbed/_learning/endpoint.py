@@ -65,11 +65,11 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import OptimizeResult, minimize
 
-from ._controls import Constant
-from ._imbedding import solve_imbedding
-from ._optimize import ProgressBar
-from ._problem import BolzaProblem
-from ._validation import as_depths, as_float_array, as_state, describe, require_finite
+from .._core.controls import Constant
+from .._core.imbedding import solve_imbedding
+from .._control.optimize import ProgressBar
+from .._core.problem import BolzaProblem
+from .._core.validation import as_depths, as_float_array, as_state, describe, require_finite
 
 _SIGMA_ORDER = 5   # tanh derivatives 0..4 (order 3 in z with one theta derivative)
 

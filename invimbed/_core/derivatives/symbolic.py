@@ -25,7 +25,7 @@ compiled, batch-vectorised function, generated once:
 4. **Cache.** Compiled functions are kept per ``(which, order, dth)`` (and per kind of
    request): the code is generated on the first call only. ``codegen_calls`` counts
    the generations. The numba code is also cached on disk, with numba's machine code
-   (`invimbed._derivatives._codegen`): a later process compiles nothing.
+   (`invimbed._core.derivatives._codegen`): a later process compiles nothing.
 
 sympy (and numba) are imported only when a provider is built, so ``import invimbed``
 works without them.
@@ -124,7 +124,7 @@ class SympyProvider(DerivativeProvider):
     Examples
     --------
     >>> import numpy as np, sympy as sp
-    >>> from invimbed._derivatives.symbolic import SympyProvider
+    >>> from invimbed import SympyProvider
     >>> t, phi, v, u = sp.symbols("t phi v u")
     >>> prov = SympyProvider(t, [phi, v], [u], [v, -sp.sin(phi) + u],
     ...                      terminal_loss=(phi - 1) ** 2 / 2)
@@ -325,7 +325,7 @@ class SympyProvider(DerivativeProvider):
         return sp.cse(renamed, symbols=sp.numbered_symbols("_c"))
 
     def _numba_module(self, repl: list, reduced: list, sample: tuple | None = None) -> Any:
-        """The generated numba code of one request (`invimbed._derivatives._codegen`):
+        """The generated numba code of one request (`invimbed._core.derivatives._codegen`):
         ``point(t, z (N,), theta (M,), out)`` computing the cse'd expressions at one
         sample, the batch loop ``kernel`` that ``compile="numba"`` calls, and with
         ``sample = (n_values, gather, shape)`` the per-sample tensor ``sample`` that

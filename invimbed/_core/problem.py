@@ -10,9 +10,10 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ._derivatives import DerivativeProvider, FiniteDifferences, parse_key
-from ._namespace import array_namespace
-from ._validation import check_callable, describe
+from .derivatives import DerivativeProvider, FiniteDifferences, parse_key
+from .derivatives.symbolic import SympyProvider
+from .namespace import array_namespace
+from .validation import check_callable, describe
 
 
 class BolzaProblem:
@@ -134,10 +135,14 @@ class BolzaProblem:
                    compile: str | None = None) -> "BolzaProblem":
         """A problem from sympy symbols and expressions, with exact derivatives of every
         order (``pip install invimbed[symbolic]``); see `invimbed.from_sympy`."""
-        from ._symbolic import from_sympy
-
-        return from_sympy(t, z, theta, dynamics, running_loss, terminal_loss, q=q,
-                          compile=compile)
+        provider = SympyProvider(t, z, theta, dynamics, running_loss, terminal_loss,
+                                 compile=compile)
+        return cls(
+            provider.numeric("f"),
+            None if running_loss is None else provider.numeric("R"),
+            None if terminal_loss is None else provider.numeric("T"),
+            q=q, derivatives=provider, vectorized=True,
+        )
 
     def __repr__(self) -> str:
         if self._user_provider is not None:
@@ -247,7 +252,7 @@ class BolzaProblem:
             self._checked.add(key)
         if (derivatives and self.check_derivatives and self._known
                 and key not in self._derivatives_checked):
-            from ._check import verify_user_derivatives
+            from .check import verify_user_derivatives
 
             verify_user_derivatives(self, t, x, theta)
             self._derivatives_checked.add(key)

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from scipy.optimize import OptimizeResult
 
-from ._controls import OpenLoopControl, as_control
-from ._derivatives import DerivativeOrderError, DerivativeProvider
-from ._problem import BolzaProblem
-from ._validation import as_float_array, as_state, describe, require_finite
+from .controls import OpenLoopControl, as_control
+from .derivatives import DerivativeOrderError, DerivativeProvider
+from .problem import BolzaProblem
+from .validation import as_float_array, as_state, describe, require_finite
 
 #: Relative steps of the difference quotients; the smallest error over them is kept.
 STEPS = (3e-2, 1e-2, 1e-3, 1e-4)
@@ -159,7 +159,7 @@ def check_derivatives(problem: BolzaProblem | DerivativeProvider, x: Any, theta:
     Examples
     --------
     >>> import numpy as np, invimbed
-    >>> from invimbed._check import check_derivatives
+    >>> from invimbed import check_derivatives
     >>> problem = invimbed.BolzaProblem(
     ...     lambda t, z, th: np.array([z[1], -np.sin(z[0]) + th[0]]),
     ...     terminal_loss=lambda z: 0.5 * z @ z,

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ._validation import as_float_array, check_callable, describe, require_finite
+from .validation import as_float_array, check_callable, describe, require_finite
 
 
 class OpenLoopControl:

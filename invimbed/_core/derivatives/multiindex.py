@@ -19,8 +19,8 @@ from math import comb, factorial
 
 import numpy as np
 
-from .._namespace import array_namespace, on_device
-from .._ordered import scatter_sum, sum_table
+from ..namespace import array_namespace, on_device
+from ..ordered import scatter_sum, sum_table
 
 
 @lru_cache(maxsize=None)

@@ -24,13 +24,13 @@ import numpy as np
 from scipy.integrate import solve_ivp
 from scipy.optimize import Bounds, OptimizeResult, minimize
 
-from ._adjoint import solve_adjoint
-from ._controls import OpenLoopControl
-from ._derivatives import DerivativeOrderError
-from ._imbedding import solve_imbedding
-from ._integrators import SCIPY_METHODS
-from ._problem import BolzaProblem
-from ._validation import as_float_array, as_state, describe
+from .._core.adjoint import solve_adjoint
+from .._core.controls import OpenLoopControl
+from .._core.derivatives import DerivativeOrderError
+from .._core.imbedding import solve_imbedding
+from .._core.integrators import SCIPY_METHODS
+from .._core.problem import BolzaProblem
+from .._core.validation import as_float_array, as_state, describe
 
 #: ``scipy.optimize.minimize`` methods that use no gradient (``jac`` is not passed).
 GRADIENT_FREE = ("nelder-mead", "powell", "cobyla", "cobyqa")
@@ -98,7 +98,7 @@ def split_solve_kwargs(kwargs: dict, caller: str, method_key: str
 
 
 def _sweep_methods() -> tuple[str, ...]:
-    from ._setup import ALL_METHODS
+    from .._core.setup import ALL_METHODS
 
     return tuple(ALL_METHODS)
 

@@ -11,7 +11,7 @@ which for linear dynamics and quadratic losses is exactly the Riccati equation.
 
 The jet closure carries ``V`` to degree ``K + 1`` and the closed-loop output ``Z`` to
 degree ``K`` as truncated polynomials in ``delta = x' - x`` (as in
-`invimbed._closures.jet`), and the feedback's jet ``Psi(p, x + delta)`` follows from
+`invimbed._core.closures.jet`), and the feedback's jet ``Psi(p, x + delta)`` follows from
 the optimality condition by the implicit function theorem, computed as a fixed-point
 iteration on polynomials: with ``H_theta(delta) = R_theta(x + delta, Psi(delta)) +
 Lam(delta) . f_theta(x + delta, Psi(delta))``,
@@ -32,16 +32,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._closures.base import Closure, Layout
-from ._closures.jet import transport
-from ._controls import Constant
-from ._derivatives.multiindex import (compose_split, monomials, multi_indices,
+from .._core.closures.base import Closure, Layout
+from .._core.closures.jet import transport
+from .._core.controls import Constant
+from .._core.derivatives.multiindex import (compose_split, monomials, multi_indices,
                                      n_coefficients, poly_derivatives, poly_mul)
-from ._integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
-from ._problem import BolzaProblem
-from ._results import ImbeddingResult, SolverWarning
-from ._setup import ALL_METHODS, parse_tol, prepare
-from ._validation import as_float_array, check_choice, describe
+from .._core.integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
+from .._core.problem import BolzaProblem
+from .._core.results import ImbeddingResult, SolverWarning
+from .._core.setup import ALL_METHODS, parse_tol, prepare
+from .._core.validation import as_float_array, check_choice, describe
 
 
 #: Newton's tolerance on the feedback with exact derivatives (relative step size).
@@ -437,7 +437,7 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     >>> round(float(res.value[0]), 6), round(float(0.5 * np.tanh(1.0)), 6), res.linear_quadratic
     (0.380797, 0.380797, True)
     """
-    from . import _riccati
+    from . import riccati as _riccati
 
     check_choice(closure, "closure", ("jet",))
     if linear_quadratic not in (None, True, False):
@@ -567,8 +567,8 @@ def optimality_residual(problem: BolzaProblem, x: Any, depths: Any, control: Any
     -------
     ndarray, shape (n, M) or (n, B, M)
     """
-    from ._controls import OpenLoopControl
-    from ._imbedding import solve_imbedding
+    from .._core.controls import OpenLoopControl
+    from .._core.imbedding import solve_imbedding
 
     if isinstance(control, OpenLoopControl):
         res = solve_imbedding(problem, x, depths, control=control, **solve_kwargs)
@@ -611,8 +611,8 @@ def _residual(prov, p, x, theta, lam):
 
 def _sweep_feedback(setup, clo: FeedbackJetClosure, method, rtol, atol, step, options,
                     tol=None):
-    from ._integrators.common import Outcome
-    from ._setup import collect_results
+    from .._core.integrators.common import Outcome
+    from .._core.setup import collect_results
 
     y0 = clo.initial_state()
     rhs = clo.rhs

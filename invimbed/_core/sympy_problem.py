@@ -1,7 +1,7 @@
 """Bolza problems from sympy expressions (optional extra ``invimbed[symbolic]``).
 
 :func:`from_sympy` is the entry point; the derivatives come from
-:class:`invimbed._derivatives.symbolic.SympyProvider`. sympy is imported only when
+:class:`invimbed._core.derivatives.symbolic.SympyProvider`. sympy is imported only when
 :func:`from_sympy` is called.
 """
 
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ._derivatives.symbolic import SympyProvider
-from ._problem import BolzaProblem
+from .problem import BolzaProblem
 
 
 def from_sympy(t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
@@ -92,7 +91,7 @@ def from_sympy(t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
     A pendulum driven by a constant torque ``u``, steered towards ``phi = 1``:
 
     >>> import numpy as np, sympy as sp, invimbed
-    >>> from invimbed._symbolic import from_sympy
+    >>> from invimbed import from_sympy
     >>> t, phi, v, u = sp.symbols("t phi v u")
     >>> problem = from_sympy(t, [phi, v], [u], [v, -sp.sin(phi) + u],
     ...                      running_loss=u ** 2 / 2,
@@ -104,11 +103,5 @@ def from_sympy(t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
     >>> bool(res.success)
     True
     """
-    provider = SympyProvider(t, z, theta, dynamics, running_loss, terminal_loss,
-                             compile=compile)
-    return BolzaProblem(
-        provider.numeric("f"),
-        None if running_loss is None else provider.numeric("R"),
-        None if terminal_loss is None else provider.numeric("T"),
-        q=q, derivatives=provider, vectorized=True,
-    )
+    return BolzaProblem.from_sympy(t, z, theta, dynamics, running_loss, terminal_loss, q=q,
+                                   compile=compile)

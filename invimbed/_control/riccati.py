@@ -189,7 +189,7 @@ def detect_lq(problem, provider, x: np.ndarray, q: float, p_min: float
               ) -> tuple[bool, bool, str | None]:
     """``(is_lq, time_varying, reason)``: symbolic for `from_sympy` problems, by a probe
     at three times (``q``, ``p_min`` and one between) otherwise."""
-    from ._derivatives.symbolic import SympyProvider
+    from .._core.derivatives.symbolic import SympyProvider
 
     if isinstance(provider, SympyProvider):
         return symbolic_lq(provider)
@@ -269,7 +269,7 @@ class RiccatiSweep:
         Ru = 0.5 * (m.Ru + m.Ru.T)
         eig = np.linalg.eigvalsh(Ru) if self.M else np.ones(1)
         if not np.all(eig > 0):
-            from ._optimal import OptimalityError
+            from .optimal import OptimalityError
 
             raise OptimalityError(
                 t, "the Hamiltonian R + Lam . f is not strictly convex in theta (smallest "
@@ -332,10 +332,10 @@ class RiccatiSweep:
 def solve_riccati(setup, varying: bool, method: str, rtol: float, atol: float,
                   step: float | None, options: dict, estimate_error: bool) -> Any:
     """The Riccati sweep of every depth at once; a result like `solve_optimal`'s."""
-    from ._integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
-    from ._integrators.common import Outcome
-    from ._optimal import OptimalityError
-    from ._setup import collect_results
+    from .._core.integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
+    from .._core.integrators.common import Outcome
+    from .optimal import OptimalityError
+    from .._core.setup import collect_results
 
     prov = setup.provider
     N, M, B = prov.n_state, prov.n_theta, setup.x.shape[0]

@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from .._controls import OpenLoopControl
-from .._derivatives import DerivativeProvider
-from .._namespace import array_namespace
+from ..controls import OpenLoopControl
+from ..derivatives import DerivativeProvider
+from ..namespace import array_namespace
 
 
 class Layout:

@@ -3,7 +3,7 @@
 A field ``U(p, x + delta)`` is carried as a truncated polynomial in ``delta``, its Taylor
 coefficients ``u_alpha = D^alpha U(p, x) / alpha!`` for ``|alpha| <= L``: ``C(N + L, L)``
 numbers, the symmetric derivative tensors stored without redundancy
-(`invimbed._derivatives.multiindex`). With ``Phi(p, x + delta) = f(p, x + delta,
+(`invimbed._core.derivatives.multiindex`). With ``Phi(p, x + delta) = f(p, x + delta,
 theta(p))`` expanded the same way (eq. phi-inim), the transport term of
 ``dU/dp = -grad_x U . Phi - S_U`` is a polynomial product,
 
@@ -50,10 +50,10 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from .._derivatives.multiindex import (degree_slices, n_coefficients, poly_derivatives,
+from ..derivatives.multiindex import (degree_slices, n_coefficients, poly_derivatives,
                                        product_table)
-from .._namespace import array_namespace, on_device
-from .._ordered import scatter_sum, sum_table
+from ..namespace import array_namespace, on_device
+from ..ordered import scatter_sum, sum_table
 from .base import Closure, Layout
 
 
@@ -62,7 +62,7 @@ def _product_plan(n: int, order_a: int, order_b: int, order_out: int):
     ia, ib, io = product_table(n, order_a, order_b, order_out)
     n_out = n_coefficients(n, order_out)
     if io.size * n_out <= 2_000_000:  # small: sums in a fixed order (not BLAS: see
-        scatter = sum_table(io, n_out)  # invimbed._ordered.scatter_sum)
+        scatter = sum_table(io, n_out)  # invimbed._core.ordered.scatter_sum)
     else:
         scatter = sparse.csr_matrix((np.ones(io.size), (np.arange(io.size), io)),
                                     shape=(io.size, n_out))
@@ -268,7 +268,7 @@ class JetClosure(Closure):
 
     def lower_difference(self, y: np.ndarray) -> dict[str, np.ndarray] | None:
         """``|F_K - F_(K-1)|``: the previous term of the series, for the ratio test
-        (`invimbed._setup.assess`); None without ``ratio_test``."""
+        (`invimbed._core.setup.assess`); None without ``ratio_test``."""
         if not self.has_ratio_test:
             return None
         return self._difference(y, self.order - 1, self.order)

@@ -1,0 +1,1 @@
+"""invimbed/_control"""
