@@ -4,7 +4,7 @@
 
 ``invimbed.solve_optimal`` sweeps the value function ``V(p, x)`` from ``p = q`` down to
 every requested depth, choosing at each ``(p, x)`` the control that minimises
-``R + grad_x V . f`` (Theorem 3, eq. opt-inim). For linear dynamics and quadratic losses
+``R + grad_x V . f`` (Theorem 3, eq. (13)). For linear dynamics and quadratic losses
 ``V(p, x) = x^T P(p) x / 2`` exactly, the jet of order 1 carries it without truncation,
 and ``P`` solves the Riccati differential equation
 

@@ -4,7 +4,7 @@
     J(u; p, x) = int_p^q rho u^2 / 2 dt + ((phi(q) - phi_target)^2 + omega(q)^2) / 2,
 
 with the torque ``u`` a constant control (``invimbed.Constant``), so that the sweep also
-returns ``dJ/du`` at every depth (eq. aug-lam-th-pde).
+returns ``dJ/du`` at every depth (eq. (32)).
 
 The dynamics are not affine, so the jet closure of order 1 is not exact: its error
 grows like ``s^3`` in the depth ``s = q - p`` and does not shrink when the integrator's

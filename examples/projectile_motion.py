@@ -8,7 +8,7 @@ A network ``dz/dt = f(z; w)`` (a tanh MLP with a linear skip, constant in ``t``,
 the paper) is trained on the end points ``y_i = z(q; p_i, x)`` alone, with the gradients
 of `invimbed.fit_endpoint_dynamics`: per-depth terminal losses, one imbedding sweep
 per observed component for all depths and samples, no forward pass in ``t``
-(eqs. regression-loss, regression-recursion, aug-lam-th-pde).
+(eqs. (26), (28), (32)).
 
 The paper trained with plain gradient descent, learning rate 0.001, 10 epochs, four
 samples, and reported a poor fit (about 5.2 against a true height of about 9.0 for

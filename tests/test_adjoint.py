@@ -361,7 +361,7 @@ def test_design_depth_gradient_example(exact_derivatives):
     res = invimbed.solve_adjoint(problem, [x], [p], rtol=1e-10, atol=1e-12)
     # J(p) = x^2 e^{2 a s} / 2, s = q - p:  dJ/dp = -a x^2 e^{2 a s}
     true = -a * x ** 2 * np.exp(2 * a * s)
-    paper = x ** 2 * np.exp(2 * a * s) * (a + a ** 2 * s)   # eqs. aug-lam-t-init/-pde solved
+    paper = x ** 2 * np.exp(2 * a * s) * (a + a ** 2 * s)   # eqs. (33)/-pde solved
     assert round(-true, 3) == 4.797 and round(paper, 3) == 8.155
     assert rel_err(res.value[0], 0.5 * x ** 2 * np.exp(2 * a * s)) < 1e-8
     assert rel_err(res.adjoint[0, 0], x * np.exp(2 * a * s)) < 1e-8

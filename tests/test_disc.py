@@ -1,5 +1,5 @@
 """The paper's discrete architecture (sec. arch-discrete): method="disc" must follow
-eqs. disc-update and disc-lam layer by layer, and converge to the continuous sweep."""
+eqs. (14) and (15) layer by layer, and converge to the continuous sweep."""
 
 import numpy as np
 import pytest
@@ -40,7 +40,7 @@ def T_zz(z):
 
 
 def hand_recursion(x, w, depths_desc, crop=False):
-    """Eqs. disc-update and disc-lam written out by hand, with h = p_i - p_{i+1}."""
+    """Eqs. (14) and (15) written out by hand, with h = p_i - p_{i+1}."""
     N = 2
     Z, DZ = x.copy(), np.eye(N)
     V, Lam, H = T(x), T_z(x), T_zz(x)
@@ -58,10 +58,10 @@ def hand_recursion(x, w, depths_desc, crop=False):
         r = np.array([C_RUN * x[0], 0.0])              # grad_z R
         Q = np.diag([C_RUN, 0.0])                      # grad_z^2 R
         rw = np.array([C_RUN * w])                     # grad_w R
-        # eq. disc-update: z(q; p_i) = z(q; p_{i+1}) - h grad z(q; p_{i+1}) . Phi(p_i)
+        # eq. (14): z(q; p_i) = z(q; p_{i+1}) - h grad z(q; p_{i+1}) . Phi(p_i)
         Z_new = Z - h * DZ @ Phi
-        DZ_new = DZ - h * (A if crop else DZ @ A)      # crop: eq. cropping
-        # Hessian of V (grad Lam), then eq. disc-lam with grad Lam at p_i
+        DZ_new = DZ - h * (A if crop else DZ @ A)      # crop: eq. (21)
+        # Hessian of V (grad Lam), then eq. (15) with grad Lam at p_i
         H_new = H - h * (H @ A + A.T @ H + np.einsum("i,ijk->jk", Lam, f_zz(x)) + Q)
         Lam_new = Lam - h * (H_new @ Phi + A.T @ Lam + r)
         V_new = V - h * (Lam @ Phi + R(p, x, th))
@@ -69,7 +69,7 @@ def hand_recursion(x, w, depths_desc, crop=False):
         # the degree-2 source needs grad^2 Lam, beyond the jet: the transport alone remains
         HW_new = HW - h * (HW @ A + A.T @ HW + np.einsum("wi,ijk->wjk", DW, f_zz(x)))
         DW_new = DW - h * (DW @ A + HW @ Phi + G.T @ H)
-        W_new = W - h * (DW_new @ Phi + G.T @ Lam + rw)  # grad Lam_w at p_i, as in disc-lam
+        W_new = W - h * (DW_new @ Phi + G.T @ Lam + rw)  # grad Lam_w at p_i, as in (15)
         Z, DZ, V, Lam, H, W, DW, HW = Z_new, DZ_new, V_new, Lam_new, H_new, W_new, DW_new, HW_new
         out[p] = (Z.copy(), V, Lam.copy(), W.copy())
         p_prev = p

@@ -300,7 +300,7 @@ def test_jet_order_two_is_exact_for_a_quadratic_flow():
 
 
 def test_crop_is_the_papers_approximation_not_exact():
-    """eq. cropping replaces Z_1 grad Phi by grad Phi: even for dz/dt = a z it is not exact
+    """eq. (21) replaces Z_1 grad Phi by grad Phi: even for dz/dt = a z it is not exact
     (Z_1 = 1 + a s instead of e^(a s), so z has error a^3 s^3 x / 6), where jet-1 is."""
     a = -0.8
     pb = BolzaProblem(lambda t, z, th: a * z, terminal_loss=lambda z: 0.5 * float(z @ z))

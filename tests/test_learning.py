@@ -131,7 +131,7 @@ def test_affine_model_gradient_equals_finite_differences_of_a_forward_solve():
 
 
 def test_input_adjoint_is_the_regression_coefficient():
-    """adjoint[i, b] = grad_x C(Z(p_i, x_b), y_i^b) (eq. regression-loss-p), by FD in x."""
+    """adjoint[i, b] = grad_x C(Z(p_i, x_b), y_i^b) (eq. (27)), by FD in x."""
     depths = np.array([0.0, 0.5])
     x, y = projectile_data(depths, np.array([8.0]))
     w = np.array([0.1, 0.8, -0.2, 0.05, 0.3, -7.0])

@@ -1,6 +1,6 @@
-"""The PyTorch adapter (invimbed.nn): eq. disc-update with the "exact", "jet" and "crop"
+"""The PyTorch adapter (invimbed.nn): eq. (14) with the "exact", "jet" and "crop"
 nested Jacobians, checked against the numpy core's method="disc" (same recursions), and
-the imbedded adjoint of Theorem 2 (eqs. disc-lam, aug-lam-th-pde) against autograd."""
+the imbedded adjoint of Theorem 2 (eqs. (15), (32)) against autograd."""
 
 import subprocess
 import sys
@@ -188,7 +188,7 @@ def test_outputs_match_numpy_core(core, jacobian, materialize):
 
 
 def test_paper_form_adjoint_matches_numpy_core(core):
-    """imbedded_adjoint(form="paper") is the core's disc-lam, with grad Lam "updated
+    """imbedded_adjoint(form="paper") is the core's (15), with grad Lam "updated
     first": Lam and Lam_w of every depth agree."""
     net = tanh_net("exact")
     lam, pg = imbedded_adjoint(net, torch.tensor(X), torch.tensor(G).expand(2, 2), form="paper")
@@ -199,7 +199,7 @@ def test_paper_form_adjoint_matches_numpy_core(core):
 
 def test_discrete_form_is_the_gradient_and_paper_form_differs_by_h2():
     """form="discrete" is the exact gradient of the outputs (grad Lam at p_{i-1}); the
-    printed eq. disc-lam differs from it by O(h^2) per layer (slope 2 within 0.3)."""
+    printed eq. (15) differs from it by O(h^2) per layer (slope 2 within 0.3)."""
     errs, hs = [], []
     for s in (0.4, 0.2, 0.1, 0.05):
         depths = s * np.array([0.0, -1, -2, -3])
@@ -381,7 +381,7 @@ def test_dropout_adjoint_replays_the_forward_masks():
 
 
 def nested_differences(phis, hs, x, delta=1e-3):
-    """Eq. disc-update with every grad Z . v a central difference, nested: an independent
+    """Eq. (14) with every grad Z . v a central difference, nested: an independent
     evaluation of the exact discrete network (error ~ delta^2)."""
     def Z(k, xx):
         if k == 0:

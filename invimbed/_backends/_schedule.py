@@ -6,8 +6,8 @@ every requested depth and every control breakpoint is a node, each interval betw
 nodes is divided evenly into the fewest steps not longer than ``step``, and ``theta``
 and ``d theta / d w`` are evaluated once per stage here, in Python, so that no kernel
 calls back into Python. ``method="disc"`` has one layer between consecutive requested
-depths (and ``q``), with everything taken at the new depth (eqs. disc-update and
-disc-lam).
+depths (and ``q``), with everything taken at the new depth (eqs. (14) and
+(15)).
 
 Depth indices (``record``, ``record_initial``, the rows of ``depth_theta``) are in the
 *user's* order of ``depths``, so that kernels write their outputs where the result

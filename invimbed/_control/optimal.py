@@ -1,7 +1,7 @@
-"""Optimal feedback by invariant imbedding (Theorem 3, eq. opt-inim; docs/theory.md, "Optimality").
+"""Optimal feedback by invariant imbedding (Theorem 3, eq. (13); docs/theory.md, "Optimality").
 
 At an optimal control the imbedded coefficient ``Psi(p, x) = theta(p; p, x)`` (eq.
-psi-inim) satisfies ``grad_theta R + [grad_theta f]^T Lam = 0`` at ``(p, x)``. Solving it
+(7)) satisfies ``grad_theta R + [grad_theta f]^T Lam = 0`` at ``(p, x)``. Solving it
 for ``Psi`` at every depth turns the sweep into a dynamic-programming sweep for the value
 function, the Hamilton--Jacobi--Bellman equation
 
@@ -270,7 +270,7 @@ class FeedbackJetClosure(Closure):
         return Phi, R, psi0, psi
 
     def _feedback_jet(self, Fj, Rj, lam, psi0, K, Lj):
-        """The implicit-function-theorem jet of ``Psi`` from eq. opt-inim (module docstring);
+        """The implicit-function-theorem jet of ``Psi`` from eq. (13) (module docstring);
         ``Fj``, ``Rj`` to degree ``Lj = max(K + 1, 2)``."""
         N, M, B = self.N, self.M, self.B
         L = K + 1
@@ -347,7 +347,7 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     """Optimal feedback control of every depth by one imbedding sweep (Theorem 3).
 
     At each ``(p, x)`` the control ``Psi(p, x)`` minimises the Hamiltonian
-    ``R + Lam . f`` (its first-order condition is eq. opt-inim), and the value function
+    ``R + Lam . f`` (its first-order condition is eq. (13)), and the value function
     ``V(p, x)``, the optimal cost-to-go, obeys the HJB equation
     ``-dV/dp = min_theta [R + grad_x V . f]``. For linear-quadratic problems it is the
     matrix Riccati equation, solved directly (the Riccati path); otherwise the jet
@@ -548,7 +548,7 @@ def optimality_residual(problem: BolzaProblem, x: Any, depths: Any, control: Any
                         n_controls: int | None = None, **solve_kwargs: Any) -> np.ndarray:
     """The Theorem 3 residual ``grad_theta R + [grad_theta f]^T Lam`` at ``(p_i, x)``.
 
-    Zero at every depth for an optimal control (eq. opt-inim): users check a solution they
+    Zero at every depth for an optimal control (eq. (13)): users check a solution they
     got elsewhere with it.
 
     Parameters

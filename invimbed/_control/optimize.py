@@ -6,12 +6,12 @@ Two drivers built on the public solvers only:
   open-loop control with ``scipy.optimize.minimize``. The objective and the reported
   ``fun`` always come from `solve_adjoint` (the ensemble, exact to the tolerances); the
   gradient ``dJ/dw`` comes from the same exact solve (``gradient="adjoint"``, default) or
-  from one imbedding sweep (``gradient="imbedding"``, eq. aug-lam-th-pde), whose accuracy
+  from one imbedding sweep (``gradient="imbedding"``, eq. (32)), whose accuracy
   is then estimated at the solution and reported.
 * `optimal_depth` evaluates ``J(p, x)`` and the exact depth gradient
   ``dJ/dp = -(Lam . Phi + R)`` on a grid of depths with one ensemble solve and refines
   every bracketed minimum, all brackets at once, with one ensemble solve per iteration
-  (docs/theory.md, "The imbedded fields"; the paper's "optimal depth" remark after eq. aug-lam-t-pde).
+  (docs/theory.md, "The imbedded fields"; the paper's "optimal depth" remark after eq. (34)).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
     adjoint method (`solve_adjoint`, the ensemble, to the given ``rtol``/``atol``), never
     an imbedded model's. The gradient ``dJ/dw`` comes from the same exact solve
     (``gradient="adjoint"``, default) or from the imbedding sweep
-    (``gradient="imbedding"``, `solve_imbedding`'s ``param_grad``, eq. aug-lam-th-pde).
+    (``gradient="imbedding"``, `solve_imbedding`'s ``param_grad``, eq. (32)).
 
     Parameters
     ----------
@@ -626,7 +626,7 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
     increases into the range from it (``dJ/dp > 0`` at the low end, ``< 0`` at the high
     end), which is how a monotone ``J`` returns the grid end. The candidate with the
     smallest ``J`` is returned. This is the paper's remark on the optimal depth of a
-    network (after eq. aug-lam-t-pde), with the true depth gradient in place of the
+    network (after eq. (34)), with the true depth gradient in place of the
     paper's recursion.
 
     Parameters

@@ -2,8 +2,8 @@
 
 A control gives the instantaneous parameter ``theta(t)`` (shape ``(M,)``) and its
 Jacobian ``d theta / d w`` (shape ``(M, n_w)``), the two things the imbedding sweep
-(``Psi(p, x) = theta(p)``, eq. psi-inim) and the parameter adjoint
-(eq. aug-lam-th-pde) need.
+(``Psi(p, x) = theta(p)``, eq. (7)) and the parameter adjoint
+(eq. (32)) need.
 
 Contract for implementers of new controls
 -----------------------------------------

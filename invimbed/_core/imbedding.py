@@ -25,9 +25,9 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     r"""Solve a Bolza problem for every requested depth in one sweep in ``p``.
 
     Integrates the imbedded fields of docs/theory.md, "The imbedded fields" --- the output
-    ``Z(p, x) = z(q; p, x)`` (Theorem 1, eq. z-inim-t), the loss ``V(p, x)``, the
-    imbedded adjoint ``Lam = grad_x V`` (Theorem 2, eq. lam-inim) and the parameter
-    gradient ``Lam_w`` (eq. aug-lam-th-pde) --- from ``p = q``, where they are known
+    ``Z(p, x) = z(q; p, x)`` (Theorem 1, eq. (6)), the loss ``V(p, x)``, the
+    imbedded adjoint ``Lam = grad_x V`` (Theorem 2, eq. (10)) and the parameter
+    gradient ``Lam_w`` (eq. (32)) --- from ``p = q``, where they are known
     (``x``, ``T(x)``, ``grad T(x)``, 0), down to the deepest requested depth. No forward
     pass in ``t`` is made.
 
@@ -48,8 +48,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         ``O(s^3)`` in depth ``s = q - p`` (``O(s^(K+2))`` for order ``K``), and so do
         ``adjoint`` and ``depth_grad`` unless ``D^3 T != 0`` (a non-quadratic terminal
         loss), which makes them ``O(s^2)`` (``O(s^(K+1))``). ``"stencil"`` carries the fields at ``2N + 1`` (``difference=
-        "central"``, eq. grad-symm) or ``N + 1`` (``"forward"``, eq. grad-newton-x)
-        points and needs only first derivatives. ``"crop"`` is the paper's eq. cropping,
+        "central"``, eq. (18)) or ``N + 1`` (``"forward"``, eq. (19))
+        points and needs only first derivatives. ``"crop"`` is the paper's eq. (21),
         kept for reproduction only: it is not exact even for linear dynamics.
     order : int, default 1
         Jet order ``K`` (``closure="jet"``). The provider must give derivatives up to
@@ -58,7 +58,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         ``"RK45"``, ``"RK23"``, ``"DOP853"``, ``"Radau"``, ``"BDF"``, ``"LSODA"`` (scipy's
         adaptive solvers), fixed-step ``"euler"``, ``"midpoint"``, ``"rk4"`` (need
         ``step``), or ``"disc"``: the paper's discrete architecture, one layer between
-        consecutive requested depths (eqs. disc-update and disc-lam).
+        consecutive requested depths (eqs. (14) and (15)).
     rtol, atol : float
         Tolerances of the adaptive solvers.
     step : float, optional
@@ -113,7 +113,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     Notes
     -----
     The depth gradient is the exact ``dJ/dp = -(Lam . Phi + R)`` (docs/theory.md, "The imbedded fields"),
-    not the paper's recursion eqs. aug-lam-t-init/aug-lam-t-pde, which is wrong (for
+    not the paper's recursion eqs. (33)/(34), which is wrong (for
     ``dz/dt = 0.7 z``, ``T = z^2/2``, ``x = 1.3``, ``p = -1`` it gives 8.155 where
     ``-dJ/dp = 4.797``).
 

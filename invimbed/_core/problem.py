@@ -1,4 +1,4 @@
-"""The Bolza problem (docs/theory.md, "The Bolza problem"; the paper's eq. loss-total).
+"""The Bolza problem (docs/theory.md, "The Bolza problem"; the paper's eq. (4)).
 
 It knows nothing of solvers: it holds the user's dynamics and losses, evaluates them
 on batches, validates what they return, and hands out the derivative provider.
@@ -24,7 +24,7 @@ class BolzaProblem:
     J(theta; p, x) = int_p^q R(t, z, theta) dt + T(z(q))
     ```
 
-    (the paper's eq. loss-total).
+    (the paper's eq. (4)).
 
     Parameters
     ----------

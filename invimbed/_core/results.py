@@ -54,13 +54,13 @@ class ImbeddingResult(OptimizeResult):
         The requested depths ``p_i``.
     z : ndarray, shape (n, N) or (n, B, N)
         ``Z(p_i, x) = z(q; p_i, x)``, the output of the depth-``p_i`` network
-        (eq. z-inim-q).
+        (eq. (2)).
     value : ndarray, shape (n,) or (n, B)
-        ``V(p_i, x) = J(theta; p_i, x)``, the loss (eq. loss-total).
+        ``V(p_i, x) = J(theta; p_i, x)``, the loss (eq. (4)).
     adjoint : ndarray, shape (n, N) or (n, B, N)
-        ``Lam(p_i, x) = grad_x J``, the imbedded adjoint (eq. lam-def, Theorem 2).
+        ``Lam(p_i, x) = grad_x J``, the imbedded adjoint (eq. (9), Theorem 2).
     param_grad : ndarray, shape (n, n_w) or (n, B, n_w)
-        ``dJ/dw``, the gradient in the control parameters (eq. aug-lam-th-pde).
+        ``dJ/dw``, the gradient in the control parameters (eq. (32)).
     depth_grad : ndarray, shape (n,) or (n, B)
         ``dJ/dp = -(Lam . Phi + R)`` at ``(p_i, x)`` (docs/theory.md, "The imbedded fields"). At a jump of a
         piecewise-constant control it is the derivative from above (``p -> p_i+``).

@@ -18,7 +18,7 @@ def from_sympy(t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
     r"""A :class:`~invimbed.BolzaProblem` from sympy symbols and expressions, with exact
     derivatives of every order.
 
-    The problem is the paper's eq. loss-total,
+    The problem is the paper's eq. (4),
 
     .. math::
 
@@ -84,7 +84,7 @@ def from_sympy(t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
 
     References
     ----------
-    A. Corbett and D. Kangin, "Imbedding Deep Neural Networks", ICLR 2022 (eq. loss-total).
+    A. Corbett and D. Kangin, "Imbedding Deep Neural Networks", ICLR 2022 (eq. (4)).
 
     Examples
     --------

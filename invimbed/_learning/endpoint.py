@@ -1,7 +1,7 @@
 r"""Learning dynamics from end-point observations (the paper's Appendix C and E.2).
 
 The data are outputs only: ``y_i^b = y(q; p_i, x_b)``, the state at the fixed time ``q``
-of a process started from ``x_b`` at the depths ``p_i`` (eq. regression-data). A
+of a process started from ``x_b`` at the depths ``p_i`` (eq. (25)). A
 parameterised dynamics ``dz/dt = f(t, z; w)`` is fitted so that the output of its
 depth-``p_i`` network, ``Z(p_i, x_b; w) = z(q; p_i, x_b)``, matches ``y_i^b``:
 
@@ -13,16 +13,16 @@ weights as the control, ``theta = w`` (`Constant`).
 
 How this maps to the paper's equations
 --------------------------------------
-* **eq. regression-loss** puts the cost of datum ``i`` as an impulse ``delta_{t,p_i}`` in
+* **eq. (26) puts the cost of datum ``i`` as an impulse ``delta_{t,p_i}`` in
   a running loss. In the imbedded variables that impulse is a *per-depth terminal loss*:
   datum ``i`` is the terminal loss ``T_i(z) = C(z, y_i)`` of the depth-``p_i`` network,
   whose value field at ``p_i`` is ``V_i(p_i, x) = C(Z(p_i, x), y_i)``.
-* **eq. regression-loss-p**, ``[grad_z R](p_i, x) = grad C(Z(p_i, x), y_i) . grad_x Z(p_i,
+* **eq. (27), ``[grad_z R](p_i, x) = grad C(Z(p_i, x), y_i) . grad_x Z(p_i,
   x)``, is the imbedded adjoint of that field, ``Lam_i(p_i, x) = grad_x V_i(p_i, x)``
   (Theorem 2 with terminal loss ``T_i``); `endpoint_loss` returns it as ``adjoint``.
-* **eq. aug-lam-th-pde** gives the parameter adjoint of the same field,
+* **eq. (32) gives the parameter adjoint of the same field,
   ``Lam_w,i(p_i, x) = d/dw C(Z(p_i, x), y_i)``, and ``dL/dw`` is the mean of these over
-  the data: the sum that **eq. regression-recursion** accumulates depth by depth.
+  the data: the sum that **eq. (28) accumulates depth by depth.
 
 *One sweep per observed component, not per target.* Carrying ``T_i`` literally would
 need one sweep per distinct target (every ``(p_i, x_b)``: the targets differ from depth
@@ -41,7 +41,7 @@ number of sweeps per gradient is the number of observed components (one when onl
 height is observed), independent of the number of depths and of samples. This is exact
 for any differentiable ``C``; the quadratic ``C`` above is what is implemented.
 
-*Why not one accumulated field.* Read literally, eq. regression-recursion accumulates
+*Why not one accumulated field.* Read literally, eq. (28) accumulates
 all data into one adjoint field: ``Lam(p_i) = Lam(p_{i+1}) + [grad_z R](p_i) -
 (p_i - p_{i+1})[...]``. The bracket transports ``Lam(p_{i+1})`` to depth ``p_i``, and a
 transported field evaluated at ``x`` is the same function of the deeper network's
@@ -405,7 +405,7 @@ class _EndpointRegression:
         count = n * B
         loss = float(per_point.sum() / count)
         grad = np.einsum("ibk,ibkw->w", resid, jac) / count
-        adjoint = np.einsum("ibk,ibkn->ibn", resid, dzdx)     # eq. regression-loss-p
+        adjoint = np.einsum("ibk,ibkn->ibn", resid, dzdx)     # eq. (27)
         if not self.batched:
             Z, adjoint = Z[:, 0], adjoint[:, 0]
         return OptimizeResult(success=True, message="ok", loss=loss, grad=grad,
@@ -421,8 +421,8 @@ def endpoint_loss(dynamics: Callable, w: Any, x: Any, depths: Any, y: Any, *,
     ``L(w) = 1/(n B) sum_i sum_b |Z_obs(p_i, x_b; w) - y_i^b|^2 / 2`` with ``Z`` the
     output of the depth-``p_i`` network of ``dz/dt = f(t, z; w)``; see the module notes
     (docs: "Learning dynamics from end points") for how the per-depth terminal losses
-    map to the paper's eqs. regression-loss, regression-loss-p, regression-recursion and
-    aug-lam-th-pde, and why one sweep per observed component gives every depth and
+    map to the paper's eqs. (26), (27), (28) and
+    (32), and why one sweep per observed component gives every depth and
     sample.
 
     Parameters
@@ -457,7 +457,7 @@ def endpoint_loss(dynamics: Callable, w: Any, x: Any, depths: Any, y: Any, *,
         ``loss``; ``grad`` (n_w,); ``per_depth`` (n,) mean cost at each depth; ``z``
         (n, B, N) or (n, N), the predictions ``Z(p_i, x_b)``; ``residual`` (n, B, n_obs);
         ``jacobian`` (n, B, n_obs, n_w) ``= dZ_obs/dw``; ``adjoint`` (n, B, N) or (n, N),
-        ``grad C . grad_x Z`` (eq. regression-loss-p); ``n_sweeps``, ``nfev``;
+        ``grad C . grad_x Z`` (eq. (27)); ``n_sweeps``, ``nfev``;
         ``success``, ``message``.
 
     Examples
@@ -488,8 +488,8 @@ def fit_endpoint_dynamics(dynamics: Callable, w0: Any, x: Any, depths: Any, y: A
 
     The paper's time-series architecture (Appendix C, projectile experiment of Appendix
     E.2): gradient descent on the regression loss of `endpoint_loss`, whose gradient is
-    the sum of the per-depth parameter adjoints (eq. aug-lam-th-pde) of the per-depth
-    terminal losses (eqs. regression-loss, regression-recursion). Each epoch is one
+    the sum of the per-depth parameter adjoints (eq. (32)) of the per-depth
+    terminal losses (eqs. (26), (28)). Each epoch is one
     full-batch gradient, i.e. one imbedding sweep per observed component over all samples
     and depths; there is no forward pass in ``t``.
 

@@ -4,7 +4,7 @@ An autoencoder of the appendix's family (the first 3 frames as 3 channels, 32 x 
 latent 50) with an InImNet on the latent state with the time appended, 3-layer MLPs,
 ``p_min`` in -1..-3 (Table Hyp_BB: Adam 1e-3, batch 25, halved every 30 epochs, 100
 epochs, dropout 0.3, inflation 2), trained on all 20 frames at ``p_min`` and scored by
-the test MSE over all frames; eq. cropping for the nested Jacobians.
+the test MSE over all frames; eq. (21) for the nested Jacobians.
 """
 
 from __future__ import annotations

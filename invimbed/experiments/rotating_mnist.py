@@ -6,7 +6,7 @@ evaluation protocol of :mod:`invimbed.data` (5th frame and 3 random frames per s
 out of the loss), scored by the test MSE at the 5th frame. Hyperparameters: Table
 Hyp_rotatingMNIST (Adam 1e-3, batch 25, halved every 30 epochs, 500 epochs, dropout 0.3,
 inflation 2), ``p_min`` in -1..-4, MLPs of 2 and 3 layers, 10 seeds; the nested
-Jacobians by eq. cropping, as the paper's experiments used.
+Jacobians by eq. (21), as the paper's experiments used.
 """
 
 from __future__ import annotations

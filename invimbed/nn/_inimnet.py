@@ -55,7 +55,7 @@ class InImNet(nn.Module):
     The network of depth ``p`` maps an input ``x`` to ``Z(p, x) = z(q; p, x)`` with
     ``q = 0``. Layers are added at the *input* end: with depths
     ``0 = p_0 > p_1 > ... > p_L = p_min`` and per-layer dynamics
-    ``Phi(p_i, x)``, eq. disc-update
+    ``Phi(p_i, x)``, eq. (14)
 
     ```text
     Z(p_i, x) = Z(p_{i-1}, x) - (p_i - p_{i-1}) grad_x Z(p_{i-1}, x) . Phi(p_i, x),
@@ -95,7 +95,7 @@ class InImNet(nn.Module):
     activation : str or callable, default "tanh"
         Activation of the default ``Phi``.
     jacobian : {"exact", "crop", "jet"}, default "exact"
-        The nested Jacobian ``grad_x Z(p_{i-1}, x)`` in eq. disc-update (docs/theory.md,
+        The nested Jacobian ``grad_x Z(p_{i-1}, x)`` in eq. (14) (docs/theory.md,
         "The closures"):
 
         - ``"exact"``: automatic differentiation through the depth recursion
@@ -107,14 +107,14 @@ class InImNet(nn.Module):
           (second derivatives of ``Z`` dropped); ``L (L - 1) / 2`` Jacobian-vector
           products. Exact when every ``Phi`` is affine; in general the outputs err by
           ``O(s^3)`` in the depth ``s``.
-        - ``"crop"``: the paper's eq. cropping, ``J_i = J_{i-1} - h_i grad Phi_i``, as its
+        - ``"crop"``: the paper's eq. (21), ``J_i = J_{i-1} - h_i grad Phi_i``, as its
           experiments used; same cost as ``"jet"``, not exact even for affine ``Phi``.
           Kept to reproduce the paper.
 
         With one or two layers the three coincide.
     backward : {"autograd", "adjoint"}, default "autograd"
         ``"autograd"`` differentiates through the recursion. ``"adjoint"`` runs the
-        imbedded adjoint of Theorem 2 (eqs. disc-lam and aug-lam-th-pde, see
+        imbedded adjoint of Theorem 2 (eqs. (15) and (32), see
         :func:`imbedded_adjoint`) in a ``torch.autograd.Function``: the same gradients
         (exactly, up to rounding), without storing the forward graph, at the cost of a
         second sweep. Needs ``jacobian="exact"``: the adjoint is the gradient of the
@@ -151,7 +151,7 @@ class InImNet(nn.Module):
     References
     ----------
     A. Corbett and D. Kangin, "Imbedding Deep Neural Networks", ICLR 2022, sec.
-    arch-discrete, eqs. disc-update, disc-lam, cropping, aug-lam-th-pde.
+    arch-discrete, eqs. (14), (15), cropping, (32).
 
     Examples
     --------
@@ -267,7 +267,7 @@ class InImNet(nn.Module):
             return fn(phis, self._h, x, self.jacobian)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Outputs of every depth, from one pass (eq. disc-update).
+        """Outputs of every depth, from one pass (eq. (14)).
 
         Parameters
         ----------
@@ -378,7 +378,7 @@ def imbedded_adjoint(model: InImNet, x: torch.Tensor, grad_T: torch.Tensor, *,
     Lam_w,i = Lam_w,{i-1} - h_i [grad Lam_w,{i-1} . Phi_i + (grad_w Phi_i)^T Lam_{i-1}]
     ```
 
-    (eqs. disc-lam and aug-lam-th-pde), with the nested Jacobians ``grad Lam . Phi``
+    (eqs. (15) and (32)), with the nested Jacobians ``grad Lam . Phi``
     computed matrix-free and exactly (nested ``torch.func.jvp`` over ``vjp``), whatever
     ``model.jacobian`` is: for a ``"crop"`` or ``"jet"`` model this is the gradient of the
     exact discrete network, and its difference with backpropagation through the truncated
@@ -393,8 +393,8 @@ def imbedded_adjoint(model: InImNet, x: torch.Tensor, grad_T: torch.Tensor, *,
         or one per depth (``grad_T[i]`` for depth ``p_i``; carried side by side).
     form : {"discrete", "paper"}, default "discrete"
         ``"discrete"`` takes the Jacobian of ``Lam`` at ``p_{i-1}``: the exact gradient of
-        eq. disc-update, equal to backpropagation. ``"paper"`` takes it at ``p_i``,
-        "updated first", as eq. disc-lam is printed and as the numpy core's
+        eq. (14), equal to backpropagation. ``"paper"`` takes it at ``p_i``,
+        "updated first", as eq. (15) is printed and as the numpy core's
         ``method="disc"`` does; it differs by ``O(h^2)`` per layer and is offered to
         reproduce the paper and the core.
 

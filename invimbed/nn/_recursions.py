@@ -3,7 +3,7 @@
 Notation as in ``invimbed/_core/closures/jet.py`` and docs/theory.md, "The discrete architecture": depths
 ``0 = p_0 > p_1 > ... > p_L``, layer ``k`` (1-based) between ``p_{k-1}`` and ``p_k``
 with dynamics ``u_k = Phi_k(x) = Phi(p_k, x)``, evaluated at the *input* ``x``, and the
-signed step ``h_k = p_k - p_{k-1} < 0``. Eq. disc-update reads
+signed step ``h_k = p_k - p_{k-1} < 0``. Eq. (14) reads
 
     Z_k(x) = Z_{k-1}(x) - h_k grad Z_{k-1}(x) . Phi_k(x),     Z_0(x) = x,
 
@@ -17,7 +17,7 @@ and the closures differ only in the Jacobian ``J_{k-1} ~ grad Z_{k-1}(x)`` they 
 * ``jet`` (order 1, ``invimbed._core.closures.jet`` with ``order=1``): the degree-1
   coefficient carried by its own Euler step with the degree-2 one dropped,
   ``J_k = J_{k-1} (I - h_k grad Phi_k)``, so ``J_{k-1} = prod_{j<k} (I - h_j G_j)``.
-* ``crop`` (eq. cropping, as the core's ``crop``): ``J_k = J_{k-1} - h_k grad Phi_k``,
+* ``crop`` (eq. (21), as the core's ``crop``): ``J_k = J_{k-1} - h_k grad Phi_k``,
   so ``J_{k-1} = I - sum_{j<k} h_j G_j``.
 
 For ``jet``/``crop`` the products ``J_{k-1} u_k`` are formed matrix-free by visiting the
@@ -26,7 +26,7 @@ pending tangents (``torch.func.vmap`` over tangents of ``torch.func.jvp``): ``L 
 Jacobian-vector products in all. The ``*_materialized`` variants carry the ``(B, N, N)``
 Jacobians instead (for comparison and benchmarks only).
 
-The imbedded adjoint (Theorem 2, eqs. disc-lam and aug-lam-th-pde) is
+The imbedded adjoint (Theorem 2, eqs. (15) and (32)) is
 :func:`adjoint_sweep`.
 """
 
@@ -73,7 +73,7 @@ def _basis(x: torch.Tensor) -> torch.Tensor:
     return eye[:, None, :].expand(N, B, N)
 
 
-# -- forward (eq. disc-update) -------------------------------------------------------------
+# -- forward (eq. (14)) -------------------------------------------------------------
 def exact_sweep(phis: Sequence[Phi], hs: Sequence[float], x: torch.Tensor) -> tuple:
     """``(Z_0(x), ..., Z_L(x))`` of the discrete recursion with exact nested Jacobians."""
 
@@ -158,14 +158,14 @@ def adjoint_sweep(layers: Sequence[tuple], hs: Sequence[float], x: torch.Tensor,
         Lam_k   = Lam_{k-1}   - h_k [grad Lam_{k-1}   . Phi_k + (grad_x Phi_k)^T Lam_{k-1}]
         Lam_w,k = Lam_w,k-1   - h_k [grad Lam_w,k-1   . Phi_k + (grad_w Phi_k)^T Lam_{k-1}]
 
-    (eq. disc-lam with the Jacobian of ``Lam`` at ``p_{k-1}``, and eq. aug-lam-th-pde,
-    ``Phi_w = grad_w Phi``). This is the exact gradient of eq. disc-update applied to
+    (eq. (15) with the Jacobian of ``Lam`` at ``p_{k-1}``, and eq. (32),
+    ``Phi_w = grad_w Phi``). This is the exact gradient of eq. (14) applied to
     ``V = <g, Z>``: by linearity of the transport, ``Lam_k = grad_x <g, Z_k(x)>``, so it
     agrees with automatic differentiation of :func:`exact_sweep`. The Jacobian products
     ``grad Lam . Phi`` are nested jvps of the previous layers' recursion (forward over
     reverse mode), as in :func:`exact_sweep`.
 
-    ``form="paper"`` takes ``grad Lam`` at ``p_k``, "updated first", as eq. disc-lam is
+    ``form="paper"`` takes ``grad Lam`` at ``p_k``, "updated first", as eq. (15) is
     printed and as the numpy core's ``disc_step`` does; it is not the gradient of the
     discrete network (it differs by ``O(h^2)`` per layer) and serves to compare with the
     core. There each update of ``Lam`` (of ``Lam_w``) adds a constant ``eps_k`` to the

@@ -17,7 +17,7 @@ Contract for implementers of a closure
    ``param_grad`` (B, n_w) from a state. Keep ``adjoint`` the gradient of ``value``
    (carry ``V`` one order above ``Lam``).
 4. Optionally `error_estimate` (estimated absolute errors of the same fields) and
-   `disc_step` (the paper's layer recursion, eqs. disc-update and disc-lam).
+   `disc_step` (the paper's layer recursion, eqs. (14) and (15)).
 """
 
 from __future__ import annotations

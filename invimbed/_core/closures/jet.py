@@ -4,7 +4,7 @@ A field ``U(p, x + delta)`` is carried as a truncated polynomial in ``delta``, i
 coefficients ``u_alpha = D^alpha U(p, x) / alpha!`` for ``|alpha| <= L``: ``C(N + L, L)``
 numbers, the symmetric derivative tensors stored without redundancy
 (`invimbed._core.derivatives.multiindex`). With ``Phi(p, x + delta) = f(p, x + delta,
-theta(p))`` expanded the same way (eq. phi-inim), the transport term of
+theta(p))`` expanded the same way (eq. (5)), the transport term of
 ``dU/dp = -grad_x U . Phi - S_U`` is a polynomial product,
 
     grad_x U . Phi = sum_i (d U / d delta_i)(delta) * Phi_i(delta),   truncated at degree L,
@@ -12,12 +12,12 @@ theta(p))`` expanded the same way (eq. phi-inim), the transport term of
 and the coefficient of degree ``L`` of ``U`` would need degree ``L + 1``, which is
 dropped: that is the truncation. Carried degrees, for a jet of order ``K``:
 
-* ``Z`` (Thm 1, eq. z-inim-t): degree ``K``, no source, ``Z(q, x + delta) = x + delta``;
-* ``V`` (the loss): degree ``K + 1`` with source ``R``; ``Lam = grad V`` (eq. lam-def)
+* ``Z`` (Thm 1, eq. (6)): degree ``K``, no source, ``Z(q, x + delta) = x + delta``;
+* ``V`` (the loss): degree ``K + 1`` with source ``R``; ``Lam = grad V`` (eq. (9))
   is therefore carried to degree ``K`` *as the gradient of V*: the source of Theorem 2
-  (eq. lam-inim), ``[grad_z f]^T Lam + grad_z R``, appears by itself, and Lam never
+  (eq. (10)), ``[grad_z f]^T Lam + grad_z R``, appears by itself, and Lam never
   drifts from the gradient of the value;
-* ``W = Lam_w = grad_w V`` (eq. aug-lam-th-pde): degree ``K + 1``, like ``V``, with source
+* ``W = Lam_w = grad_w V`` (eq. (32)): degree ``K + 1``, like ``V``, with source
   ``[grad_w f]^T Lam + grad_w R``, a polynomial product with ``Lam = grad V``. (Carried
   only to degree ``K``, it would not be exact at order 1 when the control multiplies the
   state, ``f = A(w) z``, where ``grad_w V`` is quadratic in ``x``.)
@@ -34,12 +34,12 @@ integrator's step. The error estimate carries the jet of order ``K + 1`` alongsi
 difference.
 
 ``crop=True`` replaces the degree-1 equation of ``Z`` by the continuous form of the
-paper's eq. cropping, ``dZ_1/dp = -grad_z Phi`` (the factor ``Z_1`` in ``Z_1 . grad Phi``
+paper's eq. (21), ``dZ_1/dp = -grad_z Phi`` (the factor ``Z_1`` in ``Z_1 . grad Phi``
 cropped to the identity); kept to reproduce the paper, not recommended: it is not
 exact even for ``dz/dt = a z`` (``Z_1 = 1 + a s`` instead of ``e^(a s)``). The paper
 prints the layer form without the step factor ``p_i - p_{i+1}``; with the unit steps of
 its experiments the two agree up to the sign of the step, which we take from
-eq. disc-update. The other fields are carried as in the jet of order 1.
+eq. (14). The other fields are carried as in the jet of order 1.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def disc_update(closure: Any, old: dict, coef: dict, h: float) -> dict:
     """The layer update of `JetClosure.disc_step` on unpacked blocks (shared by every
     array backend): one forward-Euler step of each jet equation, except that the
     gradient coefficients of ``Lam`` (degree 1 of ``V``) and of ``Lam_w`` (degree 0 of
-    ``W``) use the Jacobian already updated to ``p_i``, as eq. disc-lam writes it."""
+    ``W``) use the Jacobian already updated to ``p_i``, as eq. (15) writes it."""
     N = closure.N
     new = {}
     for K in closure.orders:
@@ -297,12 +297,12 @@ class JetClosure(Closure):
 
     # -- the paper's discrete recursion -------------------------------------------------
     def disc_step(self, p_new: float, p_old: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
-        """One layer of eqs. disc-update and disc-lam, from ``p_old = p_{i+1}`` to
+        """One layer of eqs. (14) and (15), from ``p_old = p_{i+1}`` to
         ``p_new = p_i``, with ``Phi`` and every coefficient taken at ``p_i``.
 
-        ``Z_i = Z_{i+1} - h grad Z_{i+1} . Phi(p_i)`` (disc-update, every coefficient),
+        ``Z_i = Z_{i+1} - h grad Z_{i+1} . Phi(p_i)`` ((14), every coefficient),
         and ``Lam_i = Lam_{i+1} - h [grad Lam_i . Phi(p_i) + [grad_z f]^T Lam_{i+1} +
-        grad_z R]`` (disc-lam, with the running-loss term): the Jacobian ``grad Lam`` is
+        grad_z R]`` ((15), with the running-loss term): the Jacobian ``grad Lam`` is
         the one at ``p_i``, updated first, as the paper writes it; ``Lam_w`` likewise.
         ``h = p_i - p_{i+1}``. Every other coefficient takes one forward-Euler step of its
         jet (or crop) equation.

@@ -2,11 +2,11 @@
 
 The fields ``Z``, ``Lam`` and ``Lam_w`` are carried at the ``P`` stencil points
 ``x_s``: ``x`` and ``x +- Delta_i e_i`` (``difference="central"``, ``P = 2N + 1``, the
-symmetric quotient eq. grad-symm) or ``x`` and ``x + Delta_i e_i``
-(``difference="forward"``, ``P = N + 1``, Newton's quotient eq. grad-newton-x). At
+symmetric quotient eq. (18)) or ``x`` and ``x + Delta_i e_i``
+(``difference="forward"``, ``P = N + 1``, Newton's quotient eq. (19)). At
 every depth the Jacobian ``grad_x U`` is the difference quotient over the stencil and
-is shared by all its points (eq. z-inim-numerical-xi with the quotient of the centre).
-The paper's eq. grad-newton-xi prints ``grad z(x + Delta e_i) ~ -grad z(x)``; the minus
+is shared by all its points (eq. (17) with the quotient of the centre).
+The paper's eq. (20) prints ``grad z(x + Delta e_i) ~ -grad z(x)``; the minus
 sign cannot be meant (it breaks the scheme already for ``f = 0``), and we use ``+``.
 
 ``V`` is carried at the centre only, with ``Lam`` as its gradient: the hierarchy stays
@@ -32,7 +32,7 @@ from .base import Closure, Layout
 
 def difference_quotient(U: Any, delta: Any, difference: str) -> Any:
     """``grad_x U`` (B, *out, N) from the values ``U`` (B, P, *out) at the stencil points:
-    eq. grad-symm (``"central"``, over ``2 Delta``) or eq. grad-newton-x (``"forward"``).
+    eq. (18) (``"central"``, over ``2 Delta``) or eq. (19) (``"forward"``).
     Works on any array namespace (numpy, cupy)."""
     N = delta.shape[-1]
     plus = U[:, 1:N + 1]
@@ -46,13 +46,13 @@ def difference_quotient(U: Any, delta: Any, difference: str) -> Any:
 
 def control_sources(f_theta: Any, r_theta: Any, jac: Any) -> tuple[Any, Any]:
     """``G = f_theta . dtheta/dw`` (B, P, N, nw) and ``r_w = R_theta . dtheta/dw``
-    (B, P, nw), the parameter sources of eq. aug-lam-th-pde at the stencil points."""
+    (B, P, nw), the parameter sources of eq. (32) at the stencil points."""
     return sum_products(f_theta[..., None, :], jac.T), sum_products(r_theta[..., None, :], jac.T)
 
 
 def stencil_rhs(blk: dict, quotient: Callable[[Any], Any], Phi: Any, A: Any, rz: Any, r0: Any,
                 G: Any = None, rw: Any = None) -> dict:
-    """d/dp of the stencil fields (eqs. z-inim-numerical-xi, lam-inim with the quotient of
+    """d/dp of the stencil fields (eqs. (17), (10) with the quotient of
     the centre), from the blocks ``Z``, ``L`` (B, P, N), ``V`` (B,) and ``W`` (B, P, nw),
     the dynamics ``Phi`` (B, P, N), its Jacobian ``A`` (B, P, N, N), the running loss's
     gradient ``rz`` (B, P, N) and value at the centre ``r0`` (B,), and the parameter

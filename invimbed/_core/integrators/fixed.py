@@ -50,7 +50,7 @@ def integrate_fixed(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
 
     ``method="disc"`` applies ``disc_step(p_i, p_{i+1}, y, piece)`` once per layer
     between consecutive requested depths (and ``q``): the paper's discrete
-    architecture, eqs. disc-update and disc-lam, with layers at the given depths.
+    architecture, eqs. (14) and (15), with layers at the given depths.
     """
     counting = CountingRHS(rhs)
     n = depths_desc.size
