@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .._core.failures import sweep_stopped
 from .._core.derivatives.multiindex import derivative_table, n_coefficients, product_table
 from .._core.integrators.common import NonFiniteError, Outcome
 from .._core.results import ImbeddingResult
@@ -387,9 +388,7 @@ def finish(setup: Setup, sched: Schedule, fields: dict, error: dict | None,
         what = "right-hand side" if kind else "imbedded fields"
         exc = NonFiniteError(float(fail_p[b]), what)
         outcome.success = False
-        outcome.message = (f"Integration stopped: {exc}. The fields blew up; check the dynamics "
-                           f"and losses near that depth, reduce `step`, or request shallower "
-                           f"depths.")
+        outcome.message = sweep_stopped(exc, fixed_step=True)
         nfev = k * per_step + min(s + 1, per_step)
         for kk in np.nonzero(sched.record[k:] >= 0)[0] + k:   # not reached by the batch
             d = sched.record[kk]

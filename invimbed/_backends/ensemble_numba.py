@@ -42,7 +42,7 @@ How it runs
   backward together (the numpy ensemble counts vectorised calls, which is about the
   same number: every row is evaluated in each of them).
 * Failures are per row, as in the numpy ensemble: NaN fields, ``success`` False, the
-  message naming the first failed row (`failure_reason`, `failure_message`).
+  message naming the first failed row (`invimbed._core.failures`).
 * Speed: the user's functions that are exact derivatives are called directly (see
   `direct_codes`); each allocates its result, which is most of the time per step for
   small problems. The kernel is compiled once per machine and cached on disk
@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.adjoint import _empty_fields, failure_message, failure_reason
+from .._core.failures import empty_fields, row_failure, row_failure_reason
 from .._core.controls import Constant, NoControl, PiecewiseConstant
 from .._core.integrators.ensemble import (DONE, MAX_FACTOR, MAX_STEPS, MIN_FACTOR, NONFINITE,
                                      RUNNING, SAFETY, TABLEAUX, UNDERFLOW)
@@ -135,7 +135,7 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
     arrays[1] = base
     how = direct_codes(plan, [("f", 0, 0, 0), ("R", 1, 0, 0), ("f", 2, 1, 0), ("R", 3, 1, 0),
                               ("f", 4, 0, 1), ("R", 5, 0, 1)])
-    fields = _empty_fields(n, B, N, nw)
+    fields = empty_fields(n, B, N, nw)
     out_z = fields["z"].reshape(R, N)
     out_v = fields["value"].reshape(R)
     out_a = fields["adjoint"].reshape(R, N)
@@ -171,8 +171,8 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
         r = int(bad[0])
         fwd_failed = not fwd_ok[r]
         code = int(status[r, 0] if fwd_failed else status[r, 1])
-        reason = failure_reason(code, opts["max_steps"], float(out_hl[r]))
-        failure = failure_message(setup, "forward solve" if fwd_failed else
+        reason = row_failure_reason(code, opts["max_steps"], float(out_hl[r]))
+        failure = row_failure(setup.batched, "forward solve" if fwd_failed else
                                   "backward adjoint solve", float(depths[r // B]), r % B,
                                   float(out_t[r]), reason, bad.size, R)
     return fields, nfev, failure

@@ -31,8 +31,8 @@ from scipy.integrate._ivp.ivp import METHODS as _SCIPY_SOLVERS
 
 from .integrators import SCIPY_METHODS
 from .integrators.common import segments
-from .integrators.ensemble import (DONE, MAX_STEPS, NONFINITE, STIFF_H_LAMBDA, TABLEAUX,
-                                    UNDERFLOW, integrate_rows)
+from .failures import empty_fields, row_failure, row_failure_reason
+from .integrators.ensemble import DONE, MAX_STEPS, NONFINITE, TABLEAUX, integrate_rows
 from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
 from .setup import Setup, depth_gradient, pack_result, prepare
@@ -166,37 +166,6 @@ def _options(options: dict) -> dict:
     return opts
 
 
-def _empty_fields(n: int, B: int, N: int, nw: int) -> dict[str, np.ndarray]:
-    return {"z": np.full((n, B, N), np.nan), "value": np.full((n, B), np.nan),
-            "adjoint": np.full((n, B, N), np.nan), "param_grad": np.full((n, B, nw), np.nan),
-            "depth_grad": np.full((n, B), np.nan), "nsteps": np.zeros((n, B), dtype=np.int64)}
-
-
-def failure_reason(code: int, max_steps: int, h_lambda: float) -> str:
-    """What a per-row failure code of the ensemble means, with the remedy."""
-    if code == MAX_STEPS:
-        if h_lambda > STIFF_H_LAMBDA:
-            return (f"more than max_steps = {max_steps} steps; the problem looks stiff "
-                    f"(h|lambda| = {h_lambda:.2g} at the last step, the explicit method's "
-                    f"stability limit): use method='Radau' or 'BDF'")
-        return f"more than max_steps = {max_steps} steps; increase `max_steps`"
-    if code == NONFINITE:
-        return "the dynamics or the running loss is not finite there"
-    if code == UNDERFLOW:
-        return ("the step size fell below the spacing of floating-point numbers (a "
-                "singularity or a finite-time blow-up of the solution)")
-    return f"failure code {code}"
-
-
-def failure_message(setup: Setup, where: str, depth: float, b: int, t: float, reason: str,
-                    count: int, total: int) -> str:
-    """The message of a result with failed rows, naming the first one."""
-    inp = f"input x[{b}]" if setup.batched else "the input x"
-    return (f"The {where} failed for depth p = {depth:.10g} and {inp} at t = {t:.10g}: "
-            f"{reason}. {count} of {total} (depth, input) rows failed; the others are "
-            f"exact to the tolerances.")
-
-
 # -- strategy "ensemble" ----------------------------------------------------------------
 def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
               opts: dict) -> tuple[dict, int, str | None]:
@@ -248,7 +217,7 @@ def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
         [np.where(ok[:, None], lam_q, 0.0), np.zeros((R, nw))], axis=1), **common)
     good = ok & (bwd.status == DONE)
     adjoint = np.where(good[:, None], bwd.y[:, :N], np.nan)
-    fields = _empty_fields(n, B, N, nw)
+    fields = empty_fields(n, B, N, nw)
     fields["z"][:] = np.where(good[:, None], zq, np.nan).reshape(n, B, N)
     fields["value"][:] = np.where(good, value, np.nan).reshape(n, B)
     fields["adjoint"][:] = adjoint.reshape(n, B, N)
@@ -264,8 +233,8 @@ def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
         r = int(bad[0])
         fwd_failed = not ok[r]
         out = fwd if fwd_failed else bwd
-        reason = failure_reason(int(out.status[r]), opts["max_steps"], float(out.h_lambda[r]))
-        failure = failure_message(setup, "forward solve" if fwd_failed else
+        reason = row_failure_reason(int(out.status[r]), opts["max_steps"], float(out.h_lambda[r]))
+        failure = row_failure(setup.batched, "forward solve" if fwd_failed else
                                   "backward adjoint solve", float(p[r]), r % B,
                                   float(out.t[r]), reason, bad.size, R)
     return fields, nfev, failure
@@ -297,17 +266,17 @@ def _solve(fun, t0: float, t1: float, y0: np.ndarray, method: str, rtol: float,
     try:
         solver = _SCIPY_SOLVERS[method](guarded, t0, y0, t1, rtol=rtol, atol=atol, **extra)
     except _NonFinite as exc:
-        return failure_reason(NONFINITE, 0, 0.0), exc.t, y0, None, 1, 0
+        return row_failure_reason(NONFINITE, 0, 0.0), exc.t, y0, None, 1, 0
     ts, parts = [t0], []
     steps = 0
     while solver.status == "running":
         if steps >= opts["max_steps"]:
-            return (failure_reason(MAX_STEPS, opts["max_steps"], 0.0), solver.t, solver.y,
+            return (row_failure_reason(MAX_STEPS, opts["max_steps"], 0.0), solver.t, solver.y,
                     None, solver.nfev, steps)
         try:
             msg = solver.step()
         except _NonFinite as exc:
-            return failure_reason(NONFINITE, 0, 0.0), exc.t, solver.y, None, solver.nfev, steps
+            return row_failure_reason(NONFINITE, 0, 0.0), exc.t, solver.y, None, solver.nfev, steps
         steps += 1
         if solver.status == "failed":
             return f"{msg}", solver.t, solver.y, None, solver.nfev, steps
@@ -322,7 +291,7 @@ def _per_depth(setup: Setup, method: str, rtol: float, atol: float,
                opts: dict) -> tuple[dict, int, str | None]:
     B, N = setup.x.shape
     n, nw = setup.depths_desc.size, setup.control.n_params
-    fields = _empty_fields(n, B, N, nw)
+    fields = empty_fields(n, B, N, nw)
     nfev = 0
     failure, failed = None, 0
     for i, p in enumerate(setup.depths_desc):

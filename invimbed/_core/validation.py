@@ -1,14 +1,21 @@
-"""Input validation shared by the problem, the controls and the solvers.
+"""The validation layer: every public entry point checks its arguments here.
 
-Every check raises `ValueError` or `TypeError` with a message that
+Every check raises `ValueError` (right type, wrong value) or `TypeError` (wrong type,
+unknown keyword) with a message of the form "`name` must be ..., but got ...": it
 names the argument, says what was expected and shows what was received.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import difflib
+import numbers
+from typing import Any, Iterable, Mapping
 
 import numpy as np
+
+#: The options of scipy's `solve_ivp` that the solvers pass on (the others are set by
+#: the solver itself: the right-hand side, its Jacobian, dense output, events).
+SOLVE_IVP_OPTIONS = ("first_step", "max_step", "min_step")
 
 
 def describe(value: Any) -> str:
@@ -24,14 +31,84 @@ def describe(value: Any) -> str:
 
 
 def as_float_array(value: Any, name: str) -> np.ndarray:
-    """Convert ``value`` to a float64 array or raise a TypeError naming ``name``."""
+    """Convert ``value`` to a float64 array or raise a TypeError naming ``name``.
+
+    Complex values, strings and other non-numbers are refused (numpy would cast a complex
+    array to real with only a warning, dropping the imaginary part)."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"`{name}` must be array_like of real numbers, but got {describe(value)}")
     try:
-        arr = np.asarray(value, dtype=float)
+        raw = np.asarray(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"`{name}` must be array_like of real numbers, but got {describe(value)}"
         ) from exc
-    return arr
+    if np.iscomplexobj(raw):
+        raise TypeError(f"`{name}` must be real, but got complex values ({describe(raw)}); "
+                        f"pass the real and imaginary parts as separate states")
+    if raw.dtype.kind not in "biufO":
+        raise TypeError(f"`{name}` must be array_like of real numbers, but got {describe(value)}")
+    if raw.dtype.kind == "O":
+        try:
+            return raw.astype(float)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"`{name}` must be array_like of real numbers, but got {describe(value)}"
+            ) from exc
+    return raw.astype(float, copy=False)
+
+
+def as_real(value: Any, name: str, *, positive: bool = False, nonnegative: bool = False,
+            allow_none: bool = False, allow_inf: bool = False) -> float | None:
+    """A real number (not a bool, string or complex), optionally > 0 or >= 0, finite
+    unless ``allow_inf``; ``None`` passes through when ``allow_none``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        if not (isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf"):
+            raise TypeError(f"`{name}` must be a real number, but got {describe(value)}")
+    v = float(value)
+    if np.isnan(v) or (np.isinf(v) and not allow_inf):
+        raise ValueError(f"`{name}` must be a finite number, but got {value!r}")
+    if positive and v <= 0:
+        raise ValueError(f"`{name}` must be a positive finite number, but got {value!r}")
+    if nonnegative and v < 0:
+        raise ValueError(f"`{name}` must be a non-negative number, but got {value!r}")
+    return v
+
+
+def as_bool(value: Any, name: str) -> bool:
+    """``True`` or ``False`` (numpy's bools too); anything else -- "no", 0, None -- is a
+    TypeError, since its truth value is rarely what was meant."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"`{name}` must be True or False, but got {describe(value)}")
+
+
+def as_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    """An integer (not a bool or float), at least ``minimum``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be an integer, but got {describe(value)}")
+    v = int(value)
+    if minimum is not None and v < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, but got {v}")
+    return v
+
+
+def check_options(options: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    """Refuse keyword arguments not in ``allowed``: a TypeError naming each, with the
+    closest allowed name, instead of letting a misspelt option vanish."""
+    allowed = list(allowed)
+    unknown = [k for k in options if k not in allowed]
+    if not unknown:
+        return
+    parts = []
+    for k in unknown:
+        close = difflib.get_close_matches(k, allowed, n=1)
+        parts.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    valid = ", ".join(repr(a) for a in allowed) or "none"
+    raise TypeError(f"{where}() got unexpected keyword argument(s) {', '.join(parts)}; "
+                    f"the options it accepts are: {valid}")
 
 
 def require_finite(arr: np.ndarray, name: str) -> None:
@@ -105,12 +182,14 @@ def as_depths(depths: Any, q: float, name: str = "depths") -> np.ndarray:
 
 
 def check_positive(value: Any, name: str, allow_none: bool = False) -> float | None:
+    """A positive finite real number (`as_real` with ``positive=True``)."""
     if value is None and allow_none:
         return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`{name}` must be a positive number, but got {describe(value)}") from exc
+    if isinstance(value, (bool, np.bool_)) or not (
+            isinstance(value, numbers.Real)
+            or (isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf")):
+        raise TypeError(f"`{name}` must be a positive number, but got {describe(value)}")
+    v = float(value)
     if not np.isfinite(v) or v <= 0:
         raise ValueError(f"`{name}` must be a positive finite number, but got {value!r}")
     return v

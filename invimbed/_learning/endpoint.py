@@ -67,7 +67,7 @@ from scipy.optimize import OptimizeResult, minimize
 
 from .._core.controls import Constant
 from .._core.imbedding import solve_imbedding
-from .._control.optimize import ProgressBar
+from .._progress import ProgressBar
 from .._core.problem import BolzaProblem
 from .._core.validation import as_depths, as_float_array, as_state, describe, require_finite
 

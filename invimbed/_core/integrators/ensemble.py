@@ -38,13 +38,9 @@ from typing import Callable
 import numpy as np
 from scipy.integrate import RK23, RK45
 
-#: Per-row status codes of `integrate_rows`.
-RUNNING, DONE, UNDERFLOW, NONFINITE, MAX_STEPS = 1, 0, -1, -2, -3
+from ..failures import DONE, MAX_STEPS, NONFINITE, RUNNING, STIFF_H_LAMBDA, UNDERFLOW
 
 SAFETY, MIN_FACTOR, MAX_FACTOR = 0.9, 0.2, 10.0
-#: ``h |lambda|`` above which a Dormand-Prince step is limited by stability, not accuracy
-#: (the method's stability boundary on the negative real axis is about 3.3).
-STIFF_H_LAMBDA = 2.0
 
 
 @dataclass(frozen=True)

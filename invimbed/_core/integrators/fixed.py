@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..failures import sweep_stopped
 from ..ordered import combine
 from .common import CountingRHS, NonFiniteError, Outcome
 
@@ -87,7 +88,6 @@ def integrate_fixed(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
     except NonFiniteError as exc:
         out.success = False
         out.failed_at = exc.p
-        out.message = (f"Integration stopped: {exc}. The fields blew up; check the dynamics "
-                       f"and losses near that depth, reduce `step`, or request shallower depths.")
+        out.message = sweep_stopped(exc, fixed_step=True)
     out.nfev = counting.nfev
     return out

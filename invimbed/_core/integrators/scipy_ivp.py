@@ -7,6 +7,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy.integrate import BDF, DOP853, LSODA, RK23, RK45, Radau
 
+from ..failures import sweep_stopped
 from .common import CountingRHS, NonFiniteError, Outcome, segments
 
 METHODS = {"RK45": RK45, "RK23": RK23, "DOP853": DOP853, "Radau": Radau, "BDF": BDF,
@@ -64,8 +65,7 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
         except NonFiniteError as exc:
             out.success = False
             out.failed_at = exc.p
-            out.message = (f"Integration stopped: {exc}. The fields blew up; check the "
-                           f"dynamics and losses near that depth, or request shallower depths.")
+            out.message = sweep_stopped(exc, fixed_step=False)
         if not out.success:
             break
         y = solver.y.copy()
