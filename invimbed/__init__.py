@@ -6,11 +6,13 @@ output, loss, adjoint, parameter gradient and depth gradient of every depth
 (Corbett & Kangin, "Imbedding Deep Neural Networks", ICLR 2022).
 """
 
+from ._backends._numba import BackendCompileError as BackendCompileError
 from ._core.adjoint import solve_adjoint as solve_adjoint
 from ._core.check import DerivativeCheck as DerivativeCheck
 from ._core.check import check_derivatives as check_derivatives
 from ._core.controls import Constant as Constant
 from ._core.controls import Control as Control
+from ._core.controls import OpenLoopControl as OpenLoopControl
 from ._core.controls import PiecewiseConstant as PiecewiseConstant
 from ._core.derivatives import DerivativeOrderError as DerivativeOrderError
 from ._core.derivatives import DerivativeProvider as DerivativeProvider
@@ -35,6 +37,7 @@ from ._core.sympy_problem import from_sympy as from_sympy
 __version__ = "0.1.0"
 
 __all__ = [
+    "BackendCompileError",
     "BolzaProblem",
     "Constant",
     "Control",
@@ -45,6 +48,7 @@ __all__ = [
     "FiniteDifferences",
     "ImbeddingResult",
     "MLPDynamics",
+    "OpenLoopControl",
     "PiecewiseConstant",
     "STATUS",
     "SolverWarning",

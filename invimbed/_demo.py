@@ -36,7 +36,7 @@ from ._core.problem import BolzaProblem
 from ._core.results import ImbeddingResult
 
 GRAVITY = 9.81
-"""``g`` in m/s^2, as in the paper's sec. app-pmotion."""
+"""``g`` in m/s^2, as in the paper's Appendix F.2."""
 
 COMPARED = ("z", "value", "adjoint", "depth_grad")
 """Fields compared between the imbedding, the adjoint reference and the closed form."""

@@ -1,4 +1,4 @@
-"""The paper's discrete architecture (sec. arch-discrete): method="disc" must follow
+"""The paper's discrete architecture (section 3.1): method="disc" must follow
 eqs. (14) and (15) layer by layer, and converge to the continuous sweep."""
 
 import numpy as np

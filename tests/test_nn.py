@@ -441,7 +441,7 @@ def test_normalisation_layers(norm):
 
 def test_shared_phi_and_extrapolation():
     """shared=True: one Phi for every layer; the state dict does not depend on the depth,
-    so a deeper shared model extrapolates the trained one (sec. app-extra)."""
+    so a deeper shared model extrapolates the trained one (Appendix F.3)."""
     net = make_net(3, p_min=-2, shared=True, jacobian="crop")
     assert len(net.phis) == 1
     n_mlp = sum(p.numel() for p in MLP(3).parameters())

@@ -1,6 +1,6 @@
 """Rotating MNIST: sequences of a handwritten "3" rotated through a full turn.
 
-The paper (Corbett & Kangin, ICLR 2022, sec. RotatingMNISTExperiments) uses
+The paper (Corbett & Kangin, ICLR 2022, section 4.1.1) uses
 ``rot-mnist-3s.mat`` of Yildiz et al. (ODE2VAE): 1042 sequences of 16 rotations of MNIST
 digits "3", the first 500 for training. That file is not redistributable here, so
 :func:`rotating_mnist` rebuilds the same kind of data from the 500 real MNIST "3"s that

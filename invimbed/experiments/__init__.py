@@ -9,10 +9,10 @@ Run one from the command line::
 or from Python with :func:`run`. ``NAME`` is one of :data:`EXPERIMENTS`:
 
 ========================  ==========================================================
-``rotating-mnist``        Table MSE_rotatingMNIST: latent InImNet, p_min -1..-4, n 2, 3
-``bouncing-balls``        fig:bballs1: latent InImNet, p_min -1..-3, 3-layer MLP
-``bouncing-balls-conv``   fig:bballs1_conv: convolutional InImNet layers in pixel space
-``extrapolation``         sec. app-extra: shared Phi, outputs at p = 0..-8
+``rotating-mnist``        Table 1: latent InImNet, p_min -1..-4, n 2, 3
+``bouncing-balls``        Figure 4: latent InImNet, p_min -1..-3, 3-layer MLP
+``bouncing-balls-conv``   Figure 8: convolutional InImNet layers in pixel space
+``extrapolation``         Appendix F.3: shared Phi, outputs at p = 0..-8
 ``latent-ode-baseline``   the same autoencoders with torchdiffeq odeint_adjoint (dopri5)
 ========================  ==========================================================
 

@@ -1,10 +1,10 @@
-"""``python -m invimbed.experiments bouncing-balls-conv``: the paper's fig:bballs1_conv.
+"""``python -m invimbed.experiments bouncing-balls-conv``: the paper's Figure 8.
 
 Every InImNet layer is the fully convolutional autoencoder of the appendix
 (BBConvHypSubsection, final sigmoid omitted) acting in pixel space on 4 channels (the
 first 3 frames and a channel filled with the time), the Jacobians on the flattened
 4096-vector, matrix-free; the prediction is the output's first channel at ``p_min``.
-Table Hyp_BB2_conv: Adam 1e-3 constant, batch 2, 20 epochs; ``p_min`` in -1..-3.
+Table Table 4: Adam 1e-3 constant, batch 2, 20 epochs; ``p_min`` in -1..-3.
 ``--frames-per-step K`` trains each step on K random frames of each sequence instead of
 all 20 (a reduction for CPUs; the paper uses all).
 """
@@ -25,7 +25,7 @@ PAPER = dict(n_train=10_000, n_test=500, epochs=20, batch_size=2, lr=1e-3, decay
 QUICK = dict(n_train=4, n_test=2, epochs=2, batch_size=2, p_min=[-1], seeds=[0],
              frames_per_step=2, eval_batch_size=2, n_filt=4)
 
-#: fig:bballs1_conv of the paper: p_min -> MSE (Google Colab GPU, 20 epochs).
+#: Figure 8 of the paper: p_min -> MSE (Google Colab GPU, 20 epochs).
 PAPER_TABLE = {
     "conv-inimnet-p-1": [0.0140, None, None], "conv-inimnet-p-2": [0.0123, None, None],
     "conv-inimnet-p-3": [0.0122, None, None], "vialard-shooting": [0.0146, None, None],

@@ -1,4 +1,4 @@
-"""``python -m invimbed.experiments extrapolation``: the paper's sec. app-extra.
+"""``python -m invimbed.experiments extrapolation``: the paper's Appendix F.3.
 
 One ``Phi`` shared by every layer (``InImNet(shared=True)``), trained on the output at
 ``p_min`` = -4 (rotating MNIST) and -3 (bouncing balls) with the hyperparameters of the

@@ -1,10 +1,10 @@
-"""``python -m invimbed.experiments rotating-mnist``: the paper's Table MSE_rotatingMNIST.
+"""``python -m invimbed.experiments rotating-mnist``: the paper's Table 1.
 
 The autoencoder of the appendix (ODE2VAE's, 16 base filters) with an InImNet on the
 20-d latent state with the time appended; trained on the output at ``p_min`` with the
 evaluation protocol of :mod:`invimbed.data` (5th frame and 3 random frames per sequence
 out of the loss), scored by the test MSE at the 5th frame. Hyperparameters: Table
-Hyp_rotatingMNIST (Adam 1e-3, batch 25, halved every 30 epochs, 500 epochs, dropout 0.3,
+Table 2 (Adam 1e-3, batch 25, halved every 30 epochs, 500 epochs, dropout 0.3,
 inflation 2), ``p_min`` in -1..-4, MLPs of 2 and 3 layers, 10 seeds; the nested
 Jacobians by eq. (21), as the paper's experiments used.
 """
@@ -24,7 +24,7 @@ PAPER = dict(n_train=400, n_test=None, epochs=500, batch_size=25, lr=1e-3, decay
 QUICK = dict(n_train=8, n_test=4, epochs=2, batch_size=4, p_min=[-2], layers=[2], seeds=[0],
              eval_batch_size=4, n_filt=4, frames_per_step=4)
 
-#: Table MSE_rotatingMNIST of the paper: (p_min, n) -> (MSE, std, seconds per epoch),
+#: Table 1 of the paper: (p_min, n) -> (MSE, std, seconds per epoch),
 #: Google Colab GPU, 10 seeds, 500 epochs, rot-mnist-3s.mat.
 PAPER_TABLE = {
     "inimnet-p-1-n2": [0.0156, 0.0008, 3.3459], "inimnet-p-2-n2": [0.0130, 0.0005, 4.1624],

@@ -32,8 +32,6 @@ Contract for implementers of a provider
 
 from __future__ import annotations
 
-from functools import lru_cache
-from itertools import permutations
 from typing import Any
 
 import numpy as np
@@ -185,24 +183,6 @@ def _row_times(t: Any, B: int) -> float | np.ndarray:
     if B == 0 or np.all(arr == arr[0]):
         return float(arr[0]) if B else 0.0
     return arr
-
-
-def symmetrize(tensor: np.ndarray, k: int) -> np.ndarray:
-    """Average ``tensor`` over all permutations of its last ``k`` axes."""
-    if k < 2:
-        return tensor
-    perms = _axis_permutations(tensor.ndim, k)
-    acc = np.transpose(tensor, perms[0]).copy()
-    for perm in perms[1:]:
-        acc += np.transpose(tensor, perm)
-    acc /= len(perms)
-    return acc
-
-
-@lru_cache(maxsize=None)
-def _axis_permutations(ndim: int, k: int) -> list[tuple[int, ...]]:
-    lead = tuple(range(ndim - k))
-    return [lead + perm for perm in permutations(range(ndim - k, ndim))]
 
 
 def parse_key(key: Any) -> tuple[str, int, int]:

@@ -252,21 +252,6 @@ def compose_split(coef: np.ndarray, psi_monomials: np.ndarray, n: int, m: int,
     return out.reshape(lead + (nc,))
 
 
-def compose(coef: np.ndarray, inner: np.ndarray, n: int, order: int) -> np.ndarray:
-    """Substitute polynomials into a polynomial: ``g(u(delta))`` truncated at ``order``.
-
-    ``coef`` (B, *out, C(m + order, order)) are the coefficients of ``g`` in ``m``
-    variables ``u``; ``inner`` (B, m, C(n + order, order)) gives each ``u_j(delta)`` as a
-    polynomial in ``n`` variables *without constant term* (``g`` is expanded around
-    ``u(0)``). Returns (B, *out, C(n + order, order)).
-    """
-    B, m, nc = inner.shape
-    U = monomials(inner, n, order)
-    lead = coef.shape[:-1]
-    c2 = coef[..., :U.shape[1]].reshape(B, -1, U.shape[1])
-    return np.matmul(c2, U).reshape(lead + (nc,))
-
-
 @lru_cache(maxsize=None)
 def joint_positions(n: int, m: int, order: int) -> tuple:
     """For each multi-index in ``n + m`` variables (``z`` then ``theta``) of degree <=
