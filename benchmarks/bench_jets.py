@@ -1,4 +1,4 @@
-"""Cost of a jet sweep against the jet order K and the state size N (issue 3, section 4).
+"""Cost of a jet sweep against the jet order K and the state size N.
 
 Problem: a chain of ``n`` pendulums, each coupled to its neighbours by a spring and
 driven by its own constant torque, written once in sympy (``invimbed.from_sympy``:

@@ -1,6 +1,6 @@
 """LQR: the imbedding sweep against the Riccati ODE and the algebraic Riccati equation.
 
-Problem (issue 4, section 6): a chain of ``n`` unit masses joined by unit springs, with
+Problem: a chain of ``n`` unit masses joined by unit springs, with
 light damping, pushed by forces on the first and the last mass,
 
     z = (positions, velocities)  (N = 2 n),   u: M = 1 (n = 1) or 2 forces,
