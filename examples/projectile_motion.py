@@ -102,7 +102,8 @@ def train(label: str, n_depths: int, n_samples: int, optimizer: str, epochs: int
 
     res = fit_endpoint_dynamics(MODEL, W0, x, depths, y, q=Q, optimizer=optimizer,
                                 learning_rate=lr, epochs=epochs, callback=callback,
-                                options={"ftol": 1e-14}, **TRAIN_SOLVE)
+                                options={"ftol": 1e-14} if optimizer == "L-BFGS-B" else None,
+                                **TRAIN_SOLVE)
     elapsed = time.process_time() - t0 - spent[0]
     rows.append({"label": label, "depths": n_depths, "samples": n_samples,
                  "optimizer": optimizer, "epochs": res.nit, "loss": res.fun, "time": elapsed,
