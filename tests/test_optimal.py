@@ -9,6 +9,7 @@ from scipy.linalg import solve_continuous_are
 
 import invimbed
 from invimbed import solve_optimal
+from invimbed._control.sweep import OptimalityError
 from problems import lq_problem
 
 
@@ -299,7 +300,7 @@ def test_riccati_path_with_affine_terms_equals_the_jet_sweep():
 
 def test_linear_quadratic_detection():
     from invimbed._control.riccati import detect_lq
-    from invimbed._core.setup import prepare
+    from invimbed._core.arguments import prepare
 
     def detected(pb, M=1, N=1):
         setup = prepare(pb, np.ones(N), [-1.0], invimbed.Constant(np.zeros(M)), "RK45",
@@ -386,3 +387,130 @@ def test_tol_runs_the_ratio_test_of_the_feedback_series():
     with pytest.raises(ValueError, match="`tol` needs"):
         solve_optimal(cubic_decay(), [1.2], [-0.5], n_controls=1, tol=0.05,
                       estimate_error=False)
+
+
+# -- an OptimalityError keeps the depths already reached -----------------------------------
+def convex_until_ln2():
+    """dz/dt = z - u^2/2, R = u^2/2, T = z/2: the costate is Lam = e^s / 2 (s = q - p), so
+    the theta-Hessian of the Hamiltonian, 1 - Lam, is positive until s = ln 2, with the
+    optimal u = 0 and V = x e^s / 2 there; beyond it there is no minimiser."""
+    return invimbed.from_sympy(t_, [z_], [u_], [z_ - u_ ** 2 / 2], u_ ** 2 / 2, z_ / 2)
+
+
+@pytest.mark.parametrize("method, step", [("RK45", None), ("rk4", 0.01)])
+def test_optimality_error_keeps_the_depths_already_reached(method, step):
+    depths = np.array([-0.2, -0.5, -1.0])
+    res = solve_optimal(convex_until_ln2(), [[1.0], [2.0]], depths, n_controls=1,
+                        method=method, step=step, rtol=1e-10, atol=1e-12)
+    assert not res.success and res.status == -1
+    assert "not strictly convex" in res.message and "depth p = " in res.message
+    exc = res.optimality_error
+    assert isinstance(exc, OptimalityError)
+    assert isinstance(exc, ArithmeticError)
+    assert exc.p <= -np.log(2.0) and str(exc).endswith(f"at depth p = {exc.p:.10g}")
+    # the depths reached before the failure keep their fields, in the result and on the
+    # exception; the one beyond is NaN
+    np.testing.assert_array_equal(exc.depths, [-0.2, -0.5])
+    V = 0.5 * np.exp(-depths[:2, None]) * np.array([1.0, 2.0])
+    np.testing.assert_allclose(res.value[:2], V, rtol=1e-7)
+    np.testing.assert_allclose(res.feedback[:2], 0.0, atol=1e-9)
+    assert np.all(np.isnan(res.value[2])) and np.all(np.isnan(res.z[2]))
+    assert set(exc.fields) == {"z", "value", "adjoint", "feedback", "feedback_jacobian",
+                               "depth_grad"}
+    for k, v in exc.fields.items():
+        np.testing.assert_array_equal(v, res[k][:2])
+    ok = solve_optimal(convex_until_ln2(), [1.0], [-0.5], n_controls=1)
+    assert ok.success and ok.optimality_error is None
+
+
+def test_optimality_error_of_the_riccati_path_keeps_the_depths_reached():
+    """R = (z^2 + (1 + t) u^2) / 2 with q = 0 is convex in u only for t > -1: the Riccati
+    sweep (time-varying LQ) stops there and keeps p = -0.5, where the jet sweep agrees.
+    (The control does not act on dz/dt = z, so nothing blows up before t = -1.)"""
+    pb = invimbed.from_sympy(t_, [z_], [u_], [z_], (z_ ** 2 + (1 + t_) * u_ ** 2) / 2,
+                             z_ ** 2 / 2)
+    kw = dict(n_controls=1, rtol=1e-10, atol=1e-12)
+    ric = solve_optimal(pb, [1.0], [-0.5, -2.0], **kw)
+    assert ric.linear_quadratic and not ric.success and "not strictly convex" in ric.message
+    assert ric.optimality_error.p <= -1.0
+    np.testing.assert_array_equal(ric.optimality_error.depths, [-0.5])
+    jet = solve_optimal(pb, [1.0], [-0.5], linear_quadratic=False, **kw)
+    np.testing.assert_allclose(ric.value[0], jet.value[0], rtol=1e-8)
+    assert np.isnan(ric.value[1])
+
+
+# -- argument validation ---------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(rtol="1e-6"), TypeError, "`rtol`"),
+    (dict(atol=-1.0), ValueError, "`atol`"),
+    (dict(estimate_error="no"), TypeError, "`estimate_error`"),
+    (dict(control_affine=1), TypeError, "`control_affine`"),
+    (dict(linear_quadratic="yes"), TypeError, "`linear_quadratic`"),
+    (dict(order=1.5), TypeError, "`order`"),
+    (dict(order=0), ValueError, "`order`"),
+    (dict(n_controls=1.0), TypeError, "`n_controls`"),
+    (dict(n_controls=0), ValueError, "`n_controls`"),
+    (dict(newton_tol=-1.0), ValueError, "`newton_tol`"),
+    (dict(newton_tol="tight"), TypeError, "`newton_tol`"),
+    (dict(max_newton=0), ValueError, "`max_newton`"),
+    (dict(theta0=[[0.0]]), ValueError, "`theta0`"),
+    (dict(theta0=[np.nan]), ValueError, "`theta0`"),
+    (dict(control_bounds=[[np.nan, 1.0]]), ValueError, "`control_bounds`"),
+    (dict(method="disc"), ValueError, "`method`"),
+    (dict(method="rk5"), ValueError, "`method`"),
+    (dict(first_step="0.1"), TypeError, "`first_step`"),
+    (dict(max_step=0.0), ValueError, "`max_step`"),
+    (dict(max_steps=2.5), TypeError, "`max_steps`"),
+    (dict(max_steps=0), ValueError, "`max_steps`"),
+    # keywords solve_ivp would have swallowed with only a warning
+    (dict(rtoll=1e-6), TypeError, r"'rtoll' \(did you mean 'rtol'\?\)"),
+    (dict(atoll=1e-9), TypeError, "'atoll'"),
+    (dict(dense_output=True), TypeError, "'dense_output'"),
+    (dict(control=invimbed.Constant([0.0])), TypeError, "`control` is not an argument"),
+])
+def test_solve_optimal_argument_errors_name_the_argument(kwargs, error, match):
+    kwargs.setdefault("n_controls", 1)
+    with pytest.raises(error, match=match):
+        solve_optimal(quartic_terminal(), [1.0], [-0.5], **kwargs)
+
+
+def test_solve_optimal_state_errors_name_x():
+    with pytest.raises(TypeError, match="`x`"):
+        solve_optimal(quartic_terminal(), [1.0 + 1.0j], [-0.5], n_controls=1)
+    with pytest.raises(ValueError, match="`depths`"):
+        solve_optimal(quartic_terminal(), [1.0], [-0.5, -0.5], n_controls=1)
+
+
+def test_solve_optimal_passes_the_integrator_options_on():
+    pb = quartic_terminal()
+    res = solve_optimal(pb, [1.0], [-0.5], n_controls=1, max_steps=2)
+    assert not res.success and "max_steps = 2" in res.message
+    ref = solve_optimal(pb, [1.0], [-0.5], n_controls=1)
+    capped = solve_optimal(pb, [1.0], [-0.5], n_controls=1, max_step=0.01, first_step=1e-3)
+    assert capped.success and capped.nfev > ref.nfev
+    np.testing.assert_allclose(capped.value, ref.value, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(rtoll=1e-6), TypeError, "'rtoll'"),
+    (dict(closure="jet"), TypeError, "'closure'"),     # not a setting of the policy's sweep
+    (dict(rtol="1e-6"), TypeError, "`rtol`"),
+    (dict(n_controls=0), ValueError, "`n_controls`"),
+    (dict(n_controls=1.0), TypeError, "`n_controls`"),
+    (dict(method="disc"), ValueError, "`method`"),
+])
+def test_optimality_residual_of_a_policy_argument_errors(kwargs, error, match):
+    kwargs.setdefault("n_controls", 1)
+    with pytest.raises(error, match=match):
+        invimbed.optimality_residual(quartic_terminal(), [1.0], [-0.5],
+                                     lambda p, x: np.zeros((x.shape[0], 1)), **kwargs)
+
+
+def test_optimality_residual_argument_errors():
+    pb = quartic_terminal()
+    with pytest.raises(TypeError, match="`control`"):
+        invimbed.optimality_residual(pb, [1.0], [-0.5], 3.0)
+    with pytest.raises(ValueError, match="`n_controls`"):
+        invimbed.optimality_residual(pb, [1.0], [-0.5], lambda p, x: x)
+    with pytest.raises(TypeError, match="'rtoll'"):
+        invimbed.optimality_residual(pb, [1.0], [-0.5], invimbed.Constant([0.0]), rtoll=1e-6)

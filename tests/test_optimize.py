@@ -9,7 +9,7 @@ from scipy.optimize import Bounds, brentq
 
 import invimbed
 from invimbed import BolzaProblem, Constant, PiecewiseConstant
-from invimbed._control.optimize import optimal_depth, optimize_control
+from invimbed import optimal_depth, optimize_control
 from problems import brute_force, lq_problem, pendulum_functions, piecewise_theta
 
 # -- an LQ problem with a piecewise-constant control -----------------------------------
@@ -447,3 +447,35 @@ def test_optimal_depth_accepts_sweep_settings_but_says_they_are_not_used():
     assert res.success
     assert any(w.startswith("closure, order") and "not used" in w for w in res.warnings)
     assert "not used" in res.message
+
+
+# -- argument validation: types, and keywords that would have vanished ----------------------
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(p="0.5"), TypeError, "`p`"),
+    (dict(p=np.nan), ValueError, "`p`"),
+    (dict(progress="yes"), TypeError, "`progress`"),
+    (dict(trajectory_points=2.5), TypeError, "`trajectory_points`"),
+    (dict(method="bogus"), ValueError, "`method`"),
+    (dict(method=3), TypeError, "`method`"),
+    (dict(gradient=None), ValueError, "`gradient`"),
+    (dict(rtol="1e-6"), TypeError, "`rtol`"),
+    (dict(atol=0.0), ValueError, "`atol`"),
+    (dict(rtoll=1e-6), TypeError, r"'rtoll' \(did you mean 'rtol'\?\)"),
+])
+def test_optimize_control_argument_errors_name_the_argument(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        optimize_control(lq(), [1.0, 0.0], PiecewiseConstant(KNOTS, np.zeros(K)), **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(n=2.5), TypeError, "`n`"),
+    (dict(xtol=-1.0), ValueError, "`xtol`"),
+    (dict(xtol="small"), TypeError, "`xtol`"),
+    (dict(rtol="1e-6"), TypeError, "`rtol`"),
+    (dict(atoll=1e-9), TypeError, r"'atoll' \(did you mean 'atol'\?\)"),
+    (dict(p_range=(-1.0, np.inf)), ValueError, "`p_range`"),
+])
+def test_optimal_depth_argument_errors_name_the_argument(kwargs, error, match):
+    p_range = kwargs.pop("p_range", (-1.0, 0.0))
+    with pytest.raises(error, match=match):
+        optimal_depth(growth_problem(), [1.0], p_range, **kwargs)

@@ -1,107 +1,43 @@
-"""Direct optimisation of open-loop controls and of the depth (docs: Optimisation).
+"""`optimize_control`: direct optimisation of an open-loop control (docs/optimization.md).
 
-Two drivers built on the public solvers only:
-
-* `optimize_control` minimises the exact ``J(w; p, x)`` over the parameters ``w`` of an
-  open-loop control with ``scipy.optimize.minimize``. The objective and the reported
-  ``fun`` always come from `solve_adjoint` (the ensemble, exact to the tolerances); the
-  gradient ``dJ/dw`` comes from the same exact solve (``gradient="adjoint"``, default) or
-  from one imbedding sweep (``gradient="imbedding"``, eq. (32)), whose accuracy
-  is then estimated at the solution and reported.
-* `optimal_depth` evaluates ``J(p, x)`` and the exact depth gradient
-  ``dJ/dp = -(Lam . Phi + R)`` on a grid of depths with one ensemble solve and refines
-  every bracketed minimum, all brackets at once, with one ensemble solve per iteration
-  (docs/theory.md, "The imbedded fields"; the paper's "optimal depth" remark after eq. (34)).
+`optimize_control` minimises the exact ``J(w; p, x)`` over the parameters ``w`` of an
+open-loop control with ``scipy.optimize.minimize``. The objective and the reported
+``fun`` always come from `solve_adjoint` (the ensemble, exact to the tolerances); the
+gradient ``dJ/dw`` comes from the same exact solve (``gradient="adjoint"``, default) or
+from one imbedding sweep (``gradient="imbedding"``, eq. (32)), whose accuracy is then
+estimated at the solution and reported. Its companion for the depth is
+`invimbed._control.depth.optimal_depth`.
 """
 
 from __future__ import annotations
 
 import inspect
-import sys
 from typing import Any, Callable
 
 import numpy as np
 from scipy.integrate import solve_ivp
 from scipy.optimize import Bounds, OptimizeResult, minimize
 
-from .._progress import ProgressBar
 from .._core.adjoint import solve_adjoint
 from .._core.controls import OpenLoopControl
 from .._core.derivatives import DerivativeOrderError
 from .._core.imbedding import solve_imbedding
-from .._core.integrators import SCIPY_METHODS
 from .._core.problem import BolzaProblem
-from .._core.validation import as_float_array, as_state, describe
+from .._core.validation import as_bool, as_int, as_real, as_state, check_choice, describe
+from .._progress import ProgressBar
+from .options import SolverFailure, split_solve_kwargs
 
 #: ``scipy.optimize.minimize`` methods that use no gradient (``jac`` is not passed).
 GRADIENT_FREE = ("nelder-mead", "powell", "cobyla", "cobyqa")
 #: Methods that accept ``bounds``.
 BOUNDED = ("nelder-mead", "l-bfgs-b", "tnc", "slsqp", "powell", "trust-constr", "cobyla",
            "cobyqa")
-#: Solver keywords passed to both the exact solve (`solve_adjoint`) and the sweep.
-SHARED_OPTIONS = ("rtol", "atol", "first_step", "max_step", "backend")
-#: Solver keywords of the exact solve only.
-EXACT_OPTIONS = ("max_steps", "strategy")
-#: Solver keywords of the imbedding sweep only (`solve_imbedding`).
-SWEEP_OPTIONS = ("closure", "order", "estimate_error", "difference", "delta", "step")
-#: Backends that run the sweep only (`solve_adjoint` runs ``"numpy"`` and ``"numba"``).
-SWEEP_BACKENDS = ("cupy",)
+#: The methods of ``scipy.optimize.minimize`` (any case).
+MINIMIZE_METHODS = ("nelder-mead", "powell", "cg", "bfgs", "newton-cg", "l-bfgs-b", "tnc",
+                    "cobyla", "cobyqa", "slsqp", "trust-constr", "dogleg", "trust-ncg",
+                    "trust-exact", "trust-krylov")
 #: The default tolerance of the exact solve, against which gradient errors are judged.
 DEFAULT_RTOL = float(inspect.signature(solve_adjoint).parameters["rtol"].default)
-
-
-class _SolverFailure(RuntimeError):
-    """A solve inside the objective did not succeed (turned into ``success=False``)."""
-
-
-def split_solve_kwargs(kwargs: dict, caller: str, method_key: str
-                       ) -> tuple[dict, dict, list[str]]:
-    """Split a driver's solver keywords into those of `solve_adjoint` and of
-    `solve_imbedding`.
-
-    Returns ``(exact, sweep, sweep_only)``: the keywords of the exact solve, those of the
-    sweep, and the names of the given settings that only the sweep uses (an integrator
-    that `solve_adjoint` does not run, such as a fixed-step ``"rk4"``, is one of them;
-    the exact solve then keeps its default ``"RK45"``). Unknown keywords raise
-    ``TypeError`` naming them.
-    """
-    known = (method_key,) + SHARED_OPTIONS + EXACT_OPTIONS + SWEEP_OPTIONS
-    unknown = [k for k in kwargs if k not in known]
-    if unknown:
-        raise TypeError(f"{caller}() got unexpected keyword argument(s) "
-                        f"{', '.join(map(repr, unknown))}; the solver keywords are "
-                        f"{', '.join(map(repr, known))}")
-    exact: dict[str, Any] = {}
-    sweep: dict[str, Any] = {}
-    sweep_only: list[str] = []
-    for key, value in kwargs.items():
-        if key == method_key:
-            sweep["method"] = value
-            if isinstance(value, str) and value not in SCIPY_METHODS and \
-                    value in _sweep_methods():
-                sweep_only.append(f"{key}={value!r}")
-            else:
-                exact["method"] = value
-        elif key == "backend":
-            sweep[key] = value
-            if value in SWEEP_BACKENDS:
-                sweep_only.append(f"backend={value!r}")
-            else:                               # solve_adjoint validates it
-                exact[key] = value
-        elif key in SHARED_OPTIONS:
-            exact[key] = sweep[key] = value
-        elif key in EXACT_OPTIONS:
-            exact[key] = value
-        else:
-            sweep[key] = value
-            sweep_only.append(key)
-    return exact, sweep, sweep_only
-
-
-def _sweep_methods() -> tuple[str, ...]:
-    from .._core.setup import ALL_METHODS
-
-    return tuple(ALL_METHODS)
 
 
 def _mean_grad(param_grad: np.ndarray, n_params: int) -> np.ndarray:
@@ -109,9 +45,6 @@ def _mean_grad(param_grad: np.ndarray, n_params: int) -> np.ndarray:
     return np.mean(np.reshape(param_grad, (-1, n_params)), axis=0)
 
 
-# ---------------------------------------------------------------------------------------
-# optimize_control
-# ---------------------------------------------------------------------------------------
 def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
                      p: float | None = None, gradient: str = "adjoint",
                      method: str | Callable = "L-BFGS-B", bounds: Any = None,
@@ -236,22 +169,27 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
                         f"Control) whose parameters are optimised, but got {describe(control)}")
     if control.n_params == 0:
         raise ValueError("`control` has no parameters to optimise (n_params = 0)")
-    if gradient not in ("adjoint", "imbedding"):
-        raise ValueError(f"`gradient` must be 'adjoint' or 'imbedding', but got {gradient!r}")
+    check_choice(gradient, "gradient", ("adjoint", "imbedding"))
     if not (isinstance(method, str) or callable(method)):
         raise TypeError(f"`method` must be a scipy.optimize.minimize method name or a "
                         f"callable, but got {describe(method)}")
+    if isinstance(method, str) and method.lower() not in MINIMIZE_METHODS:
+        raise ValueError(f"`method` must be a scipy.optimize.minimize method (one of "
+                         f"{', '.join(map(repr, MINIMIZE_METHODS))}, any case) or a callable, "
+                         f"but got {method!r}")
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"`options` must be a dict, but got {describe(options)}")
     if callback is not None and not callable(callback):
         raise TypeError(f"`callback` must be callable, but got {describe(callback)}")
-    if not isinstance(trajectory_points, (int, np.integer)) or trajectory_points < 2:
-        raise ValueError(f"`trajectory_points` must be an integer >= 2, but got "
-                         f"{describe(trajectory_points)}")
+    trajectory_points = as_int(trajectory_points, "trajectory_points", minimum=2)
+    progress = as_bool(progress, "progress")
     exact_kw, sweep_kw, sweep_only = split_solve_kwargs(solve_kwargs, "optimize_control",
                                                         "solver_method")
+    for key in ("rtol", "atol"):    # read here too (the error scale, the trajectory)
+        if key in solve_kwargs:
+            as_real(solve_kwargs[key], key, positive=True)
     xb, batched = as_state(x, None, "x")
-    p = _default_depth(problem, control) if p is None else _as_depth(p, problem.q, "p")
+    p = _default_depth(problem, control) if p is None else as_real(p, "p")
     if p >= problem.q:
         raise ValueError(f"`p` must be < q = {problem.q} (at p = q the loss does not depend "
                          f"on the control), but got p = {p}")
@@ -291,7 +229,7 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
                 warnings.append(note)
         if not res.success:
             state["failure"] = (w.copy(), "exact solve (solve_adjoint)", res.message)
-            raise _SolverFailure(res.message)
+            raise SolverFailure(res.message)
         return float(np.mean(res.value[0])), _mean_grad(res.param_grad[0], n_w)
 
     def sweep_solve(w: np.ndarray, **extra: Any):
@@ -303,7 +241,7 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
         # through `gradient_error`; only a failed integration stops the optimiser
         if not res.success and res.status != -2:
             state["failure"] = (w.copy(), "imbedding sweep (solve_imbedding)", res.message)
-            raise _SolverFailure(res.message)
+            raise SolverFailure(res.message)
         return res
 
     def evaluate(w: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
@@ -354,7 +292,7 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
         # `fun` is the exact J at the returned x (a cache hit unless the method returned
         # a point it did not evaluate last)
         final = evaluate(np.asarray(res.x, dtype=float))
-    except _SolverFailure:
+    except SolverFailure:
         w_fail, which, msg = state["failure"]
         good = state["last_good"]
         w_best = good[0] if good is not None else w0
@@ -387,7 +325,7 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
             except DerivativeOrderError as exc:
                 warnings.append(f"the imbedding gradient's error could not be estimated "
                                 f"({exc}): it is not known to be exact")
-            except _SolverFailure as exc:
+            except SolverFailure as exc:
                 warnings.append(f"the imbedding gradient's error could not be estimated "
                                 f"(the check sweep failed: {exc}): it is not known to be exact")
             else:
@@ -470,16 +408,6 @@ def _default_depth(problem: BolzaProblem, control: OpenLoopControl) -> float:
     return problem.q - 1.0
 
 
-def _as_depth(p: Any, q: float, name: str) -> float:
-    try:
-        value = float(p)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`{name}` must be a real number, but got {describe(p)}") from exc
-    if not np.isfinite(value):
-        raise ValueError(f"`{name}` must be finite, but got {p!r}")
-    return value
-
-
 def _as_bounds(bounds: Any, n: int) -> Bounds | None:
     """Normalise ``bounds`` to ``scipy.optimize.Bounds`` (or None), checking feasibility."""
     if bounds is None:
@@ -511,279 +439,3 @@ def _as_bounds(bounds: Any, n: int) -> Bounds | None:
         raise ValueError(f"`bounds` are infeasible: low > high for parameter {i} "
                          f"({lb[i]} > {ub[i]})")
     return Bounds(np.array(lb, dtype=float), np.array(ub, dtype=float))
-
-
-# ---------------------------------------------------------------------------------------
-# optimal_depth
-# ---------------------------------------------------------------------------------------
-class DepthResult(OptimizeResult):
-    """Result of `optimal_depth`: a dict with attribute access and a `plot` method.
-
-    Attributes
-    ----------
-    p : float
-        The depth minimising ``J(p, x)`` over the range.
-    value : float
-        The exact ``J`` at ``p`` (the mean over a batch of inputs), from `solve_adjoint`.
-    depth_grad : float
-        The exact ``dJ/dp`` at ``p`` (about 0 at an interior minimum).
-    interior : bool
-        Whether ``p`` is a stationary point inside the range (rather than an end).
-    candidates, candidate_values : ndarray
-        Every local minimiser found (refined interior roots of ``dJ/dp`` and the ends
-        where ``J`` increases into the range), in increasing ``p``, and ``J`` there.
-    grid, grid_value, grid_depth_grad : ndarray, shape (n,)
-        The depth grid of the sweep and ``J``, ``dJ/dp`` on it.
-    nfev : int
-        Right-hand-side evaluations of all the solves; ``nsolve`` the number of solves.
-    warnings : list of str
-        Settings that were not used and the exact solver's own notes.
-    success, message
-    """
-
-    def plot(self, ax: Any = None) -> Any:
-        """Plot ``J`` and ``dJ/dp`` against ``p`` and mark the optimal depth.
-
-        Parameters
-        ----------
-        ax : matplotlib Axes or a pair of them, optional
-            ``None``: a new figure with two panels (``J`` above, ``dJ/dp`` below). One
-            Axes: ``J`` on it and ``dJ/dp`` on a twin y axis. A pair: one each.
-
-        Returns
-        -------
-        tuple of Axes
-            ``(ax_value, ax_depth_grad)``.
-        """
-        import matplotlib.pyplot as plt  # lazy: matplotlib is optional
-
-        if ax is None:
-            _, (ax_v, ax_g) = plt.subplots(2, 1, sharex=True, figsize=(6, 5))
-        elif isinstance(ax, (tuple, list, np.ndarray)):
-            ax_v, ax_g = ax[0], ax[1]
-        else:
-            ax_v, ax_g = ax, ax.twinx()
-        ax_v.plot(self.grid, self.grid_value, "-", color="C0", label="J(p, x)")
-        ax_g.plot(self.grid, self.grid_depth_grad, "--", color="C1", label="dJ/dp")
-        ax_g.axhline(0.0, color="0.6", lw=0.8)
-        for a in (ax_v, ax_g):
-            a.axvline(self.p, color="C3", lw=0.8, ls=":")
-        others = np.asarray(self.candidates) != self.p
-        if np.any(others):
-            ax_v.plot(np.asarray(self.candidates)[others],
-                      np.asarray(self.candidate_values)[others], "o", mfc="none", color="C3",
-                      label="other local minima")
-        ax_v.plot([self.p], [self.value], "o", color="C3",
-                  label=f"optimal depth p = {self.p:.6g}")
-        ax_v.set_ylabel("J(p, x)")
-        ax_g.set_ylabel("dJ/dp")
-        ax_g.set_xlabel("depth p")
-        ax_v.legend(loc="best")
-        return ax_v, ax_g
-
-
-def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any = None,
-                  n: int = 101, xtol: float = 1e-12, **solve_kwargs: Any) -> DepthResult:
-    r"""Locate the depth ``p`` in ``p_range`` that minimises ``J(p, x)``.
-
-    ``J(p_i, x)`` and the exact depth gradient ``dJ/dp = -(Lam . Phi + R)`` (docs/theory.md,
-    "The depth gradient") come from `solve_adjoint` (the ensemble: every depth and input one row of
-    a single exact solve, to ``rtol``/``atol``), first on a grid of ``n`` depths. Every
-    sign change of ``dJ/dp`` from negative to positive brackets a local minimum; all
-    brackets are refined together on ``dJ/dp`` (regula falsi with the Illinois
-    modification and a bisection safeguard), each iteration one ensemble solve at the
-    trial depths of every bracket. An end of the range is a candidate when ``J``
-    increases into the range from it (``dJ/dp > 0`` at the low end, ``< 0`` at the high
-    end), which is how a monotone ``J`` returns the grid end. The candidate with the
-    smallest ``J`` is returned. This is the paper's remark on the optimal depth of a
-    network (after eq. (34)), with the true depth gradient in place of the
-    paper's recursion.
-
-    Parameters
-    ----------
-    problem : BolzaProblem
-    x : array_like, shape (N,) or (B, N)
-        The input; for a batch ``J`` is the mean over the inputs.
-    p_range : (p_low, p_high)
-        The depths searched, ``p_low < p_high <= q``.
-    control : Constant, PiecewiseConstant, Control or None
-        The (fixed) open-loop control; it must cover ``[p_low, q]``.
-    n : int, default 101
-        Grid size. Minima narrower than the grid spacing can be missed.
-    xtol : float, default 1e-12
-        Absolute tolerance of the root refinement (scaled by ``max(1, |p|)``).
-    **solve_kwargs
-        Passed to `solve_adjoint`: ``method`` (the integrator), ``rtol``, ``atol``
-        (defaults ``1e-6``, ``1e-9``), ``first_step``, ``max_step``, ``max_steps``,
-        ``strategy``, ``backend``. Settings of the imbedding sweep (``closure``,
-        ``order``, ``estimate_error``, ``difference``, ``delta``, ``step``, a fixed-step
-        ``method``, ``backend="cupy"``) are accepted for compatibility but not used (the
-        values are exact), and the result's ``warnings`` says so. Any other keyword
-        raises ``TypeError`` naming it.
-
-    Returns
-    -------
-    DepthResult
-        ``p``, ``value``, ``depth_grad``, ``interior``, ``candidates``,
-        ``candidate_values``, ``grid``, ``grid_value``, ``grid_depth_grad``, ``nfev``,
-        ``nsolve``, ``success``, ``message``, ``warnings``, and ``plot(ax=None)``.
-
-    Notes
-    -----
-    At a jump of a piecewise-constant control ``dJ/dp`` is the derivative from above;
-    a minimum at a kink is then returned at the jump.
-
-    Examples
-    --------
-    >>> import numpy as np, invimbed
-    >>> problem = invimbed.BolzaProblem(lambda t, z, th: 0.7 * z,
-    ...                                 terminal_loss=lambda z: 0.5 * (z[0] - 2.0) ** 2)
-    >>> res = invimbed.optimal_depth(problem, [1.0], (-2.0, 0.0))
-    >>> round(res.p, 5), round(float(-np.log(2.0) / 0.7), 5)   # Z(p) = exp(-0.7 p) = 2
-    (-0.99021, -0.99021)
-    """
-    if not isinstance(problem, BolzaProblem):
-        raise TypeError(f"`problem` must be an invimbed.BolzaProblem, but got {describe(problem)}")
-    rng = as_float_array(p_range, "p_range")
-    if rng.shape != (2,) or not np.all(np.isfinite(rng)):
-        raise ValueError(f"`p_range` must be a pair (p_low, p_high) of finite depths, but got "
-                         f"{describe(p_range)}")
-    lo, hi = float(rng[0]), float(rng[1])
-    if not lo < hi:
-        raise ValueError(f"`p_range` must have p_low < p_high, but got ({lo}, {hi})")
-    if hi > problem.q:
-        raise ValueError(f"`p_range` must lie below q = {problem.q}, but p_high = {hi}")
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 2:
-        raise ValueError(f"`n` must be an integer >= 2, but got {describe(n)}")
-    exact_kw, _, sweep_only = split_solve_kwargs(solve_kwargs, "optimal_depth", "method")
-    warnings: list[str] = []
-    if sweep_only:
-        warnings.append(f"{', '.join(sweep_only)} (settings of the imbedding sweep) "
-                        f"{'was' if len(sweep_only) == 1 else 'were'} not used: J and dJ/dp "
-                        f"are computed exactly by solve_adjoint")
-    grid = np.linspace(lo, hi, int(n))
-    counts = {"nfev": 0, "nsolve": 0}
-
-    def at(depths: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
-        """Mean ``J`` and ``dJ/dp`` at increasing ``depths``, one ensemble solve."""
-        res = solve_adjoint(problem, x, depths, control=control, **exact_kw)
-        counts["nfev"] += int(res.nfev)
-        counts["nsolve"] += 1
-        for note in res.get("warnings", []):
-            if note not in warnings:
-                warnings.append(note)
-        return _batch_mean(res.value), _batch_mean(res.depth_grad), res
-
-    values, grads, sweep = at(grid)
-
-    def done(**fields: Any) -> DepthResult:
-        message = fields.pop("message")
-        if warnings:
-            message += f" Note: {'; '.join(map(str, warnings))}."
-        return DepthResult(grid=grid, grid_value=values, grid_depth_grad=grads,
-                           message=message, warnings=warnings, **fields, **counts)
-
-    if not sweep.success:
-        return done(p=np.nan, value=np.nan, depth_grad=np.nan, interior=False,
-                    candidates=np.empty(0), candidate_values=np.empty(0), success=False,
-                    status=-1, message=f"The exact solve over the grid failed: {sweep.message}")
-
-    def refine(depths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        vals, grs, res = at(depths)
-        if not res.success:
-            raise _SolverFailure(res.message)
-        return vals, grs
-
-    cands: list[tuple[float, float, float, bool]] = []   # (p, J, dJ/dp, interior)
-    if grads[0] > 0:
-        cands.append((lo, values[0], grads[0], False))
-    if grads[-1] < 0:
-        cands.append((hi, values[-1], grads[-1], False))
-    brackets = []
-    for j in range(n - 1):
-        g0, g1 = grads[j], grads[j + 1]
-        if g0 == 0.0 and j > 0 and grads[j - 1] < 0 <= g1:
-            cands.append((grid[j], values[j], 0.0, True))
-        elif g0 < 0 < g1:
-            brackets.append(j)
-    message = "Optimal depth found."
-    if brackets:
-        k = np.array(brackets)
-        try:
-            roots = _refine_minima(refine, grid[k], grid[k + 1], grads[k], grads[k + 1],
-                                   values[k], values[k + 1], xtol)
-            cands.extend((float(r), float(v), float(g), True) for r, v, g in zip(*roots))
-        except _SolverFailure as exc:
-            message = f"A refining solve failed ({exc}); the grid minimum is returned."
-            cands = []
-    if not cands:   # flat J, or a failure: fall back to the grid minimum
-        k = int(np.argmin(values))
-        cands = [(grid[k], values[k], grads[k], 0 < k < n - 1)]
-        if message == "Optimal depth found.":
-            message = "dJ/dp has no sign change and no end is a minimum; grid minimum returned."
-    cands.sort(key=lambda c: c[0])
-    best = min(cands, key=lambda c: c[1])
-    where = "inside the range" if best[3] else "at an end of the range (J monotone there)"
-    if message == "Optimal depth found.":
-        message = f"Optimal depth found {where}."
-    return done(p=float(best[0]), value=float(best[1]), depth_grad=float(best[2]),
-                interior=bool(best[3]), candidates=np.array([c[0] for c in cands]),
-                candidate_values=np.array([c[1] for c in cands]), success=True, status=0,
-                message=message)
-
-
-def _refine_minima(evaluate: Callable, a: np.ndarray, b: np.ndarray, ga: np.ndarray,
-                   gb: np.ndarray, va: np.ndarray, vb: np.ndarray, xtol: float,
-                   max_iter: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Roots of ``dJ/dp`` in disjoint increasing brackets ``[a_k, b_k]`` with
-    ``ga_k < 0 < gb_k``, all refined together.
-
-    Regula falsi with the Illinois modification (the function value kept at an end that
-    survives twice in a row is halved), and a bisection step whenever a bracket has not
-    halved in two iterations. ``evaluate(depths)`` returns ``(J, dJ/dp)`` at increasing
-    depths (one ensemble solve). Returns ``(p, J, dJ/dp)`` of each bracket's end with the
-    smaller ``|dJ/dp|`` once the bracket is narrower than ``xtol * max(1, |p|)``.
-    """
-    a, b, ga, gb, va, vb = (np.array(v, dtype=float) for v in (a, b, ga, gb, va, vb))
-    fa, fb = ga.copy(), gb.copy()                # Illinois-scaled values
-    side = np.zeros(a.size, dtype=int)           # -1: a replaced last, +1: b replaced last
-    bisect = np.zeros(a.size, dtype=bool)
-    w1 = w2 = np.full(a.size, np.inf)           # widths one and two iterations ago
-    for _ in range(max_iter):
-        mid = 0.5 * (a + b)
-        active = (b - a > xtol * np.maximum(1.0, np.abs(mid))) & (a < mid) & (mid < b)
-        if not np.any(active):
-            break
-        idx = np.flatnonzero(active)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            trial = b[idx] - fb[idx] * (b[idx] - a[idx]) / (fb[idx] - fa[idx])
-        ok = ~bisect[idx] & (trial > a[idx]) & (trial < b[idx])
-        trial = np.where(ok, trial, mid[idx])
-        v, g = evaluate(trial)
-        for i, t, vi, gi in zip(idx, trial, v, g):
-            if gi == 0.0:
-                a[i] = b[i] = t
-                ga[i] = gb[i] = 0.0
-                va[i] = vb[i] = vi
-                continue
-            if gi < 0:
-                a[i], ga[i], fa[i], va[i] = t, gi, gi, vi
-                if side[i] == -1:
-                    fb[i] *= 0.5
-                side[i] = -1
-            else:
-                b[i], gb[i], fb[i], vb[i] = t, gi, gi, vi
-                if side[i] == 1:
-                    fa[i] *= 0.5
-                side[i] = 1
-        width = b - a
-        bisect = width > 0.5 * w2
-        w2, w1 = w1, width
-    take_a = np.abs(ga) <= np.abs(gb)
-    return (np.where(take_a, a, b), np.where(take_a, va, vb), np.where(take_a, ga, gb))
-
-
-def _batch_mean(a: np.ndarray) -> np.ndarray:
-    """Mean over the batch axis of an (n,) or (n, B) array."""
-    a = np.asarray(a, dtype=float)
-    return a if a.ndim == 1 else a.mean(axis=1)

@@ -35,6 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from .._core.assembly import collect_results
+from .sweep import OptimalityError, failed_outcome, finish, integrate
+
 #: Relative mismatch between a function and its interpolated affine/quadratic model
 #: above which the problem is not linear-quadratic (or not control-affine).
 PROBE_RTOL = 1e-8
@@ -269,8 +272,6 @@ class RiccatiSweep:
         Ru = 0.5 * (m.Ru + m.Ru.T)
         eig = np.linalg.eigvalsh(Ru) if self.M else np.ones(1)
         if not np.all(eig > 0):
-            from .optimal import OptimalityError
-
             raise OptimalityError(
                 t, "the Hamiltonian R + Lam . f is not strictly convex in theta (smallest "
                 f"eigenvalue of its theta-Hessian {eig.min():.3g}); Theorem 3's condition has no "
@@ -331,31 +332,17 @@ class RiccatiSweep:
 
 def solve_riccati(setup, varying: bool, method: str, rtol: float, atol: float,
                   step: float | None, options: dict, estimate_error: bool) -> Any:
-    """The Riccati sweep of every depth at once; a result like `solve_optimal`'s."""
-    from .._core.integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
-    from .._core.integrators.common import Outcome
-    from .optimal import OptimalityError
-    from .._core.setup import collect_results
-
+    """The Riccati sweep of every depth at once; a result like `solve_optimal`'s (an
+    `OptimalityError` keeps the depths reached before it)."""
     prov = setup.provider
     N, M, B = prov.n_state, prov.n_theta, setup.x.shape[0]
     try:
         sweep = RiccatiSweep(prov, setup.q, varying)
-        y0 = sweep.initial_state()
-        if method in SCIPY_METHODS:
-            if step is not None:
-                options.setdefault("max_step", float(step))
-            outcome = integrate_scipy(sweep.rhs, y0, setup.q, setup.depths_desc, np.empty(0),
-                                      setup.piece_of, method=method, rtol=rtol, atol=atol,
-                                      **options)
-        else:
-            outcome = integrate_fixed(sweep.rhs, y0, setup.q, setup.depths_desc, np.empty(0),
-                                      setup.piece_of, method=method, step=step)
-    except OptimalityError as exc:
-        size = 2 * N * N + 2 * N + 1
-        outcome = Outcome(ys=np.full((setup.depths_desc.size, size), np.nan), success=False,
-                          message=f"Optimal feedback failed: {exc}.", failed_at=exc.p)
-        sweep = None
+    except OptimalityError as exc:      # not convex at q: no depth is reached
+        outcome = failed_outcome(setup, 2 * N * N + 2 * N + 1, exc)
+    else:
+        outcome = integrate(sweep.rhs, sweep.initial_state(), setup, method, rtol, atol, step,
+                            options)
 
     def per_depth(p: float, y: np.ndarray):
         fl = sweep.fields(p, y, setup.x)
@@ -365,5 +352,4 @@ def solve_riccati(setup, varying: bool, method: str, rtol: float, atol: float,
               "feedback_jacobian": (B, M, N), "depth_grad": (B,)}
     res = collect_results(setup, outcome, per_depth, shapes, closure="riccati (linear-quadratic)",
                           method=method, with_errors=estimate_error)
-    return res
-
+    return finish(res, outcome, tuple(shapes))

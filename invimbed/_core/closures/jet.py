@@ -169,10 +169,8 @@ class JetClosure(Closure):
         # ``look_ahead`` carries the jet of order K + 2 as well (derivatives of order K + 3):
         # the ratio test then sees the next difference, ``|F_(K+2) - F_(K+1)|``
         self.has_look_ahead = bool(self.has_ratio_test and look_ahead)
-        self.orders = (([self.order - 1] if self.has_ratio_test else []) + [self.order]
-                       + ([self.order + 1] if est else [])
-                       + ([self.order + 2] if self.has_look_ahead else []))
         self.has_error_estimate = est
+        self.orders = self.carried_orders()
         B, N, nw = self.B, self.N, self.nw
         shapes: dict[str, tuple[int, ...]] = {}
         for K in self.orders:
@@ -184,6 +182,20 @@ class JetClosure(Closure):
         top = max(self.orders)
         self.f_order = top + 1   # V of degree K+1 needs Phi and R to degree K+1
         self.w_order = top + 1   # so does W = grad_w V, with grad_w f and grad_w R
+
+    def carried_orders(self) -> list[int]:
+        """The jet orders carried side by side, in the order of their blocks in the state:
+        ``K - 1`` (the ratio test), ``K``, ``K + 1`` (the estimate), ``K + 2``
+        (``look_ahead``), as the flags set in the constructor ask.
+
+        A hook for subclasses, called once by the constructor, which builds the layout
+        from it: they may carry the same orders in another block order. (An adaptive
+        integrator's error norm sums over the state in block order, so the order changes
+        results at the level of rounding.)"""
+        K = self.order
+        return (([K - 1] if self.has_ratio_test else []) + [K]
+                + ([K + 1] if self.has_error_estimate else [])
+                + ([K + 2] if self.has_look_ahead else []))
 
     # -- the contract ------------------------------------------------------------------
     def initial_state(self) -> np.ndarray:
@@ -268,7 +280,7 @@ class JetClosure(Closure):
 
     def lower_difference(self, y: np.ndarray) -> dict[str, np.ndarray] | None:
         """``|F_K - F_(K-1)|``: the previous term of the series, for the ratio test
-        (`invimbed._core.setup.assess`); None without ``ratio_test``."""
+        (`invimbed._core.accuracy.assess`); None without ``ratio_test``."""
         if not self.has_ratio_test:
             return None
         return self._difference(y, self.order - 1, self.order)

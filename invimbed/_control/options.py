@@ -1,0 +1,67 @@
+"""The solver keywords of the optimisation drivers, split between the two solvers.
+
+`optimize_control` and `optimal_depth` (docs/optimization.md) take the keyword arguments
+of the solvers they call: the exact solve of the classical adjoint method
+(`solve_adjoint`) and, for an imbedding gradient, the sweep (`solve_imbedding`).
+`split_solve_kwargs` sends each keyword where it applies and names those that only the
+sweep uses, so that a driver can say when a setting was not used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._core.integrators import ALL_METHODS, SCIPY_METHODS
+from .._core.validation import check_options
+
+#: Solver keywords passed to both the exact solve (`solve_adjoint`) and the sweep.
+SHARED_OPTIONS = ("rtol", "atol", "first_step", "max_step", "backend")
+#: Solver keywords of the exact solve only.
+EXACT_OPTIONS = ("max_steps", "strategy")
+#: Solver keywords of the imbedding sweep only (`solve_imbedding`).
+SWEEP_OPTIONS = ("closure", "order", "estimate_error", "difference", "delta", "step")
+#: Backends that run the sweep only (`solve_adjoint` runs ``"numpy"`` and ``"numba"``).
+SWEEP_BACKENDS = ("cupy",)
+
+
+class SolverFailure(RuntimeError):
+    """A solve inside the objective did not succeed (turned into ``success=False``)."""
+
+
+def split_solve_kwargs(kwargs: dict, caller: str, method_key: str
+                       ) -> tuple[dict, dict, list[str]]:
+    """Split a driver's solver keywords into those of `solve_adjoint` and of
+    `solve_imbedding`.
+
+    Returns ``(exact, sweep, sweep_only)``: the keywords of the exact solve, those of the
+    sweep, and the names of the given settings that only the sweep uses (an integrator
+    that `solve_adjoint` does not run, such as a fixed-step ``"rk4"``, is one of them;
+    the exact solve then keeps its default ``"RK45"``). Unknown keywords raise
+    ``TypeError`` naming them.
+    """
+    check_options(kwargs, (method_key,) + SHARED_OPTIONS + EXACT_OPTIONS + SWEEP_OPTIONS,
+                  caller)
+    exact: dict[str, Any] = {}
+    sweep: dict[str, Any] = {}
+    sweep_only: list[str] = []
+    for key, value in kwargs.items():
+        if key == method_key:
+            sweep["method"] = value
+            if isinstance(value, str) and value not in SCIPY_METHODS and value in ALL_METHODS:
+                sweep_only.append(f"{key}={value!r}")
+            else:
+                exact["method"] = value
+        elif key == "backend":
+            sweep[key] = value
+            if value in SWEEP_BACKENDS:
+                sweep_only.append(f"backend={value!r}")
+            else:                               # solve_adjoint validates it
+                exact[key] = value
+        elif key in SHARED_OPTIONS:
+            exact[key] = sweep[key] = value
+        elif key in EXACT_OPTIONS:
+            exact[key] = value
+        else:
+            sweep[key] = value
+            sweep_only.append(key)
+    return exact, sweep, sweep_only

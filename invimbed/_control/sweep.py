@@ -1,0 +1,134 @@
+"""What the closed-loop sweeps of `solve_optimal` share: their failure and their integration.
+
+Both sweeps, the HJB sweep of the jet (`invimbed._control.feedback`) and the Riccati
+sweep of linear-quadratic problems (`invimbed._control.riccati`), integrate a plain
+right-hand side in the depth from ``q`` down to the deepest requested depth, with the
+core's integrators, and both can meet a point where Theorem 3's minimisation has no
+answer (docs/theory.md, "Optimality"). That failure is an `OptimalityError`; it ends the
+sweep but keeps every depth reached before it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .._core.integrators import (SCIPY_METHODS, NonFiniteError, Outcome, integrate_fixed,
+                                 integrate_scipy)
+from .._core.validation import SOLVE_IVP_OPTIONS, as_int, as_real, check_options
+
+#: The keyword arguments the closed-loop solvers pass on to the integrator.
+OPTIONS = SOLVE_IVP_OPTIONS + ("max_steps",)
+
+
+class OptimalityError(ArithmeticError):
+    """The pointwise minimisation of the Hamiltonian failed (not convex, no convergence).
+
+    Raised at depth ``p`` inside a closed-loop sweep. `solve_optimal` does not let it
+    escape: it ends the sweep there and returns a result with ``success=False`` whose
+    fields at the depths reached before ``p`` are kept (not NaN); the result's
+    ``optimality_error`` is this exception, with those depths and fields attached.
+
+    Attributes
+    ----------
+    p : float
+        The depth at which the minimisation failed.
+    depths : ndarray, shape (k,)
+        The requested depths reached before the failure, in the order they were given
+        (empty when none was reached, or before the sweep has filled them in).
+    fields : dict of str to ndarray
+        The result's fields at those depths (``z``, ``value``, ``adjoint``,
+        ``feedback``, ``feedback_jacobian``, ``depth_grad``), each with the depth axis
+        first and ``depths.size`` rows, shaped as in the result.
+    """
+
+    def __init__(self, p: float, message: str, depths: Any = None,
+                 fields: dict[str, np.ndarray] | None = None) -> None:
+        super().__init__(f"{message} at depth p = {p:.10g}")
+        self.p = p
+        self.depths = np.empty(0) if depths is None else np.asarray(depths, dtype=float)
+        self.fields = {} if fields is None else dict(fields)
+
+    def keep_reached(self, result: Any, keys: tuple[str, ...]) -> None:
+        """Attach the depths of ``result`` (an `ImbeddingResult` in the user's order)
+        whose fields are finite, and those fields (``keys``)."""
+        n = np.size(result.depths)
+        value = np.reshape(np.asarray(result.value, dtype=float), (n, -1))
+        reached = np.all(np.isfinite(value), axis=1)
+        self.depths = np.asarray(result.depths, dtype=float)[reached]
+        self.fields = {k: np.asarray(result[k])[reached] for k in keys if k in result}
+
+
+def check_integrator_options(options: dict[str, Any], where: str, named: tuple[str, ...] = (),
+                             control_hint: str | None = None) -> dict[str, Any]:
+    """The integrator's options of a closed-loop entry point, validated: only `OPTIONS`
+    (``first_step``, ``max_step``, ``min_step`` of `solve_ivp`, and ``max_steps``); any
+    other keyword is a TypeError naming it, with the closest of ``named`` (the entry
+    point's own keywords) and `OPTIONS` (``control`` gets ``control_hint``)."""
+    if control_hint is not None and "control" in options:
+        raise TypeError(f"`control` is not an argument of {where}(): {control_hint}")
+    check_options(options, tuple(named) + OPTIONS, where)
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if key == "max_steps":
+            out[key] = as_int(value, key, minimum=1)
+        else:
+            out[key] = as_real(value, key, positive=True, allow_inf=key == "max_step")
+    return out
+
+
+def failed_outcome(setup: Any, size: int, exc: OptimalityError) -> Outcome:
+    """The outcome of a sweep that failed before its first step (no depth reached)."""
+    return Outcome(ys=np.full((setup.depths_desc.size, size), np.nan), success=False,
+                   message=f"Optimal feedback failed: {exc}.", failed_at=exc.p,
+                   extra={"optimality_error": exc})
+
+
+def integrate(rhs: Callable, y0: np.ndarray, setup: Any, method: str, rtol: float,
+              atol: float, step: float | None, options: dict[str, Any]) -> Outcome:
+    """Integrate ``dy/dp = rhs(p, y, piece)`` from ``q`` to every depth of ``setup``.
+
+    A scipy ``method`` takes ``step`` as its ``max_step`` (unless ``options`` gives one)
+    and ``options`` (`OPTIONS`, checked by `check_integrator_options`); a fixed-step one
+    takes ``step`` and ``max_steps``. An `OptimalityError` raised by ``rhs`` stops the sweep as a
+    non-finite value does: the integrator keeps every depth reached before it, the
+    outcome's message names the failure, and ``outcome.extra["optimality_error"]`` is
+    the exception.
+    """
+    failures: list[OptimalityError] = []
+
+    def guarded(p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
+        try:
+            return rhs(p, y, piece)
+        except OptimalityError as exc:
+            # the integrators stop on a NonFiniteError and keep the depths reached
+            failures.append(exc)
+            raise NonFiniteError(exc.p, "feedback") from exc
+
+    if method in SCIPY_METHODS:
+        opts = dict(options)
+        if step is not None:
+            opts.setdefault("max_step", float(step))
+        outcome = integrate_scipy(guarded, y0, setup.q, setup.depths_desc, np.empty(0),
+                                  setup.piece_of, method=method, rtol=rtol, atol=atol, **opts)
+    else:   # the step is fixed: of the options only the step budget applies
+        budget = {"max_steps": options["max_steps"]} if "max_steps" in options else {}
+        outcome = integrate_fixed(guarded, y0, setup.q, setup.depths_desc, np.empty(0),
+                                  setup.piece_of, method=method, step=step, **budget)
+    if failures:
+        exc = failures[-1]
+        outcome.success = False
+        outcome.message = f"Optimal feedback failed: {exc}."
+        outcome.failed_at = exc.p
+        outcome.extra["optimality_error"] = exc
+    return outcome
+
+
+def finish(result: Any, outcome: Outcome, keys: tuple[str, ...]) -> Any:
+    """Attach an `OptimalityError` of ``outcome`` to ``result`` with the depths it reached."""
+    exc = outcome.extra.get("optimality_error")
+    result.optimality_error = exc
+    if exc is not None:
+        exc.keep_reached(result, keys)
+    return result
