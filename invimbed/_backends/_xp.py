@@ -1,11 +1,15 @@
 """``backend="cupy"``: the batched jet and stencil sweeps on an array namespace.
 
-The sweep here is the numpy sweep written against an array namespace ``xp`` (numpy's
-functions as cupy spells them): the state, the derivative tensors and every product stay
-on the device from ``p = q`` to the last depth, and only the fields of the requested
-depths come back. ``backend="cupy"`` runs it with ``xp = cupy``; the tests run the very
-same code with ``xp = numpy`` against the numpy backend, which is how it is checked on
-machines without a GPU.
+The sweep here is the numpy sweep on an array namespace ``xp`` (numpy's functions as cupy
+spells them): the same schedule and the same fixed-step loop
+(`invimbed._core.integrators.fixed.run_schedule`), with the closure's ``rhs_at`` on
+device arrays and ``theta`` precomputed per stage. The state, the derivative tensors and
+every product stay on the device from ``p = q`` to the last depth, and only the fields of
+the requested depths come back; the result (depth gradient, status, message) is
+assembled by the core as for the numpy sweep (`invimbed._backends._result.finish`).
+``backend="cupy"`` runs it with ``xp = cupy``; the tests run the very same code with
+``xp = numpy`` against the numpy backend, which is how it is checked on machines without
+a GPU.
 
 The closures are the numpy ones (`JetClosure`, `StencilClosure`), and the derivatives
 come from the problem's `FiniteDifferences` provider: all of them compute with the
@@ -32,8 +36,10 @@ import numpy as np
 from .._core.closures import JetClosure, StencilClosure
 from .._core.closures.base import Layout
 from .._core.namespace import to_numpy
-from .._core.ordered import sum_products
-from .._core.setup import Setup
+from .._core.arguments import Setup
+from .._core.integrators.common import DEFAULT_MAX_STEPS, check_max_steps
+from .._core.integrators.fixed import run_schedule
+from ._result import finish
 from ._schedule import build_schedule, check_scope
 
 def import_cupy() -> Any:
@@ -92,13 +98,14 @@ class XPStencil(StencilClosure):
 
 def sweep_xp(setup: Setup, xp: Any, *, closure: str, order: int, method: str,
              step: float | None, difference: str, delta: Any, estimate_error: bool,
-             backend: str = "cupy", array_type: str | None = None) -> Any:
+             backend: str = "cupy", array_type: str | None = None,
+             max_steps: int = DEFAULT_MAX_STEPS) -> Any:
     """The fixed-step sweep of ``setup`` on the namespace ``xp`` (see the module docstring).
 
-    ``array_type="cupy"`` returns the result's arrays as cupy arrays; otherwise numpy.
+    The steps are those of `invimbed._core.integrators.fixed.integrate_fixed`, taken by
+    the same loop (`run_schedule`). ``array_type="cupy"`` returns the result's arrays as
+    cupy arrays; otherwise numpy. A grid of more than ``max_steps`` steps stops there.
     """
-    from ._numba import finish
-
     check_scope(backend, closure, order, method)
     check_problem(setup)
     der = setup.provider     # FiniteDifferences: namespace-generic, differences on the device
@@ -108,75 +115,37 @@ def sweep_xp(setup: Setup, xp: Any, *, closure: str, order: int, method: str,
                               estimate_error=estimate_error)
     else:
         clo = XPStencil(setup, xp, difference, delta)
-    sched = build_schedule(setup, method, step)
+    sched = build_schedule(setup, method, step, check_max_steps(max_steps))
     n, (B, N) = setup.depths_desc.size, setup.x.shape
     nw = setup.control.n_params
     fields = {"z": np.full((n, B, N), np.nan), "value": np.full((n, B), np.nan),
-              "adjoint": np.full((n, B, N), np.nan), "param_grad": np.full((n, B, nw), np.nan),
-              "depth_grad": np.full((n, B), np.nan)}
+              "adjoint": np.full((n, B, N), np.nan), "param_grad": np.full((n, B, nw), np.nan)}
     error = ({k: np.full_like(fields[k], np.nan) for k in ("z", "value", "adjoint", "param_grad")}
              if clo.has_error_estimate else None)
-    S = sched.stages
     fail_pos = np.full(1, np.iinfo(np.int64).max, dtype=np.int64)
     fail_p = np.full(1, np.nan)
     thetas = xp.asarray(sched.theta)
     jacs = xp.asarray(sched.jac)
-    depth_th = xp.asarray(sched.depth_theta)
-
-    def finite(a) -> bool:
-        return bool(xp.all(xp.isfinite(a)))
 
     def record(d: int, y) -> None:   # d: index in the user's order of the depths
-        fl = clo.fields(y)
-        p = float(sched.depth_p[d])
-        th = xp.broadcast_to(depth_th[d], (B, setup.control.size))
-        f = der.derivative("f", p, x, th)
-        R = der.derivative("R", p, x, th)
-        fl["depth_grad"] = -(sum_products(fl["adjoint"], f) + R)
+        fl = clo.fields(y)           # the depth gradient: by the core, in `finish`
         for k, v in fl.items():
             fields[k][d] = to_numpy(v)
         if error is not None:
             for k, v in clo.error_estimate(y).items():
                 error[k][d] = to_numpy(v)
 
-    y = clo.initial_state()
-    if sched.record_initial >= 0:
-        record(sched.record_initial, y)
-    A, W = sched.A, sched.weights
-    try:
-        for k in range(sched.n_steps):
-            h = float(sched.h[k])
-            if sched.disc:
-                y = clo.disc_step_at(float(sched.stage_p[k, 0]), float(sched.p_start[k]), y,
-                                     thetas[k, 0], jacs[k, 0])
-                if not finite(y):
-                    raise _Fail(2 * (k * (S + 1) + S), float(sched.stage_p[k, 0]))
-            else:
-                Ks = []
-                for s in range(S):
-                    p = float(sched.stage_p[k, s])
-                    ys = y
-                    if s:
-                        acc = A[s, 0] * Ks[0]
-                        for j in range(1, s):
-                            acc = acc + A[s, j] * Ks[j]
-                        ys = y + h * acc
-                    if not finite(ys):
-                        raise _Fail(2 * (k * (S + 1) + s), p)
-                    dy = clo.rhs_at(p, ys, thetas[k, s], jacs[k, s])
-                    if not finite(dy):
-                        raise _Fail(2 * (k * (S + 1) + s) + 1, p)
-                    Ks.append(dy)
-                acc = W[0] * Ks[0]
-                for j in range(1, S):
-                    acc = acc + W[j] * Ks[j]
-                y = y + h * acc
-                if not finite(y):
-                    raise _Fail(2 * (k * (S + 1) + S), float(sched.p_start[k]) + h)
-            if sched.record[k] >= 0:
-                record(int(sched.record[k]), y)
-    except _Fail as fail:
-        fail_pos[0], fail_p[0] = fail.pos, fail.p
+    def stage(k: int, s: int, p: float, y):
+        return clo.rhs_at(p, y, thetas[k, s], jacs[k, s])
+
+    def layer(k: int, y):
+        return clo.disc_step_at(float(sched.stage_p[k, 0]), float(sched.p_start[k]), y,
+                                thetas[k, 0], jacs[k, 0])
+
+    # the one fixed-step loop of every namespace (invimbed._core.integrators.fixed)
+    stop = run_schedule(sched, clo.initial_state(), stage, record, layer)
+    if stop is not None:
+        fail_pos[0], fail_p[0] = stop.code(sched.stages), stop.p
     res = finish(setup, sched, fields, error, fail_pos, fail_p, clo.name, method, backend)
     if array_type == "cupy":
         for k in ("z", "value", "adjoint", "param_grad", "depth_grad"):
@@ -187,18 +156,13 @@ def sweep_xp(setup: Setup, xp: Any, *, closure: str, order: int, method: str,
     return res
 
 
-class _Fail(Exception):
-    def __init__(self, pos: int, p: float) -> None:
-        self.pos, self.p = pos, p
-
-
 def sweep_cupy(setup: Setup, **kwargs: Any) -> Any:
     """``backend="cupy"``: `sweep_xp` with ``xp = cupy``."""
     unknown = set(kwargs) - {"closure", "order", "method", "step", "difference", "delta",
-                             "estimate_error", "array_type"}
+                             "estimate_error", "array_type", "max_steps"}
     if unknown:
-        raise ValueError(f"backend='cupy' takes the option `array_type` ('numpy' or 'cupy') "
-                         f"only, but got {', '.join(sorted(unknown))}")
+        raise ValueError(f"backend='cupy' takes the options `array_type` ('numpy' or 'cupy') "
+                         f"and `max_steps` only, but got {', '.join(sorted(unknown))}")
     cupy = import_cupy()
     return sweep_xp(setup, cupy, backend="cupy", **kwargs)
 

@@ -27,6 +27,63 @@ def sweep_stopped(exc: Any, *, fixed_step: bool) -> str:
             f"near that depth, {remedy}.")
 
 
+def first_evaluation(exc: Any, q: float) -> str:
+    """The message of a sweep whose very first evaluation (at ``p = q``) is not finite."""
+    return (f"Integration stopped: {exc}, at the first evaluation. The dynamics, running "
+            f"loss or terminal loss (or a derivative of them) is not finite at the input x "
+            f"and depth q = {q:.10g}; check them there.")
+
+
+def budget_exhausted(p: float, max_steps: int, h_lambda: float = 0.0) -> str:
+    """The message of an adaptive sweep that took ``max_steps`` steps and stopped at depth
+    ``p``; ``h_lambda`` is Shampine's ``h |lambda|`` of the last steps of an explicit
+    method (0 for the others): at the stability limit the message says the problem looks
+    stiff and names the implicit methods."""
+    return (f"Integration stopped at depth p = {p:.10g}: "
+            f"{row_failure_reason(MAX_STEPS, max_steps, h_lambda)}.")
+
+
+def stiff_stop(p: float, max_steps: int, h_lambda: float, projected: int) -> str:
+    """The message of an explicit adaptive sweep stopped early at depth ``p``: its last
+    steps sat at the stability limit (``h |lambda|``), and at that step size it would need
+    about ``projected`` steps in all, more than ``max_steps``."""
+    return (f"Integration stopped at depth p = {p:.10g}: the problem looks stiff (h|lambda| "
+            f"= {h_lambda:.2g} on the last steps, the explicit method's stability limit, so "
+            f"the step size cannot grow); at this step size the sweep needs about "
+            f"{projected} steps, more than max_steps = {max_steps}: use method='Radau' or "
+            f"'BDF'.")
+
+
+def grid_exhausted(p: float, max_steps: int, needed: int, step: float) -> str:
+    """The message of a fixed-step sweep whose grid needs more than ``max_steps`` steps:
+    it took the first ``max_steps`` and stopped at depth ``p``."""
+    return (f"Integration stopped at depth p = {p:.10g}: the grid of `step` = {step:.6g} "
+            f"needs {needed} steps, more than max_steps = {max_steps}; increase `step` or "
+            f"`max_steps`.")
+
+
+def step_collapsed(p: float, message: str, *, explicit: bool) -> str:
+    """The message of an adaptive solver that failed at depth ``p`` with scipy's
+    ``message`` (its step size fell below the spacing of floating-point numbers)."""
+    why = ("the problem looks stiff there (use method='Radau' or 'BDF'), or its solution "
+           "has a singularity or a finite-time blow-up" if explicit else
+           "the solution has a singularity or a finite-time blow-up there; request "
+           "shallower depths")
+    return f"Integration failed at depth p = {p:.10g}: {message.rstrip('.')}: {why}."
+
+
+def below_min_step(p: float, h: float, min_step: float, *, explicit: bool) -> str:
+    """The message of an adaptive sweep whose step size ``h`` fell below the user's
+    ``min_step`` at depth ``p``."""
+    return step_collapsed(p, f"the step size {h:.3g} fell below `min_step` = {min_step:.3g}",
+                          explicit=explicit)
+
+
+def solver_failed(p: float, message: str) -> str:
+    """The message of an adaptive solver that failed at depth ``p`` for another reason."""
+    return f"Integration failed at depth p = {p:.10g}: {message}"
+
+
 def row_failure_reason(code: int, max_steps: int, h_lambda: float) -> str:
     """What a per-row failure code of the ensemble means, with the remedy."""
     if code == MAX_STEPS:

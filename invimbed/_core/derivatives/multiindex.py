@@ -96,26 +96,6 @@ def tensors_to_taylor(tensors: list[np.ndarray], n: int) -> np.ndarray:
     return xp.concatenate(parts, axis=-1) / on_device(factorials(n, order), xp)
 
 
-def taylor_to_tensor(coef: np.ndarray, n: int, k: int) -> np.ndarray:
-    """The full symmetric tensor ``D^k g`` (..., *[n]*k) from Taylor coefficients."""
-    order = _order_of(coef.shape[-1], n)
-    sl = degree_slices(n, order)[k]
-    fact = factorials(n, order)[sl]
-    vals = coef[..., sl] * fact
-    out = np.empty(coef.shape[:-1] + (n,) * k)
-    lookup = _lookup(n, order)
-    from itertools import product
-
-    flat = out.reshape(coef.shape[:-1] + (-1,))
-    base = sl.start
-    for j, idx in enumerate(product(range(n), repeat=k)):
-        e = [0] * n
-        for i in idx:
-            e[i] += 1
-        flat[..., j] = vals[..., lookup[tuple(e)] - base]
-    return out
-
-
 def _order_of(size: int, n: int) -> int:
     order = 0
     while n_coefficients(n, order) < size:

@@ -7,6 +7,22 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..validation import describe
+
+#: Default step budget of every integrator (`integrate_scipy`, `integrate_fixed`) and of
+#: `solve_adjoint`: enough for any non-stiff sweep at the default tolerances, and few
+#: enough that a stiff problem on an explicit method ends within seconds.
+DEFAULT_MAX_STEPS = 10_000
+
+
+def check_max_steps(max_steps: Any) -> int:
+    """``max_steps`` as an int, or a ValueError naming it."""
+    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) \
+            or max_steps < 1:
+        raise ValueError(f"`max_steps` must be a positive integer, but got "
+                         f"{describe(max_steps)}")
+    return int(max_steps)
+
 
 class NonFiniteError(ArithmeticError):
     """A right-hand side or state became non-finite at depth ``p``."""
@@ -29,7 +45,12 @@ class Outcome:
 
 
 class CountingRHS:
-    """Counts evaluations and turns non-finite values into `NonFiniteError`."""
+    """Counts evaluations and turns non-finite values into `NonFiniteError`.
+
+    Every evaluation an adaptive solver makes goes through it: the first one at ``p = q``,
+    scipy's first-step selection, the finite-difference Jacobians of Radau and BDF and
+    their Newton iterations. So a non-finite state or derivative ends the solve where it
+    appears, before scipy's step-size control can loop on it."""
 
     def __init__(self, rhs: Callable[[float, np.ndarray, Any], np.ndarray]) -> None:
         self.rhs = rhs

@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 from scipy.integrate import RK23, RK45
 
-from ..failures import DONE, MAX_STEPS, NONFINITE, RUNNING, STIFF_H_LAMBDA, UNDERFLOW
+from ..failures import DONE, MAX_STEPS, NONFINITE, RUNNING, UNDERFLOW
 
 SAFETY, MIN_FACTOR, MAX_FACTOR = 0.9, 0.2, 10.0
 

@@ -1,93 +1,166 @@
 """Fixed-step sweeps: explicit Runge--Kutta tableaux, and the paper's layer recursion.
 
-Runge--Kutta methods are data (``C``, ``A``, ``B``), stepped by one function, as in
-scipy's ``rk_step``. Every requested depth and every control breakpoint is a grid
-node; between two nodes the step is the largest one not exceeding ``step`` that
-divides the interval evenly.
+Written once for every array namespace. `run_schedule` steps a `Schedule`
+(`invimbed._core.integrators.schedule`): Runge--Kutta methods are data (``C``, ``A``,
+``B``), each stage and step is a sum of stage derivatives added in the order ``j = 0,
+1, ...`` (as the compiled kernels add them), and every state and every stage derivative
+is checked for non-finite values, so that a blow-up ends the sweep at the depth where it
+happens. The stage function decides where the numbers live: `integrate_fixed` hands it
+the closure's right-hand side on numpy arrays, ``backend="cupy"`` the closure's
+``rhs_at`` on device arrays with ``theta`` precomputed per stage.
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from ..failures import sweep_stopped
-from ..ordered import combine
-from .common import CountingRHS, NonFiniteError, Outcome
+from ..failures import first_evaluation, grid_exhausted, sweep_stopped
+from ..namespace import array_namespace
+from .common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, check_max_steps
+from .schedule import FIXED_METHODS, TABLEAUX, Schedule, fixed_schedule
 
-TABLEAUX = {
-    "euler": (np.array([0.0]), np.zeros((1, 1)), np.array([1.0])),
-    "midpoint": (np.array([0.0, 0.5]), np.array([[0.0, 0.0], [0.5, 0.0]]), np.array([0.0, 1.0])),
-    "rk4": (np.array([0.0, 0.5, 0.5, 1.0]),
-            np.array([[0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0], [0.0, 0.5, 0.0, 0.0],
-                      [0.0, 0.0, 1.0, 0.0]]),
-            np.array([1 / 6, 1 / 3, 1 / 3, 1 / 6])),
-}
-FIXED_METHODS = tuple(TABLEAUX) + ("disc",)
+__all__ = ["FIXED_METHODS", "TABLEAUX", "Stopped", "integrate_fixed", "run_schedule"]
 
 
-def rk_step(fun: Callable, p: float, y: np.ndarray, h: float, C: np.ndarray, A: np.ndarray,
-            B: np.ndarray, K: np.ndarray) -> np.ndarray:
-    """One explicit Runge--Kutta step; ``K`` (stages, size) is preallocated scratch."""
-    for s in range(C.size):
-        ys = y + h * combine(A[s, :s], K[:s]) if s else y
-        K[s] = fun(p + C[s] * h, ys)
-    return y + h * combine(B, K)
+@dataclass
+class Stopped:
+    """Where a fixed-step sweep met a non-finite value: step ``k``, stage ``s`` (``S`` for
+    the state after the step), ``rhs`` (the stage derivative, else the state) at depth
+    ``p``."""
+
+    k: int
+    s: int
+    rhs: bool
+    p: float
+
+    def code(self, stages: int) -> int:
+        """The position code of the compiled kernels: ``2 (k (S + 1) + s) + rhs``."""
+        return 2 * (self.k * (stages + 1) + self.s) + int(self.rhs)
+
+    def error(self) -> NonFiniteError:
+        return NonFiniteError(self.p, "right-hand side" if self.rhs else "imbedded fields")
 
 
-def _nodes(q: float, depths_desc: np.ndarray, breakpoints: np.ndarray) -> list[float]:
-    p_min = float(depths_desc[-1])
-    pts = {q} | {float(p) for p in depths_desc} | {float(b) for b in breakpoints if p_min < b < q}
-    return sorted(pts, reverse=True)
+def evaluations(sched: Schedule, stop: Stopped | None) -> int:
+    """Right-hand-side evaluations (disc: layers) made up to ``stop`` (or all)."""
+    per_step = 1 if sched.disc else sched.stages
+    if stop is None:
+        return sched.n_steps * per_step
+    return stop.k * per_step + min(stop.s + 1, per_step)
+
+
+def run_schedule(sched: Schedule, y: Any, stage: Callable[[int, int, float, Any], Any],
+                 record: Callable[[int, Any], None],
+                 layer: Callable[[int, Any], Any] | None = None) -> Stopped | None:
+    """Step ``y`` through ``sched``; None if every step was finite, else where it stopped.
+
+    Parameters
+    ----------
+    sched : Schedule
+    y : array, shape (size,)
+        The state at ``q``, on any array namespace (numpy, cupy).
+    stage : callable ``(k, s, p, y_s) -> dy``
+        The right-hand side at stage ``s`` of step ``k`` (depth ``p``).
+    record : callable ``(d, y)``
+        Called with the state at each requested depth (``d`` indexes the depths the
+        schedule was built with), ``q`` first if requested.
+    layer : callable ``(k, y) -> y_new``
+        ``method="disc"``: the layer recursion of step ``k``.
+    """
+    xp = array_namespace(y)
+
+    def finite(a: Any) -> bool:
+        return bool(xp.all(xp.isfinite(a)))
+
+    if sched.record_initial >= 0:
+        record(sched.record_initial, y)
+    if not finite(y):
+        return Stopped(0, 0, False, float(sched.p_start[0]) if sched.n_steps else 0.0)
+    S = sched.stages
+    A = [[float(a) for a in row] for row in sched.A]
+    W = [float(w) for w in sched.weights]
+    for k in range(sched.n_steps):
+        h = float(sched.h[k])
+        s = 0
+        try:
+            if sched.disc:
+                y = layer(k, y)
+            else:
+                Ks: list = []
+                for s in range(S):
+                    p = float(sched.stage_p[k, s])
+                    ys = y
+                    if s:
+                        acc = A[s][0] * Ks[0]
+                        for j in range(1, s):
+                            acc = acc + A[s][j] * Ks[j]
+                        ys = y + h * acc
+                        if not finite(ys):
+                            return Stopped(k, s, False, p)
+                    dy = stage(k, s, p, ys)
+                    if not finite(dy):
+                        return Stopped(k, s, True, p)
+                    Ks.append(dy)
+                acc = W[0] * Ks[0]
+                for j in range(1, S):
+                    acc = acc + W[j] * Ks[j]
+                y = y + h * acc
+        except NonFiniteError as exc:   # raised by a closure or right-hand side itself
+            return Stopped(k, S if sched.disc else s, True, float(exc.p))
+        if not finite(y):
+            return Stopped(k, S, False, float(sched.p_end[k]))
+        if sched.record[k] >= 0:
+            record(int(sched.record[k]), y)
+    return None
+
+
+def stop_message(sched: Schedule, stop: Stopped | None, q: float) -> str | None:
+    """The failure message of a fixed-step sweep (None: it reached every depth)."""
+    if stop is not None:
+        if stop.k == 0 and stop.s == 0:
+            return first_evaluation(stop.error(), q)
+        return sweep_stopped(stop.error(), fixed_step=True)
+    if sched.exhausted:
+        return grid_exhausted(float(sched.p_end[-1]) if sched.n_steps else q,
+                              int(sched.max_steps), sched.needed, float(sched.step))
+    return None
 
 
 def integrate_fixed(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.ndarray,
                     breakpoints: np.ndarray, piece_of: Callable[[float, float], Any],
                     method: str = "rk4", step: float | None = None,
-                    disc_step: Callable | None = None) -> Outcome:
+                    disc_step: Callable | None = None,
+                    max_steps: int = DEFAULT_MAX_STEPS) -> Outcome:
     """Fixed-step sweep from ``q`` to ``depths_desc[-1]`` (see the module docstring).
 
     ``method="disc"`` applies ``disc_step(p_i, p_{i+1}, y, piece)`` once per layer
     between consecutive requested depths (and ``q``): the paper's discrete
-    architecture, eqs. (14) and (15), with layers at the given depths.
+    architecture, eqs. (14) and (15), with layers at the given depths. A grid that needs
+    more than ``max_steps`` steps is stepped up to there and ends with a message.
     """
-    counting = CountingRHS(rhs)
-    n = depths_desc.size
-    ys = np.full((n, y0.size), np.nan)
+    max_steps = check_max_steps(max_steps)
+    sched = fixed_schedule(q, depths_desc, breakpoints, piece_of, method, step, max_steps)
+    ys = np.full((depths_desc.size, y0.size), np.nan)
     out = Outcome(ys=ys)
-    index = {float(p): i for i, p in enumerate(depths_desc)}
-    y = y0.copy()
-    if q in index:
-        ys[index[q]] = y
-    if method == "disc":
-        nodes = sorted({q} | set(index), reverse=True)
-    else:
-        nodes = _nodes(q, depths_desc, breakpoints)
-        C, A, B = TABLEAUX[method]
-        K = np.empty((C.size, y0.size))
-    try:
-        for a, b in zip(nodes[:-1], nodes[1:]):
-            piece = piece_of(a, b)
-            if method == "disc":
-                counting.nfev += 1
-                y = disc_step(b, a, y, piece)
-                if not np.all(np.isfinite(y)):
-                    raise NonFiniteError(b, "imbedded fields")
-            else:
-                n_sub = max(1, math.ceil((a - b) / step - 1e-9))
-                h = (b - a) / n_sub
-                fun = lambda p, yy, _piece=piece: counting(p, yy, _piece)  # noqa: E731
-                for k in range(n_sub):
-                    y = rk_step(fun, a + k * h, y, h, C, A, B, K)
-                if not np.all(np.isfinite(y)):
-                    raise NonFiniteError(b, "imbedded fields")
-            if b in index:
-                ys[index[b]] = y
-    except NonFiniteError as exc:
+
+    def stage(k: int, s: int, p: float, y: np.ndarray) -> np.ndarray:
+        return rhs(p, y, sched.pieces[sched.piece_index[k]])
+
+    def layer(k: int, y: np.ndarray) -> np.ndarray:
+        return disc_step(float(sched.p_end[k]), float(sched.p_start[k]), y,
+                         sched.pieces[sched.piece_index[k]])
+
+    def keep(d: int, y: np.ndarray) -> None:
+        ys[d] = y
+
+    stop = run_schedule(sched, y0.copy(), stage, keep, layer)
+    out.nfev = evaluations(sched, stop)
+    message = stop_message(sched, stop, q)
+    if message is not None:
         out.success = False
-        out.failed_at = exc.p
-        out.message = sweep_stopped(exc, fixed_step=True)
-    out.nfev = counting.nfev
+        out.message = message
+        out.failed_at = stop.p if stop is not None else float(sched.p_end[-1])
     return out

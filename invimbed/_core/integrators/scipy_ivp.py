@@ -1,4 +1,19 @@
-"""The sweep with ``scipy.integrate.solve_ivp``, stopping at control breakpoints."""
+"""The sweep with scipy's ``OdeSolver`` classes, stopping at control breakpoints.
+
+No solve here can run without end or end in a scipy-internal exception:
+
+- every evaluation goes through `CountingRHS`, which stops the solve on a non-finite
+  state or derivative (the first evaluation at ``p = q`` included);
+- a non-finite value scipy meets inside its own linear algebra (Radau's and BDF's Newton
+  iterations, where finite but huge derivatives overflow) ends the solve the same way;
+- a step size below ``min_step`` ends the solve for every method (scipy's solvers other
+  than LSODA would ignore the option with a warning);
+- the sweep takes at most ``max_steps`` steps. An explicit method whose last
+  ``STIFF_WINDOW`` steps all sat at its stability limit (Shampine's ``h |lambda|`` test)
+  stops as soon as the steps left at that size would exceed the budget: a stiff problem
+  ends after a few dozen steps, not ``max_steps``. Then, and when its step size
+  collapses, the message says the problem looks stiff and names Radau and BDF.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +22,54 @@ from typing import Any, Callable
 import numpy as np
 from scipy.integrate import BDF, DOP853, LSODA, RK23, RK45, Radau
 
-from ..failures import sweep_stopped
-from .common import CountingRHS, NonFiniteError, Outcome, segments
+from ..failures import (STIFF_H_LAMBDA, below_min_step, budget_exhausted, first_evaluation,
+                        solver_failed, step_collapsed, stiff_stop, sweep_stopped)
+from .common import (DEFAULT_MAX_STEPS, CountingRHS, NonFiniteError, Outcome, check_max_steps,
+                     segments)
 
 METHODS = {"RK45": RK45, "RK23": RK23, "DOP853": DOP853, "Radau": Radau, "BDF": BDF,
            "LSODA": LSODA}
 SCIPY_METHODS = tuple(METHODS)
+#: The explicit Runge--Kutta methods: their step is bounded by stability on stiff problems.
+EXPLICIT = ("RK45", "RK23", "DOP853")
+#: Consecutive steps at the stability limit (``h |lambda| > STIFF_H_LAMBDA``) after which
+#: an explicit method is judged stiff, and stopped if the budget cannot carry it through.
+STIFF_WINDOW = 25
+#: What scipy's linear algebra raises on a non-finite matrix or right-hand side.
+_SCIPY_NONFINITE = "must not contain infs or NaNs"
+
+
+def h_lambda(solver: Any) -> float:
+    """Shampine's estimate of ``h |lambda|`` for the last step of an explicit Runge--Kutta
+    ``solver``: ``|h| ||f(y_new) - f(y_S)|| / ||y_new - y_S||`` with ``y_S`` the point of
+    the last stage (at ``c = 1`` for RK45 and DOP853, where the estimate is Shampine's
+    own). Near the method's stability boundary (about 3.3 for RK45) the step is limited
+    by stability, not accuracy: the problem is stiff for it."""
+    K, A = getattr(solver, "K", None), getattr(solver, "A", None)
+    y_old, h = getattr(solver, "y_old", None), getattr(solver, "h_previous", None)
+    if K is None or A is None or y_old is None or h is None:
+        return 0.0
+    s = int(solver.n_stages) - 1
+    y_s = y_old + h * (K[:s].T @ A[s, :s])
+    den = float(np.linalg.norm(solver.y - y_s))
+    num = float(np.linalg.norm(K[-1] - K[s]))
+    return abs(h) * num / den if den > 0 and np.isfinite(num) else 0.0
 
 
 def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.ndarray,
                     breakpoints: np.ndarray, piece_of: Callable[[float, float], Any],
                     method: str = "RK45", rtol: float = 1e-6, atol: float = 1e-9,
-                    **options: Any) -> Outcome:
+                    max_steps: int = DEFAULT_MAX_STEPS, **options: Any) -> Outcome:
     """Integrate ``dy/dp = rhs(p, y)`` from ``q`` down to ``depths_desc[-1]`` in one sweep.
 
     This is ``solve_ivp``'s loop over one of its ``OdeSolver`` classes, kept here so that a
     failure part-way keeps every depth reached before it. The states at the requested
     depths come from the solver's dense output, so the work does not grow with the
     number of depths; the sweep is restarted only where the control jumps
-    (``breakpoints``).
+    (``breakpoints``). At most ``max_steps`` steps are taken in all (see the module
+    docstring for how a solve ends).
     """
+    max_steps = check_max_steps(max_steps)
     counting = CountingRHS(rhs)
     n = depths_desc.size
     ys = np.full((n, y0.size), np.nan)
@@ -36,6 +79,10 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
         if p == q:
             ys[i] = y0
     p_min = float(depths_desc[-1])
+    steps = 0
+    stiffness = 0.0         # Shampine's h|lambda| of the last step (explicit methods)
+    stiff_run = 0           # consecutive steps at the stability limit
+    explicit = method in EXPLICIT
     for a, b in segments(q, p_min, breakpoints):
         piece = piece_of(a, b)
         want = [(i, float(p)) for i, p in enumerate(depths_desc) if b <= p < a]
@@ -43,31 +90,79 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
         def fun(p, yy, _piece=piece):
             return counting(p, yy, _piece)
 
+        opts = dict(options)
+        if "first_step" in opts and opts["first_step"] is not None:
+            opts["first_step"] = min(float(opts["first_step"]), a - b)
+        # scipy's solvers other than LSODA ignore `min_step` with a warning: kept here
+        min_step = float(opts.pop("min_step", 0.0) if method != "LSODA" else 0.0)
+        solver = None
         try:
-            solver = METHODS[method](fun, a, y, b, rtol=rtol, atol=atol, **options)
-            while solver.status == "running":
-                t_old = solver.t
-                message = solver.step()
-                if solver.status == "failed":
-                    out.success = False
-                    out.failed_at = float(solver.t)
-                    out.message = f"Integration failed at depth p = {solver.t:.10g}: {message}"
-                    break
-                t_new = solver.t
-                passed = [(i, p) for i, p in want if t_new <= p < t_old or (p == t_new == b)]
-                if passed:
-                    # the solver's dense output: the work does not grow with the depths
-                    interp = solver.dense_output()
-                    for i, p in passed:
-                        ys[i] = solver.y if p == t_new else interp(p)
-                if not np.all(np.isfinite(solver.y)):
-                    raise NonFiniteError(float(t_new), "imbedded fields")
+            try:
+                solver = METHODS[method](fun, a, y, b, rtol=rtol, atol=atol, **opts)
+                while solver.status == "running":
+                    if steps >= max_steps:
+                        out.success = False
+                        out.failed_at = float(solver.t)
+                        out.message = budget_exhausted(
+                            out.failed_at, max_steps,
+                            stiffness if stiff_run >= STIFF_WINDOW else 0.0)
+                        break
+                    t_old = solver.t
+                    message = solver.step()
+                    steps += 1
+                    if solver.status == "failed":
+                        out.success = False
+                        out.failed_at = float(solver.t)
+                        out.message = (step_collapsed(out.failed_at, message,
+                                                      explicit=explicit)
+                                       if "step size" in str(message) else
+                                       solver_failed(out.failed_at, message))
+                        break
+                    t_new = solver.t
+                    if min_step and solver.status == "running" and solver.h_abs < min_step:
+                        out.success = False
+                        out.failed_at = float(t_new)
+                        out.message = below_min_step(out.failed_at, float(solver.h_abs),
+                                                     min_step, explicit=explicit)
+                    passed = [(i, p) for i, p in want
+                              if t_new <= p < t_old or (p == t_new == b)]
+                    if passed:
+                        # the solver's dense output: the work does not grow with the depths
+                        interp = solver.dense_output()
+                        for i, p in passed:
+                            ys[i] = solver.y if p == t_new else interp(p)
+                    if not np.all(np.isfinite(solver.y)):
+                        raise NonFiniteError(float(t_new), "imbedded fields")
+                    if not out.success:
+                        break
+                    if explicit:
+                        hl = h_lambda(solver)
+                        stiffness = hl
+                        stiff_run = stiff_run + 1 if hl > STIFF_H_LAMBDA else 0
+                        if stiff_run >= STIFF_WINDOW:
+                            h = max(float(solver.h_abs), abs(float(solver.h_previous)))
+                            projected = steps + int(np.ceil(abs(solver.t - p_min) / h))
+                            if projected > max_steps:
+                                out.success = False
+                                out.failed_at = float(solver.t)
+                                out.message = stiff_stop(out.failed_at, max_steps, stiffness,
+                                                         projected)
+                                break
+            except ValueError as exc:
+                if _SCIPY_NONFINITE not in str(exc):
+                    raise
+                where = float(solver.t) if solver is not None else a
+                raise NonFiniteError(where, f"Newton iteration of {method} (finite but huge "
+                                            f"derivatives overflowed)") from None
         except NonFiniteError as exc:
             out.success = False
             out.failed_at = exc.p
-            out.message = sweep_stopped(exc, fixed_step=False)
+            first = exc.p == q and counting.nfev <= 1
+            out.message = (first_evaluation(exc, q) if first else
+                           sweep_stopped(exc, fixed_step=False))
         if not out.success:
             break
         y = solver.y.copy()
     out.nfev = counting.nfev
+    out.extra["nsteps"] = steps
     return out
