@@ -19,14 +19,15 @@ from ._core.derivatives import DerivativeProvider as DerivativeProvider
 from ._core.derivatives import FiniteDifferences as FiniteDifferences
 from ._core.derivatives.symbolic import SympyProvider as SympyProvider
 from ._core.imbedding import solve_imbedding as solve_imbedding
-from ._learning.endpoint import MLPDynamics as MLPDynamics
+from ._learning.model import MLPDynamics as MLPDynamics
 from ._core.namespace import array_namespace as array_namespace
-from ._learning.endpoint import endpoint_loss as endpoint_loss
-from ._learning.endpoint import fit_endpoint_dynamics as fit_endpoint_dynamics
-from ._control.optimal import optimality_residual as optimality_residual
+from ._learning.regression import endpoint_loss as endpoint_loss
+from ._learning.training import fit_endpoint_dynamics as fit_endpoint_dynamics
+from ._control.residual import optimality_residual as optimality_residual
 from ._control.optimal import solve_optimal as solve_optimal
-from ._control.optimize import DepthResult as DepthResult
-from ._control.optimize import optimal_depth as optimal_depth
+from ._control.sweep import OptimalityError as OptimalityError
+from ._control.depth import DepthResult as DepthResult
+from ._control.depth import optimal_depth as optimal_depth
 from ._control.optimize import optimize_control as optimize_control
 from ._core.problem import BolzaProblem as BolzaProblem
 from ._core.results import STATUS as STATUS
@@ -49,6 +50,7 @@ __all__ = [
     "ImbeddingResult",
     "MLPDynamics",
     "OpenLoopControl",
+    "OptimalityError",
     "PiecewiseConstant",
     "STATUS",
     "SolverWarning",

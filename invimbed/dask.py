@@ -17,6 +17,7 @@ rows are kept. dask is imported when `solve_batch` is called, not when this modu
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 import re
@@ -30,15 +31,14 @@ from ._core.adjoint import solve_adjoint
 from ._core.imbedding import solve_imbedding
 from ._core.problem import BolzaProblem
 from ._core.results import ImbeddingResult
-from ._core.validation import as_depths, check_choice, describe
+from ._core.validation import (SOLVE_IVP_OPTIONS, STEP_BUDGET, as_bool, as_depths,
+                               as_float_array, check_choice, describe, require_finite)
 
 #: What ``solver`` may be.
 SOLVERS = ("imbedding", "adjoint")
 _SOLVE = {"imbedding": solve_imbedding, "adjoint": solve_adjoint}
 #: The per-depth arrays of a result, with their batch axis (axis 1).
 _FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
-#: Options of `scipy.integrate.solve_ivp` that both solvers take.
-_IVP_OPTIONS = ("first_step", "max_step")
 
 
 def _keyword_only(fn: Any) -> set[str]:
@@ -47,25 +47,29 @@ def _keyword_only(fn: Any) -> set[str]:
 
 
 def _check_keywords(solver: str, kwargs: dict) -> None:
-    """Refuse, before any work is submitted, the keywords the chosen solver does not take."""
+    """Refuse, before any work is submitted, the keywords the chosen solver does not take
+    (naming each, with the closest name it takes)."""
     adjoint_takes = _keyword_only(solve_adjoint) | set(_ADJOINT_OPTIONS)
-    if solver == "adjoint":
-        unknown = sorted(set(kwargs) - adjoint_takes)
-        if unknown:
-            raise TypeError(
-                f"solve_batch(solver='adjoint') got keyword argument(s) "
-                f"{', '.join(map(repr, unknown))} that solve_adjoint does not take; it takes "
-                f"{', '.join(map(repr, sorted(adjoint_takes)))}")
-    else:
-        # solve_imbedding hands further keywords to scipy's solve_ivp; those of
-        # solve_adjoint alone would be ignored there (scipy warns), so they are refused
-        only = sorted(set(kwargs) & (adjoint_takes - _keyword_only(solve_imbedding)
-                                     - set(_IVP_OPTIONS)))
+    imbedding_takes = (_keyword_only(solve_imbedding) | set(SOLVE_IVP_OPTIONS)
+                       | {STEP_BUDGET})
+    takes = adjoint_takes if solver == "adjoint" else imbedding_takes
+    unknown = [k for k in kwargs if k not in takes]
+    if not unknown:
+        return
+    if solver == "imbedding":
+        only = sorted(k for k in unknown if k in adjoint_takes)
         if only:
             raise TypeError(
                 f"solve_batch(solver='imbedding') got keyword argument(s) "
                 f"{', '.join(map(repr, only))} that solve_imbedding does not take (they are "
                 f"solve_adjoint's: pass solver='adjoint')")
+    names = []
+    for k in sorted(unknown):
+        close = difflib.get_close_matches(k, sorted(takes), n=1)
+        names.append(repr(k) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise TypeError(
+        f"solve_batch(solver={solver!r}) got keyword argument(s) {', '.join(names)} that "
+        f"solve_{solver} does not take; it takes {', '.join(map(repr, sorted(takes)))}")
 
 
 def _import_dask() -> tuple[Any, Any]:
@@ -229,12 +233,13 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
     ImportError
         If dask is not installed (``pip install invimbed[dask]``).
     ValueError
-        For an invalid ``x``, ``chunk_size`` or ``solver`` (or, with ``solver="adjoint"``,
-        ``depths``); if every chunk raised an exception, the first chunk's exception is
-        raised again (an invalid argument, most likely).
+        For an invalid ``x`` (shape, non-finite values), ``depths``, ``chunk_size`` or
+        ``solver``, before any chunk is submitted; if every chunk raised an exception,
+        the first chunk's exception is raised again (an invalid argument, most likely).
     TypeError
-        For a keyword argument that the chosen solver does not take, before any chunk is
-        submitted.
+        For a ``problem`` that is not a `BolzaProblem`, a complex or non-numeric ``x``,
+        a non-bool ``as_dask``, or a keyword argument that the chosen solver does not
+        take (with the closest name it takes), before any chunk is submitted.
 
     Examples
     --------
@@ -254,25 +259,23 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
     """
     check_choice(solver, "solver", SOLVERS)
     _check_keywords(solver, solve_kwargs)
+    if not isinstance(problem, BolzaProblem):
+        raise TypeError(f"`problem` must be an invimbed.BolzaProblem, but got "
+                        f"{describe(problem)}")
+    as_dask = as_bool(as_dask, "as_dask")
     dask, da = _import_dask()
     client = _default_client(client)
     is_dask = isinstance(x, da.Array)
-    if not is_dask:
-        try:
-            x = np.asarray(x, dtype=float)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"`x` must be array_like of real numbers, but got "
-                            f"{describe(x)}") from exc
+    if not is_dask:     # checked whole: a chunk's error would be one status among many
+        x = as_float_array(x, "x")
     if x.ndim != 2 or x.shape[0] == 0:
         raise ValueError(f"`x` must have shape (B, N) with B >= 1 (solve_batch splits the "
                          f"batch axis), but got shape {tuple(x.shape)}")
+    if not is_dask:
+        require_finite(x, "x")
     B = int(x.shape[0])
-    if solver == "adjoint" and isinstance(problem, BolzaProblem):
-        # a chunk of depths would check only its own: check them all here
-        depths_arr = as_depths(depths, problem.q)
-    else:
-        depths_arr = (np.asarray(depths, dtype=float) if not isinstance(depths, np.ndarray)
-                      else depths)
+    # a chunk of depths would check only its own: check them all here
+    depths_arr = as_depths(depths, problem.q)
     n = max(1, int(np.size(depths_arr)))
     rows = B if solver == "imbedding" else n * B
     if chunk_size is None:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import invimbed
-import invimbed._core.check as check_module
+import invimbed._core.derivative_guard as check_module
 from invimbed._core.check import GUARD_TOL, check_derivatives, verify_user_derivatives
 from problems import (logistic_functions, lq_functions, pendulum_functions,
                       vanderpol_functions)

@@ -25,7 +25,8 @@ def problem():
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_dynamics_wrong_shape(solver):
     pb = BolzaProblem(lambda t, z, th: np.zeros(3), terminal_loss=half_square)
-    with pytest.raises(ValueError, match=r"`dynamics` must return an array of shape \(N,\).*\(2,\).*\(3,\)"):
+    with pytest.raises(ValueError, match=r"`x` has N = 2 entries, but `dynamics` returned shape "
+                                         r"\(3,\).*shape \(2,\)"):
         solver(pb, [1.0, 2.0], [-1.0])
 
 

@@ -23,6 +23,7 @@ provider: it is what the imbedding sweep is verified against.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -32,18 +33,18 @@ from scipy.integrate._ivp.ivp import METHODS as _SCIPY_SOLVERS
 from .integrators import SCIPY_METHODS
 from .integrators.common import segments
 from .failures import empty_fields, row_failure, row_failure_reason
+from .integrators.common import DEFAULT_MAX_STEPS
 from .integrators.ensemble import DONE, MAX_STEPS, NONFINITE, TABLEAUX, integrate_rows
 from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
-from .setup import Setup, depth_gradient, pack_result, prepare
-from .validation import check_choice, describe
+from .arguments import Setup, prepare
+from .assembly import depth_gradient, pack_result
+from .validation import as_ivp_options, check_choice
 
 STRATEGIES = ("ensemble", "per_depth")
 BACKENDS = ("numpy", "numba")
 #: Keyword options of `solve_adjoint` beyond its named arguments.
 OPTIONS = ("first_step", "max_step", "max_steps")
-#: Default step budget per row (ensemble) or per solve (per_depth).
-DEFAULT_MAX_STEPS = 10_000
 _STIFF = ("Radau", "BDF", "LSODA")
 
 
@@ -97,9 +98,11 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
     Raises
     ------
     TypeError
-        For an unknown keyword argument.
+        For an unknown keyword argument (with the closest option name) or an argument of
+        the wrong type (``rtol="1e-6"``, a complex ``x``), naming it.
     ValueError
-        For an unknown ``strategy``, ``backend`` or ``method``.
+        For an unknown ``strategy``, ``backend`` or ``method``, an option out of range,
+        or an ``x`` or control of the wrong size (naming ``x`` or ``control``).
 
     Examples
     --------
@@ -143,26 +146,10 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
 
 
 def _options(options: dict) -> dict:
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise TypeError(f"solve_adjoint() got unexpected keyword argument(s) "
-                        f"{', '.join(map(repr, unknown))}; the options are "
-                        f"{', '.join(map(repr, OPTIONS))}")
-    opts = dict(options)
-    steps = opts.get("max_steps", DEFAULT_MAX_STEPS)
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise ValueError(f"`max_steps` must be a positive integer, but got {describe(steps)}")
-    opts["max_steps"] = int(steps)
-    for name in ("first_step", "max_step"):
-        if name in opts:
-            v = opts[name]
-            try:
-                ok = float(v) > 0 and not isinstance(v, bool)
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                raise ValueError(f"`{name}` must be a positive number, but got {describe(v)}")
-            opts[name] = float(v)
+    """The keyword options, checked (`as_ivp_options`), with the default ``max_steps``."""
+    opts = as_ivp_options(options, "solve_adjoint", OPTIONS,
+                          suggest=inspect.signature(solve_adjoint).parameters)
+    opts.setdefault("max_steps", DEFAULT_MAX_STEPS)
     return opts
 
 

@@ -299,7 +299,13 @@ class Control(OpenLoopControl):
         self.w = _as_params(w)
         self._breakpoints = (np.empty(0) if breakpoints is None
                              else np.sort(as_float_array(breakpoints, "breakpoints").ravel()))
-        theta0 = self._call(0.0)
+        require_finite(self._breakpoints, "breakpoints")
+        try:
+            theta0 = self._call(0.0)
+        except IndexError as exc:
+            raise ValueError(f"`w` has n_w = {self.w.size} parameter(s), but `fn(t, w)` reads "
+                             f"beyond them at t = 0 (IndexError: {exc}): pass a longer `w`, "
+                             f"or fix `fn`") from exc
         self.size = theta0.size
 
     @property
@@ -313,7 +319,15 @@ class Control(OpenLoopControl):
         return Control(self.fn, w, self.jac, self._breakpoints)
 
     def _call(self, t: float, w: np.ndarray | None = None) -> np.ndarray:
-        out = np.asarray(self.fn(t, self.w if w is None else w), dtype=float)
+        raw = self.fn(t, self.w if w is None else w)
+        if np.iscomplexobj(raw):
+            raise TypeError(f"control `fn(t, w)` must return real numbers, but returned "
+                            f"complex values ({describe(raw)})")
+        try:
+            out = np.asarray(raw, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"control `fn(t, w)` must return real numbers, shape (M,), but "
+                            f"returned {describe(raw)}") from exc
         if out.ndim > 1:
             raise ValueError(f"control `fn(t, w)` must return shape (M,), but returned "
                              f"shape {out.shape}")
@@ -324,8 +338,16 @@ class Control(OpenLoopControl):
 
     def _jacobian(self, t: float, piece: Any) -> np.ndarray:
         if self.jac is not None:
-            jac = np.asarray(self.jac(t, self.w), dtype=float).reshape(self.size, self.w.size)
-            return jac
+            raw = self.jac(t, self.w)
+            try:
+                jac = np.asarray(raw, dtype=float)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"control `jac(t, w)` must return real numbers, but returned "
+                                f"{describe(raw)}") from exc
+            if jac.size != self.size * self.w.size:
+                raise ValueError(f"control `jac(t, w)` must return shape (M, n_w) = "
+                                 f"{(self.size, self.w.size)}, but returned shape {jac.shape}")
+            return jac.reshape(self.size, self.w.size)
         eps = np.finfo(float).eps
         jac = np.empty((self.size, self.w.size))
         for j in range(self.w.size):
@@ -337,12 +359,24 @@ class Control(OpenLoopControl):
 
 
 def as_control(control: Any) -> OpenLoopControl:
-    """Normalise the ``control`` argument of the solvers."""
+    """Normalise the ``control`` argument of the solvers.
+
+    Raises
+    ------
+    TypeError
+        For anything but None or an `OpenLoopControl`; for numbers (the values of
+        ``theta``), the message shows the `Constant` that holds them.
+    """
     if control is None:
         return NoControl()
     if isinstance(control, OpenLoopControl):
         return control
+    hint = ""
+    if isinstance(control, (list, tuple, np.ndarray, int, float, np.number)) \
+            and not isinstance(control, bool):
+        shown = repr(control) if np.size(control) <= 8 else "values"
+        hint = f"; for a constant theta pass control=invimbed.Constant({shown})"
     raise TypeError(
         "`control` must be None or an invimbed control (Constant, PiecewiseConstant, "
-        f"Control), but got {describe(control)}"
+        f"Control), but got {describe(control)}{hint}"
     )

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
 
 from .closures import CLOSURES, JetClosure, StencilClosure
 from .derivatives import DerivativeOrderError
-from .integrators import SCIPY_METHODS, integrate_fixed, integrate_scipy
+from .integrators import (ALL_METHODS, FIXED_METHODS, SCIPY_METHODS, integrate_fixed,
+                          integrate_scipy)
 from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
-from .setup import (ALL_METHODS, assess, collect_results, parse_tol,
-                     prepare)
-from .validation import check_choice, describe
+from .accuracy import assess
+from .arguments import parse_tol, prepare
+from .assembly import collect_results
+from .validation import (STEP_BUDGET, as_bool, as_count, as_ivp_options, as_spacing,
+                         check_choice, check_positive, describe)
 
 def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = None,
                     closure: str = "jet", order: int = 1, method: str = "RK45",
@@ -63,15 +67,22 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         Tolerances of the adaptive solvers.
     step : float, optional
         Largest step in ``p`` for the fixed-step methods (each interval between requested
-        depths and control jumps is divided evenly); ``max_step`` for scipy methods.
+        depths and control jumps is divided evenly); ``max_step`` for scipy methods (give
+        one of the two).
     estimate_error : bool, default True
         ``closure="jet"`` only: carry the jet of order ``K + 1`` alongside (sharing every
         derivative evaluation) and report the difference in ``error_estimate``. It costs
         one more derivative order; switch it off for speed.
     difference : {"central", "forward"}
         Difference quotient of ``closure="stencil"``.
-    delta : float or array_like, optional
-        Stencil spacing ``Delta_i``; default ``1e-3 * max(1, |x_i|)``.
+    delta : float or array_like, shape (N,) or (B, N), optional
+        Stencil spacing ``Delta_i`` (``closure="stencil"`` only; positive); default
+        ``1e-3 * max(|x_i|, 1e-2)``: relative to each component, so that a stencil point
+        keeps the sign of every component larger than ``1e-5`` and the dynamics stay where
+        they are defined, with a floor of ``1e-5``, below which the rounding of
+        finite-difference derivatives would dominate (docs/closures.md, "The stencil's
+        spacing"). Near a boundary at zero pass ``difference="forward"`` or your own
+        ``delta``.
     backend : {"numpy", "numba", "cupy"}
         Where the sweep runs. ``"numpy"`` (default) supports everything above; the
         accelerated backends (see "Performance and scale" in the docs) run fixed-step
@@ -92,7 +103,11 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         With ``tol``: carry the jets of order ``K - 1`` (and ``K + 2`` where served) and
         refuse depths whose successive differences do not shrink geometrically.
     **options
-        Passed to ``scipy.integrate.solve_ivp`` (e.g. ``first_step``).
+        ``max_steps``: the budget of steps of the sweep (default 10,000; a stiff problem
+        on an explicit method then ends within seconds, with a message suggesting
+        ``"Radau"`` or ``"BDF"``). For scipy's adaptive methods also ``first_step``,
+        ``max_step`` and ``min_step``, as in `scipy.integrate.solve_ivp`. Any other
+        keyword raises ``TypeError`` naming it.
 
     Returns
     -------
@@ -106,9 +121,13 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
 
     Raises
     ------
-    TypeError, ValueError
-        For invalid arguments; the message names the argument, what was expected and
-        what was received.
+    TypeError
+        For an argument of the wrong type (``rtol="1e-6"``, ``estimate_error="no"``, a
+        complex ``x``) or an unknown keyword argument (``rtoll=``), naming it.
+    ValueError
+        For an invalid value, naming the argument, what was expected and what was
+        received; an ``x`` whose length differs from what the dynamics return, or a
+        control missing or of the wrong size, names ``x`` or ``control``.
 
     Notes
     -----
@@ -131,10 +150,18 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     >>> bool(res.success), res.z.shape, res.param_grad.shape
     (True, (2, 1), (2, 1))
     """
+    options = as_ivp_options(options, "solve_imbedding", suggest=_NAMED)
     check_choice(closure, "closure", CLOSURES)
     if fallback is not None:
         check_choice(fallback, "fallback", ("adjoint",))
+    estimate_error = as_bool(estimate_error, "estimate_error")
+    ratio_test = as_bool(ratio_test, "ratio_test")
+    order = as_count(order, "order")
+    max_order = as_count(max_order, "max_order")
+    check_positive(rtol, "rtol", allow_none=True)
+    check_positive(atol, "atol", allow_none=True)
     tol_pair = parse_tol(tol)
+    _check_method_options(method, step, options)
     if backend == "cupy":  # device arrays in, device arrays out (docs: Performance and scale)
         from .namespace import is_cupy_array, to_numpy
 
@@ -143,11 +170,11 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
             options.setdefault("array_type", "cupy")
     rtol, atol = integrator_tolerances(rtol, atol, tol_pair)
     setup = prepare(problem, x, depths, control, method, rtol, atol, step, ALL_METHODS)
-    if not isinstance(order, (int, np.integer)) or isinstance(order, bool) or order < 1:
-        raise ValueError(f"`order` must be an integer >= 1, but got {describe(order)}")
-    if not isinstance(max_order, (int, np.integer)) or isinstance(max_order, bool) \
-            or max_order < 1:
-        raise ValueError(f"`max_order` must be an integer >= 1, but got {describe(max_order)}")
+    if delta is not None:
+        if closure != "stencil":
+            raise ValueError(f"`delta` is the spacing of closure='stencil' only, but got "
+                             f"closure={closure!r} with delta={describe(delta)}; drop `delta`")
+        delta = as_spacing(delta, setup.x.shape)
     if closure != "jet" and order != 1:
         raise ValueError(f"`order` applies to closure='jet' only; closure={closure!r} needs "
                          f"order=1, but got order={order}")
@@ -196,6 +223,27 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         res = _fallback_adjoint(setup, res, method, rtol, atol, tol_pair)
     res["exact_fallback"] = res.get("exact_fallback", None)
     return res
+
+
+#: The named arguments of `solve_imbedding`, for the hint of a misspelt keyword.
+_NAMED = tuple(inspect.signature(solve_imbedding).parameters)
+
+
+def _check_method_options(method: Any, step: Any, options: dict) -> None:
+    """Refuse options that the chosen method would ignore."""
+    if method not in FIXED_METHODS:     # an unknown method is refused by `prepare`
+        if step is not None and "max_step" in options:
+            raise ValueError(f"give either `step` or `max_step` (both set the largest step "
+                             f"of method={method!r}), but got step={step!r} and "
+                             f"max_step={options['max_step']!r}")
+        return
+    adaptive = [k for k in options if k != STEP_BUDGET]
+    if adaptive:
+        names = ", ".join(f"`{k}`" for k in adaptive)
+        raise ValueError(f"{names} appl{'ies' if len(adaptive) == 1 else 'y'} to scipy's "
+                         f"adaptive methods ({', '.join(map(repr, SCIPY_METHODS))}) only, but "
+                         f"got method={method!r}, whose steps are set by `step`; drop "
+                         f"{'it' if len(adaptive) == 1 else 'them'}")
 
 
 def integrator_tolerances(rtol: Any, atol: Any,
@@ -337,9 +385,10 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
         outcome = integrate_scipy(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
                                   setup.piece_of, method=method, rtol=rtol, atol=atol, **options)
     else:
+        budget = {k: v for k, v in options.items() if k == STEP_BUDGET}
         outcome = integrate_fixed(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
                                   setup.piece_of, method=method, step=step,
-                                  disc_step=clo.disc_step)
+                                  disc_step=clo.disc_step, **budget)
 
     B, N = setup.x.shape
 

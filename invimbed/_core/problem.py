@@ -6,14 +6,16 @@ on batches, validates what they return, and hands out the derivative provider.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from . import derivative_guard
 from .derivatives import DerivativeProvider, FiniteDifferences, parse_key
 from .derivatives.symbolic import SympyProvider
 from .namespace import array_namespace
-from .validation import check_callable, describe
+from .validation import as_bool, as_real, check_callable, describe
 
 
 class BolzaProblem:
@@ -63,8 +65,8 @@ class BolzaProblem:
     ------
     TypeError
         If a function is not callable, ``derivatives`` is neither a dict nor a
-        provider, or ``vectorized``, ``autonomous`` or ``check_derivatives`` is not a
-        bool.
+        provider, ``q`` is not a real number (a string, a bool, a complex number), or
+        ``vectorized``, ``autonomous`` or ``check_derivatives`` is not a bool.
     ValueError
         If ``q`` is not finite or a derivative name is unknown.
 
@@ -88,25 +90,18 @@ class BolzaProblem:
         check_callable(running_loss, "running_loss", allow_none=True)
         check_callable(terminal_loss, "terminal_loss", allow_none=True)
         try:
-            q = float(q)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"`q` must be a real number, but got {describe(q)}") from exc
+            q = as_real(q, "q", allow_inf=True)     # TypeError for str, bool, complex
+        except ValueError:                           # NaN: the message below
+            q = float("nan")
         if not np.isfinite(q):
             raise ValueError(f"`q` must be finite, but got {q}")
         self.dynamics = dynamics
         self.running_loss = running_loss
         self.terminal_loss = terminal_loss
         self.q = q
-        if not isinstance(vectorized, (bool, np.bool_)):
-            raise TypeError(f"`vectorized` must be True or False, but got {describe(vectorized)}")
-        if not isinstance(autonomous, (bool, np.bool_)):
-            raise TypeError(f"`autonomous` must be True or False, but got {describe(autonomous)}")
-        if not isinstance(check_derivatives, (bool, np.bool_)):
-            raise TypeError(f"`check_derivatives` must be True or False, but got "
-                            f"{describe(check_derivatives)}")
-        self.vectorized = bool(vectorized)
-        self.autonomous = bool(autonomous)
-        self.check_derivatives = bool(check_derivatives)
+        self.vectorized = as_bool(vectorized, "vectorized")
+        self.autonomous = as_bool(autonomous, "autonomous")
+        self.check_derivatives = as_bool(check_derivatives, "check_derivatives")
         self._user_provider: DerivativeProvider | None = None
         self._known: dict[tuple[str, int, int], Callable] = {}
         if isinstance(derivatives, DerivativeProvider):
@@ -219,8 +214,51 @@ class BolzaProblem:
             self._providers[key] = prov
         return self._providers[key]
 
+    def check_sizes(self, n_state: int, n_theta: int, *, control: str = "control",
+                    control_given: bool = True) -> None:
+        """Compare the sizes of ``x`` and the control with the problem's, where it knows
+        them (a derivative provider, e.g. `invimbed.from_sympy`: its state and control
+        symbols), before any of its functions is called.
+
+        Parameters
+        ----------
+        n_state : int
+            ``N``, the length of ``x`` (per input).
+        n_theta : int
+            ``M``, the size of the control's ``theta(t)``.
+        control : str, default "control"
+            The argument that gave the control, for the message (``"theta"`` in
+            `invimbed.check_derivatives`).
+        control_given : bool, default True
+            Whether a control was given at all.
+
+        Raises
+        ------
+        ValueError
+            Naming ``x`` or ``control``: its size, the problem's and its symbols.
+        """
+        prov = self._user_provider
+        if prov is None:
+            return
+        N, M = getattr(prov, "n_state", None), getattr(prov, "n_theta", None)
+        if N is not None and n_state != N:
+            raise ValueError(
+                f"`x` must have N = {N} entries per input (one per state symbol"
+                f"{_symbols(prov, 'z', ':')}), but got {n_state}")
+        if M is not None and n_theta != M:
+            if not control_given:
+                values = "[" + ", ".join(["0.0"] * M) + "]"
+                example = (f"control=invimbed.Constant({values}) (or a PiecewiseConstant or "
+                           f"Control)" if control == "control" else f"{control}={values}")
+                raise ValueError(
+                    f"`{control}` is required: the problem has {M} control symbol(s)"
+                    f"{_symbols(prov, 'theta', ':')}; pass {example} with {M} value(s)")
+            raise ValueError(
+                f"`{control}` must have M = {M} value(s) (one per control symbol"
+                f"{_symbols(prov, 'theta', ':')}), but it has {n_theta}")
+
     def check_shapes(self, t: float, x: np.ndarray, theta: np.ndarray, *,
-                     derivatives: bool = True) -> None:
+                     derivatives: bool = True, control: str = "control") -> None:
         """Call each function once at ``(t, x[0], theta)`` and check what it returns.
 
         Every solver calls it at its first point; the checks are made once per state
@@ -237,27 +275,31 @@ class BolzaProblem:
         derivatives : bool, default True
             Also check the user's derivative callables against finite differences (when
             the problem has some and was built with ``check_derivatives=True``).
+        control : str, default "control"
+            The argument that gave ``theta``, for the messages.
 
         Raises
         ------
         ValueError
-            If the dynamics do not return shape (N,), or a loss is not a scalar, or a
-            value is not finite at the starting point, or (``derivatives``) a user
-            derivative does not match finite differences, naming it.
+            If the dynamics return an array of another length than ``x`` (naming ``x``
+            first), a function reads an entry of ``theta`` or ``z`` beyond their size
+            (its IndexError, naming ``control`` or ``x`` and the index read), a loss is
+            not a scalar, a value is not finite at the starting point, or
+            (``derivatives``) a user derivative does not match finite differences,
+            naming it.
         """
         n_state, n_theta = x.shape[1], theta.size
         key = (n_state, n_theta)
         if key not in self._checked:
-            self._check_values(t, x, theta)
+            self._check_values(t, x, theta, control)
             self._checked.add(key)
         if (derivatives and self.check_derivatives and self._known
                 and key not in self._derivatives_checked):
-            from .check import verify_user_derivatives
-
-            verify_user_derivatives(self, t, x, theta)
+            derivative_guard.verify_user_derivatives(self, t, x, theta)
             self._derivatives_checked.add(key)
 
-    def _check_values(self, t: float, x: np.ndarray, theta: np.ndarray) -> None:
+    def _check_values(self, t: float, x: np.ndarray, theta: np.ndarray,
+                      control: str = "control") -> None:
         n_state = x.shape[1]
         z0 = x[:1]
         th0 = theta[None, :]
@@ -267,17 +309,40 @@ class BolzaProblem:
         for name, fn, which, shape in checks:
             if fn is None:
                 continue
-            if self.vectorized:
-                out = fn(z0) if which == "T" else fn(t, z0, th0)
-                expected = (1,) + shape
-            else:
-                out = fn(z0[0]) if which == "T" else fn(t, z0[0], th0[0])
-                expected = shape
+            z, th = (z0, th0) if self.vectorized else (z0[0], th0[0])
+            expected = ((1,) if self.vectorized else ()) + shape
+            try:
+                out = fn(z) if which == "T" else fn(t, z, th)
+            except IndexError as exc:
+                blamed = self._index_error(exc, name, fn, which, t, z, th, control)
+                if blamed is exc:       # neither theta nor z: the user's own indexing
+                    raise
+                raise blamed from exc
+            if np.iscomplexobj(out):
+                raise TypeError(f"`{name}` must return real numbers, but returned complex "
+                                f"values ({describe(out)})")
             try:
                 out = np.asarray(out, dtype=float)
             except (TypeError, ValueError) as exc:
                 raise TypeError(f"`{name}` must return real numbers, but returned "
                                 f"{describe(out)}") from exc
+            if (which == "f" and out.ndim == len(expected) >= 1 and out.shape[:-1] == expected[:-1]
+                    and out.shape[-1] != n_state):
+                batch = " (vectorized=True: with a leading batch axis)" if self.vectorized else ""
+                M = th.shape[-1]
+                right = self._theta_size_that_fits(fn, t, z, th, expected)
+                if right is not None:     # e.g. theta[:, :1] of an empty theta, or f = theta
+                    raise ValueError(
+                        f"`{control}` {'is required' if M == 0 else f'has M = {M} value(s)'}: "
+                        f"`dynamics` returned shape {out.shape} with "
+                        f"{'no control' if M == 0 else 'them'}{batch}, and the right shape "
+                        f"{expected} with {right} value(s); pass a control of size {right}, "
+                        f"e.g. control=invimbed.Constant([...]), or fix the dynamics")
+                raise ValueError(
+                    f"`x` has N = {n_state} entries, but `dynamics` returned shape "
+                    f"{out.shape}{batch}: pass an x of length {out.shape[-1]}, or fix the "
+                    f"dynamics, which must return one derivative per entry of x, shape "
+                    f"{expected}")
             if out.shape != expected:
                 what = "an array of shape (N,) = " + str((n_state,)) if which == "f" else "a scalar"
                 batch = " (vectorized=True: a leading batch axis)" if self.vectorized else ""
@@ -287,6 +352,77 @@ class BolzaProblem:
                 )
         if self.autonomous:
             self._check_autonomous(t, x[:1], theta[None, :])
+
+    @staticmethod
+    def _theta_size_that_fits(fn: Callable, t: float, z: np.ndarray, theta: np.ndarray,
+                              expected: tuple) -> int | None:
+        """A size of theta, other than its own, with which ``fn`` returns the
+        ``expected`` shape (None if none of those tried does): then the control, not
+        ``x``, has the wrong size."""
+        M, N = theta.shape[-1], z.shape[-1]
+        tried = [N] + list(range(M - 1, 0, -1)) + [M + 1, M + 2, M + 4, M + 16]
+        for size in dict.fromkeys(k for k in tried if k != M and k >= 1):
+            longer = np.zeros(theta.shape[:-1] + (size,))
+            k = min(size, M)
+            longer[..., :k] = theta[..., :k]
+            try:
+                with np.errstate(all="ignore"):
+                    out = np.asarray(fn(t, z, longer), dtype=float)
+            except Exception:
+                continue
+            if out.shape == expected:
+                return size
+        return None
+
+    def _index_error(self, exc: IndexError, name: str, fn: Callable, which: str, t: float,
+                     z: np.ndarray, theta: np.ndarray, control: str) -> Exception:
+        """Turn the IndexError of a user function at the first point into a ValueError
+        naming ``control`` (or ``x``) and the index the function read: the call is
+        repeated with a longer ``theta`` (then ``z``); the one whose lengthening cures
+        it is the culprit. Returns the original error where neither does."""
+        m = _INDEX_ERROR.search(str(exc))
+        index = int(m.group(1)) if m else None
+
+        def longer(a: np.ndarray) -> np.ndarray:
+            size = a.shape[-1]
+            need = size + 16 if index is None else max(size + 1, index + 1, -index)
+            pad = np.zeros(a.shape[:-1] + (need - size,))
+            return np.concatenate([a, pad], axis=-1)
+
+        def cured(zz: np.ndarray, th: np.ndarray) -> bool:
+            try:
+                with np.errstate(all="ignore"):
+                    fn(zz) if which == "T" else fn(t, zz, th)
+            except IndexError:
+                return False
+            except Exception:   # another complaint once the index is in range: cured
+                return True
+            return True
+
+        what = f"IndexError: {exc}"
+        at = "[..., " if self.vectorized else "["
+
+        def reads(var: str) -> str:
+            return f" reads {var} beyond its size" if index is None else \
+                f" reads {var}{at}{index}]"
+
+        if which != "T" and cured(z, longer(theta)):
+            M = theta.shape[-1]
+            least = "more" if index is None else f"at least {max(index + 1, -index)}"
+            if M == 0:
+                head = (f"`{control}` is required: `{name}`{reads('theta')} ({what}), but no "
+                        f"control was given (theta has size M = 0)")
+            else:
+                head = f"`{control}` has M = {M} value(s), but `{name}`{reads('theta')} ({what})"
+            return ValueError(f"{head}: pass a control with {least} value(s), e.g. "
+                              f"control=invimbed.Constant([...]), or fix `{name}`")
+        if cured(longer(z), theta):
+            N = z.shape[-1]
+            least = "a longer x" if index is None else \
+                f"an x of length at least {max(index + 1, -index)}"
+            return ValueError(f"`x` has N = {N} entries, but `{name}`{reads('z')} ({what}): "
+                              f"pass {least}, or fix `{name}`")
+        return exc
 
     def _check_autonomous(self, t: float, z: np.ndarray, theta: np.ndarray) -> None:
         """Refute ``autonomous=True`` where a function changes with ``t``."""
@@ -300,6 +436,19 @@ class BolzaProblem:
                     f"`autonomous=True` was declared, but `{name}` depends on t: it returns "
                     f"different values at t = {t}, {t - 0.731} and {t + 1.913} for the same z "
                     f"and theta; drop `autonomous=True`")
+
+
+#: numpy's message for an index out of range: "index 0 is out of bounds for axis 0 with
+#: size 0".
+_INDEX_ERROR = re.compile(r"index (-?\d+) is out of bounds for axis (\d+) with size (\d+)")
+
+
+def _symbols(prov: Any, which: str, sep: str = "") -> str:
+    """" a, b" (or ": a, b" with ``sep``): the provider's symbols, where it has them."""
+    symbols = getattr(prov, which, None)
+    if not isinstance(symbols, (tuple, list)) or not symbols:
+        return ""
+    return (sep or "") + " " + ", ".join(map(str, symbols))
 
 
 def _key_name(key: tuple[str, int, int]) -> str:

@@ -16,6 +16,8 @@ import numpy as np
 #: The options of scipy's `solve_ivp` that the solvers pass on (the others are set by
 #: the solver itself: the right-hand side, its Jacobian, dense output, events).
 SOLVE_IVP_OPTIONS = ("first_step", "max_step", "min_step")
+#: The step budget every adaptive solver takes besides them (attempted steps per solve).
+STEP_BUDGET = "max_steps"
 
 
 def describe(value: Any) -> str:
@@ -95,16 +97,31 @@ def as_int(value: Any, name: str, *, minimum: int | None = None) -> int:
     return v
 
 
-def check_options(options: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+def as_count(value: Any, name: str, minimum: int = 1) -> int:
+    """An integer >= ``minimum`` where the entry points have always raised ValueError for
+    any bad value (``order``, ``max_order``): "`order` must be an integer >= 1, but got
+    1.5 (type float)"."""
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral)
+            or value < minimum):
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, but got {describe(value)}")
+    return int(value)
+
+
+def check_options(options: Mapping[str, Any], allowed: Iterable[str], where: str, *,
+                  suggest: Iterable[str] = ()) -> None:
     """Refuse keyword arguments not in ``allowed``: a TypeError naming each, with the
-    closest allowed name, instead of letting a misspelt option vanish."""
+    closest allowed name, instead of letting a misspelt option vanish.
+
+    ``suggest`` adds names to look for the closest among (the entry point's named
+    arguments: ``rtoll=`` is most likely ``rtol``)."""
     allowed = list(allowed)
     unknown = [k for k in options if k not in allowed]
     if not unknown:
         return
+    candidates = allowed + [n for n in suggest if n not in allowed]
     parts = []
     for k in unknown:
-        close = difflib.get_close_matches(k, allowed, n=1)
+        close = difflib.get_close_matches(k, candidates, n=1)
         parts.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     valid = ", ".join(repr(a) for a in allowed) or "none"
     raise TypeError(f"{where}() got unexpected keyword argument(s) {', '.join(parts)}; "
@@ -193,3 +210,83 @@ def check_positive(value: Any, name: str, allow_none: bool = False) -> float | N
     if not np.isfinite(v) or v <= 0:
         raise ValueError(f"`{name}` must be a positive finite number, but got {value!r}")
     return v
+
+
+def as_ivp_options(options: Mapping[str, Any], where: str,
+                   allowed: Iterable[str] = SOLVE_IVP_OPTIONS + (STEP_BUDGET,), *,
+                   suggest: Iterable[str] = ()) -> dict:
+    """Check the keyword options an adaptive solver passes to its integrator.
+
+    Unknown names raise a TypeError naming them (`check_options`); ``first_step`` must
+    be a positive number, ``max_step`` a positive number or ``inf``, ``min_step`` a
+    non-negative number and ``max_steps`` a positive integer.
+
+    Parameters
+    ----------
+    options : mapping
+        The ``**options`` of the entry point.
+    where : str
+        The entry point's name, for the message (``"solve_imbedding"``).
+    allowed : iterable of str
+        The option names it takes.
+    suggest : iterable of str
+        Its named arguments, for the closest-name hint of an unknown keyword.
+
+    Returns
+    -------
+    dict
+        The options as floats (``max_steps`` as an int).
+
+    Raises
+    ------
+    TypeError
+        For an unknown option or a value of the wrong type.
+    ValueError
+        For a value out of range.
+    """
+    check_options(options, allowed, where, suggest=suggest)
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if key == STEP_BUDGET:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"`{key}` must be a positive integer, but got {describe(value)}")
+            if value < 1:
+                raise ValueError(f"`{key}` must be a positive integer, but got {describe(value)}")
+            out[key] = int(value)
+            continue
+        if isinstance(value, (bool, np.bool_)) or not (
+                isinstance(value, numbers.Real)
+                or (isinstance(value, np.ndarray) and value.ndim == 0
+                    and value.dtype.kind in "iuf")):
+            raise TypeError(f"`{key}` must be a positive number, but got {describe(value)}")
+        v = float(value)
+        if key == "min_step":
+            ok = np.isfinite(v) and v >= 0
+        elif key == "max_step":
+            ok = v > 0          # inf: no limit, scipy's default
+        else:
+            ok = np.isfinite(v) and v > 0
+        if not ok:
+            what = "a non-negative number" if key == "min_step" else "a positive number"
+            raise ValueError(f"`{key}` must be {what}, but got {value!r}")
+        out[key] = v
+    return out
+
+
+def as_spacing(delta: Any, shape: tuple[int, int], name: str = "delta") -> np.ndarray | None:
+    """A difference spacing: None, or positive finite numbers that broadcast to
+    ``shape`` = (B, N) (a float, one per state component (N,), or one per input and
+    component (B, N))."""
+    if delta is None:
+        return None
+    arr = as_float_array(delta, name)
+    B, N = shape
+    try:
+        out = np.broadcast_to(arr, (B, N))
+    except ValueError:
+        raise ValueError(f"`{name}` must be a float or an array of shape (N,) or (B, N) with "
+                         f"N = {N}, B = {B}, but got shape {arr.shape}") from None
+    if not np.all(np.isfinite(out)) or np.any(out <= 0):
+        raise ValueError(f"`{name}` must be positive and finite, but got "
+                         f"{np.array2string(arr, threshold=8)}")
+    return out.copy()

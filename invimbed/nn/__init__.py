@@ -1,4 +1,4 @@
-"""PyTorch adapter: the paper's discrete InImNet (sec. arch-discrete) and its imbedded
+"""PyTorch adapter: the paper's discrete InImNet (section 3.1) and its imbedded
 adjoint (Theorem 2), on the same recursions as the numpy core's ``method="disc"``.
 
 Optional: needs PyTorch (``pip install torch==2.13.0`` then ``pip install invimbed[nn]``).

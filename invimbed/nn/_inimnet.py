@@ -1,16 +1,20 @@
-"""``InImNet``: the paper's discrete invariant-imbedding network (sec. arch-discrete) as
+"""``InImNet``: the paper's discrete invariant-imbedding network (section 3.1) as
 a ``torch.nn.Module``, and its imbedded adjoint (Theorem 2)."""
 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Callable
 
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import _recursions as rec
+from ._recursions import (adjoint_sweep, batchnorms, differentiable_norms, exact_sweep,
+                          exact_sweep_materialized, truncated_sweep,
+                          truncated_sweep_materialized, update_statistics)
+from .._core.validation import as_bool
 from ._phi import MLP
 
 JACOBIANS = ("exact", "crop", "jet")
@@ -39,10 +43,10 @@ def _depth_grid(p_min: Any, step: Any, depths: Any) -> list[float]:
             raise ValueError(f"`depths` must be finite and strictly decreasing from q = 0 "
                              f"with at least one layer (e.g. [0, -1, -2]), but got {grid}")
         return grid
-    if isinstance(p_min, bool) or not isinstance(p_min, (int, float)) \
+    if isinstance(p_min, bool) or not isinstance(p_min, numbers.Real) \
             or not math.isfinite(p_min) or p_min >= 0:
         raise ValueError(f"`p_min` must be a finite negative number, but got {p_min!r}")
-    if isinstance(step, bool) or not isinstance(step, (int, float)) \
+    if isinstance(step, bool) or not isinstance(step, numbers.Real) \
             or not math.isfinite(step) or step <= 0:
         raise ValueError(f"`step` must be a finite positive number, but got {step!r}")
     n = max(1, math.ceil(-p_min / step - 1e-9))
@@ -82,12 +86,12 @@ class InImNet(nn.Module):
         ``p_min`` and ``step``.
     shared : bool, default False
         One ``Phi`` for every layer (``Phi(p_i, x) = Phi(x)``, the paper's extrapolation
-        variant, sec. app-extra) instead of one per layer. Its state dict does not depend
+        variant, Appendix F.3) instead of one per layer. Its state dict does not depend
         on the number of layers, so a model trained at one ``p_min`` loads into a deeper
         one to extrapolate.
     hidden_layers : int, default 2
         The default ``Phi``'s number of linear layers, the paper's ``n`` (Table
-        MSE_rotatingMNIST: 2 or 3); see :class:`invimbed.nn.MLP`.
+        Table 1: 2 or 3); see :class:`invimbed.nn.MLP`.
     inflation : float, default 2
         Hidden width of the default ``Phi`` over ``dim``.
     dropout : float, default 0.0
@@ -100,7 +104,7 @@ class InImNet(nn.Module):
 
         - ``"exact"``: automatic differentiation through the depth recursion
           (``torch.func.jvp`` nested ``L`` deep): the exact discrete network, cost
-          growing exponentially with ``L`` (the paper's sec. app-moan; about 3 times per
+          growing exponentially with ``L`` (the paper's Appendix F.1; about 3 times per
           layer measured, see the docs). Prefer it for shallow networks and for
           checking the others.
         - ``"jet"``: the core's jet of order 1, ``J_i = J_{i-1} (I - h_i grad Phi_i)``
@@ -170,14 +174,14 @@ class InImNet(nn.Module):
                  backward: str = "autograd", phi: Callable[[int], nn.Module] | None = None,
                  materialize: bool = False) -> None:
         super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1:
             raise ValueError(f"`dim` must be a positive integer, but got {dim!r}")
-        self.dim = dim
+        self.dim = dim = int(dim)
         self._modes = (_choice(jacobian, "jacobian", JACOBIANS),
                        _choice(backward, "backward", BACKWARDS))
         self._check_modes(*self._modes)
-        self.shared = bool(shared)
-        self.materialize = bool(materialize)
+        self.shared = as_bool(shared, "shared")
+        self.materialize = as_bool(materialize, "materialize")
         grid = _depth_grid(p_min, step, depths)
         self._grid = grid
         self._h = [b - a for a, b in zip(grid[:-1], grid[1:])]
@@ -257,13 +261,13 @@ class InImNet(nn.Module):
     def _sweep(self, x: torch.Tensor, update_stats: bool = True) -> tuple:
         """The outputs ``(Z_0, ..., Z_L)`` by the chosen closure."""
         phis = [self.layer(i) for i in range(self.n_layers)]
-        if update_stats and rec.batchnorms(self.phis):
-            rec.update_statistics(phis, x)
-        with rec.differentiable_norms(self.phis):
+        if update_stats and batchnorms(self.phis):
+            update_statistics(phis, x)
+        with differentiable_norms(self.phis):
             if self.jacobian == "exact":
-                fn = rec.exact_sweep_materialized if self.materialize else rec.exact_sweep
+                fn = exact_sweep_materialized if self.materialize else exact_sweep
                 return fn(phis, self._h, x)
-            fn = rec.truncated_sweep_materialized if self.materialize else rec.truncated_sweep
+            fn = truncated_sweep_materialized if self.materialize else truncated_sweep
             return fn(phis, self._h, x, self.jacobian)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -301,8 +305,8 @@ def _layers(model: InImNet, params: list) -> list:
 
 def _run_adjoint(model: InImNet, x: torch.Tensor, g: torch.Tensor, params: list,
                  form: str = "discrete"):
-    with rec.differentiable_norms(model.phis):
-        return rec.adjoint_sweep(_layers(model, params), model._h, x, g,
+    with differentiable_norms(model.phis):
+        return adjoint_sweep(_layers(model, params), model._h, x, g,
                                  [p.shape for p in params], form)
 
 
@@ -312,10 +316,10 @@ class _AdjointFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, model: InImNet, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
-        bns = rec.batchnorms(model.phis)
+        bns = batchnorms(model.phis)
         phis = [model.layer(i) for i in range(model.n_layers)]
         if bns:
-            rec.update_statistics(phis, x)
+            update_statistics(phis, x)
         ctx.model = model
         ctx.layers = _layers(model, list(params))   # the tensors of this call (functional_call)
         ctx.rng = None
@@ -352,8 +356,8 @@ class _AdjointFunction(torch.autograd.Function):
                 torch.set_rng_state(ctx.rng[0])
                 if ctx.rng[1] is not None:
                     torch.cuda.set_rng_state(ctx.rng[1], x.device)
-            with rec.differentiable_norms(model.phis):
-                lams, lws = rec.adjoint_sweep(layers, model._h[:L], x, g, shapes, "discrete")
+            with differentiable_norms(model.phis):
+                lams, lws = adjoint_sweep(layers, model._h[:L], x, g, shapes, "discrete")
         grad_x = sum(lams[i][j] for j, i in enumerate(used))
         grads = [sum(lws[i][k][j] for j, i in enumerate(used)) if flat[k] is not None else None
                  for k in range(n_params)]

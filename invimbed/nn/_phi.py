@@ -3,6 +3,8 @@ AppendixHyperparameters)."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any, Callable
 
 import torch
@@ -42,7 +44,7 @@ class MLP(nn.Module):
     each followed by the activation and, if ``dropout > 0``, dropout; the last layer maps
     back to ``dim`` with neither ("dropout regularisation for every layer except the
     last", appendix AppendixHyperparameters). ``layers`` is the paper's ``n`` of Table
-    MSE_rotatingMNIST (2 or 3); ``layers=1`` is a single affine map.
+    Table 1 (2 or 3); ``layers=1`` is a single affine map.
 
     Parameters
     ----------
@@ -64,12 +66,17 @@ class MLP(nn.Module):
     def __init__(self, dim: int, layers: int = 2, inflation: float = 2, dropout: float = 0.0,
                  activation: Any = "tanh") -> None:
         super().__init__()
-        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1:
+            raise ValueError(f"`dim` must be a positive integer, but got {dim!r}")
+        if isinstance(layers, bool) or not isinstance(layers, numbers.Integral) or layers < 1:
             raise ValueError(f"`hidden_layers` must be an integer >= 1, but got {layers!r}")
-        if not (isinstance(inflation, (int, float)) and inflation > 0):
+        if isinstance(inflation, bool) or not (isinstance(inflation, numbers.Real)
+                                               and math.isfinite(inflation) and inflation > 0):
             raise ValueError(f"`inflation` must be a positive number, but got {inflation!r}")
-        if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
+        if isinstance(dropout, bool) or not (isinstance(dropout, numbers.Real)
+                                             and 0.0 <= dropout < 1.0):
             raise ValueError(f"`dropout` must be in [0, 1), but got {dropout!r}")
+        dim, layers = int(dim), int(layers)
         act = make_activation(activation)
         width = max(1, int(round(inflation * dim)))
         sizes = [dim] + [width] * (layers - 1) + [dim]

@@ -1,4 +1,4 @@
-"""The layer recursions of the discrete architecture (sec. arch-discrete), in torch.
+"""The layer recursions of the discrete architecture (section 3.1), in torch.
 
 Notation as in ``invimbed/_core/closures/jet.py`` and docs/theory.md, "The discrete architecture": depths
 ``0 = p_0 > p_1 > ... > p_L``, layer ``k`` (1-based) between ``p_{k-1}`` and ``p_k``

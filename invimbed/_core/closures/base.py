@@ -2,7 +2,7 @@
 
 Every field ``U`` of docs/theory.md, "The imbedded fields" obeys ``dU/dp = -grad_x U . Phi - S_U``; the
 ``grad_x U`` at the single point ``x`` needs ``U`` near ``x`` (the paper's nested
-Jacobians, Appendix sec. app-moan). A closure decides what to carry so that the
+Jacobians, Appendix F.1). A closure decides what to carry so that the
 hierarchy closes, and packs it into one flat state vector, so that integrators never
 see derivative providers, jets or stencils.
 

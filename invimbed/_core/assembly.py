@@ -1,0 +1,161 @@
+"""Assembling a result: per-depth fields, the depth gradient, failures and accuracy.
+
+`collect_results` turns an integrator's states into an `ImbeddingResult` (via
+`pack_result`), computing the depth gradient ``dJ/dp = -(Lam . f + R)`` of every depth at
+once (`depth_gradient`) and the accuracy verdict of `invimbed._core.accuracy.assess`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .accuracy import assess
+from .arguments import Setup
+from .ordered import sum_products
+from .results import ImbeddingResult
+
+
+def depth_gradient(setup: Setup, p: float | np.ndarray, adjoint: np.ndarray,
+                   x: np.ndarray | None = None) -> np.ndarray:
+    """``dJ/dp = -(Lam . f(p, x, theta(p)) + R(p, x, theta(p)))`` (docs/theory.md, "The imbedded fields").
+
+    ``p`` is one depth for the inputs ``setup.x``, or an array of per-row depths for the
+    rows ``x`` (the ensemble adjoint). At a jump of the control, ``theta(p)`` is the value
+    just above ``p`` (the derivative from above)."""
+    ctrl = setup.control
+    if np.ndim(p) == 0:
+        x = setup.x if x is None else x
+        th = np.broadcast_to(ctrl.theta(p), (x.shape[0], ctrl.size))
+    else:
+        th = ctrl.theta_rows(p, ctrl.pieces(p, p))
+    f = setup.provider.derivative("f", p, x, th)
+    R = setup.provider.derivative("R", p, x, th)
+    return -(sum_products(adjoint, f) + R)
+
+
+def _depth_gradients(setup: Setup, adjoint: np.ndarray) -> np.ndarray:
+    """`depth_gradient` at every depth at once: ``adjoint`` (n, B, N) in descending-depth
+    order; NaN where the adjoint is not finite (depths not reached)."""
+    n, B, N = adjoint.shape
+    lam = adjoint.reshape(n * B, N)
+    ok = np.all(np.isfinite(lam), axis=1)
+    out = np.full(n * B, np.nan)
+    if np.any(ok):
+        p = np.repeat(setup.depths_desc, B)[ok]
+        x = np.tile(setup.x, (n, 1))[ok]
+        out[ok] = depth_gradient(setup, p if np.ptp(p) else float(p[0]), lam[ok], x)
+    return out.reshape(n, B)
+
+
+def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, message: str,
+                nfev: int, closure: str, method: str,
+                error_estimate: dict[str, np.ndarray] | None = None, status: int | None = None,
+                **extra: Any) -> ImbeddingResult:
+    """Put per-depth fields (in descending-depth order, axes (n, B, ...)) back in the
+    user's order and drop the batch axis for an unbatched ``x``.
+
+    ``status`` defaults to 0 on success and -1 otherwise (`invimbed.STATUS`); array
+    values of ``extra`` with a leading depth axis of the right size are rearranged too."""
+    inverse = np.empty_like(setup.order)
+    inverse[setup.order] = np.arange(setup.order.size)
+    n = setup.order.size
+
+    def arrange(a: np.ndarray) -> np.ndarray:
+        a = a[inverse]
+        return a if setup.batched else a[:, 0]
+
+    for k, v in list(extra.items()):
+        if isinstance(v, np.ndarray) and v.ndim >= 2 and v.shape[0] == n:
+            extra[k] = arrange(v)
+    res = ImbeddingResult(
+        depths=setup.depths.copy(),
+        **{k: arrange(v) for k, v in fields.items()},
+        success=bool(success),
+        status=(0 if success else -1) if status is None else int(status),
+        message=message,
+        nfev=int(nfev),
+        closure=closure,
+        method=method,
+        error_estimate=(None if error_estimate is None else
+                        ImbeddingResult({k: arrange(v) for k, v in error_estimate.items()})),
+        **extra,
+    )
+    res.setdefault("warnings", [])
+    return res
+
+
+def collect_results(setup: Setup, outcome: Any, per_depth: Any,
+                    shapes: dict[str, tuple[int, ...]], *, closure: str, method: str,
+                    with_errors: bool, tol: tuple[float, float] | None = None,
+                    warnings: list | None = None, **extra: Any) -> ImbeddingResult:
+    """Per-depth fields from an integrator's states, with failures and accuracy reported.
+
+    ``per_depth(p, y)`` returns ``(fields, errors)`` or ``(fields, errors, lower, upper)``
+    (fields without ``"depth_grad"``: it is computed here for every depth at once)
+    for a state ``y`` at depth ``p`` (an ``ArithmeticError`` there ends the result at that
+    depth); ``lower`` and ``upper`` hold the previous and the next term of the jet series,
+    ``|F_K - F_(K-1)|`` and ``|F_(K+2) - F_(K+1)|`` (or None), for the ratio test of
+    `assess`. ``shapes`` gives each field's shape per depth, for the NaN
+    rows of depths not reached. ``tol`` is the ``(rtol, atol)`` of `parse_tol`, or None
+    for the default 10% criterion (`WARN_RELATIVE_ERROR`).
+    """
+    success, message = outcome.success, outcome.message
+    warnings = list(warnings or [])
+    nan = {k: np.full(shape, np.nan) for k, shape in shapes.items()}
+    err_keys = ("z", "value", "adjoint") + (("param_grad",) if "param_grad" in shapes else ())
+    rows, err_rows, low_rows, up_rows = [], [], [], []
+    has_lower = has_upper = False
+    stopped = False
+    for p, y in zip(setup.depths_desc, outcome.ys):
+        fl, er = nan, {k: nan[k] for k in err_keys}
+        lo, up = dict(er), dict(er)
+        if not stopped and np.all(np.isfinite(y)):
+            try:
+                got = per_depth(float(p), y)
+                fl, er = got[0], got[1]
+                if len(got) > 2 and got[2] is not None:
+                    lo, has_lower = got[2], True
+                if len(got) > 3 and got[3] is not None:
+                    up, has_upper = got[3], True
+            except ArithmeticError as exc:
+                stopped, success = True, False
+                message = f"Failed at depth p = {p:.10g}: {exc}."
+                fl, er = nan, {k: nan[k] for k in err_keys}
+        rows.append(fl)
+        err_rows.append(er)
+        low_rows.append(lo)
+        up_rows.append(up)
+    later = "depth_grad" in shapes and any("depth_grad" not in r for r in rows)
+    stacked = {k: np.stack([r.get(k, nan[k]) for r in rows]) for k in shapes}
+    if later:       # one vectorised evaluation for every depth, not a call per depth
+        stacked["depth_grad"] = _depth_gradients(setup, stacked["adjoint"])
+    errors = ({k: np.stack([r[k] for r in err_rows]) for k in err_keys} if with_errors
+              else None)
+    lower = ({k: np.stack([r[k] for r in low_rows]) for k in err_keys} if has_lower and with_errors
+             else None)
+    upper = ({k: np.stack([r[k] for r in up_rows]) for k in err_keys} if has_upper and with_errors
+             else None)
+    finite = all(np.all(np.isfinite(v)) for v in stacked.values())
+    if success and not finite:
+        success = False
+        bad = [float(p) for p, v in zip(setup.depths_desc, stacked["depth_grad"])
+               if not np.all(np.isfinite(v))]
+        message = (f"Non-finite depth gradient at depth p = {bad[0]:.10g} (the dynamics or "
+                   f"running loss is not finite at x there)." if bad else
+                   "Non-finite value in the results.")
+    status = 0 if success else -1
+    converged = ratio = None
+    if errors is not None:
+        verdict = assess(setup.depths_desc, stacked, errors, lower, tol, upper)
+        converged = verdict.converged
+        ratio = verdict.ratio if (lower is not None or upper is not None) else None
+        warnings += verdict.warnings
+        if success and not verdict.all_converged:
+            success, status = False, -2
+            message = verdict.message
+    return pack_result(setup, stacked, success=success, status=status, message=message,
+                       nfev=outcome.nfev, closure=closure, method=method,
+                       error_estimate=errors, converged=converged, series_ratio=ratio,
+                       warnings=warnings, **extra)
