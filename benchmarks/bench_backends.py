@@ -1,19 +1,22 @@
 """Batched sweeps on the accelerated backends: numpy vs numba, the compiled floor, Dask.
 
 Problem: the two coupled pendulums of ``bench_core.py`` (``N = 4`` states, ``M = 2``
-constant torques), jet of order 1 (no error estimate) or stencil, ``n = 64`` depths
-evenly spaced in ``[-1, 0]``, fixed-step ``rk4`` with one step between consecutive depths
-(63 steps, 252 right-hand-side evaluations). The same functions are written twice: per
-sample with ``numba.njit`` (what ``backend="numba"`` runs) and vectorised with numpy
-(what ``backend="numpy"`` runs fastest); both with every derivative the jet needs written
-by hand ("exact"), or with none (finite differences, the same rule in both backends).
-A fourth table builds the problem with ``from_sympy(compile="numba")``: both backends then
-run the symbolic provider's generated code (numpy over the batch, numba per sample).
+constant torques), jet of order 1 (no error estimate; ``backend="numba"`` runs the jet
+only), ``n = 64`` depths evenly spaced in ``[-1, 0]``, fixed-step ``rk4`` with one step
+between consecutive depths (63 steps, 252 right-hand-side evaluations). The same
+functions are written twice: per sample with ``numba.njit`` (what ``backend="numba"``
+runs) and vectorised with numpy (what ``backend="numpy"`` runs fastest); both with every
+derivative the jet needs written by hand ("exact"), or with none (finite differences,
+the same rule in both backends). A third table gives both backends the same per-sample
+plain-Python functions with exact derivatives (numpy calls them row by row). A fourth
+builds the problem with ``from_sympy(compile="numba")``: both backends then run the
+symbolic provider's generated code (numpy over the batch, numba per sample).
 
 What is measured, in one run (ratios are comparable within a run only):
 
 1. ``numpy`` vs ``numba`` wall time for B = 1, 64, 1024, 16384 (numpy at 16384 only
-   without ``--quick``), and the largest relative difference of their results;
+   without ``--quick``; the per-sample table up to 1024), and the largest relative
+   difference of their results;
 2. the floor: the same ``B x 252`` evaluations of the dynamics alone in a compiled loop,
    and how many dynamics-equivalent evaluations one sweep stage costs;
 3. compile time of the kernels: cold (empty cache, a fresh process) and warm (cached);
@@ -249,9 +252,15 @@ def sympy_problem() -> invimbed.BolzaProblem:
 
 
 def problems(exact: bool | str) -> tuple[invimbed.BolzaProblem, invimbed.BolzaProblem]:
-    """(numba problem, numpy problem); ``exact="sympy"``: `sympy_problem` for both."""
+    """(numba problem, numpy problem); ``exact="sympy"``: `sympy_problem` for both;
+    ``exact="per-sample"``: the plain-Python per-sample functions and derivatives (the
+    njit functions' ``py_func``) for both."""
     if exact == "sympy":
         prob = sympy_problem()
+        return prob, prob
+    if exact == "per-sample":
+        d = {k: v.py_func for k, v in NUMBA_DERIVATIVES.items()}
+        prob = invimbed.BolzaProblem(f1.py_func, R1.py_func, T1.py_func, derivatives=d)
         return prob, prob
     return (invimbed.BolzaProblem(f1, R1, T1, derivatives=NUMBA_DERIVATIVES if exact else None),
             invimbed.BolzaProblem(fv, Rv, Tv, vectorized=True,
@@ -325,16 +334,15 @@ warnings.simplefilter("ignore")
 sys.path.insert(0, {here!r})
 import bench_backends as bb, invimbed
 t0 = time.perf_counter(); c0 = time.process_time()
-for closure in ("jet", "stencil"):
-    pn, _ = bb.problems(True)
-    invimbed.solve_imbedding(pn, bb.inputs(2), bb.DEPTHS[:3], backend="numba", closure=closure, **bb.KW)
+pn, _ = bb.problems(True)
+invimbed.solve_imbedding(pn, bb.inputs(2), bb.DEPTHS[:3], backend="numba", **bb.KW)
 print(time.perf_counter() - t0, time.process_time() - c0)
 """
 
 
 def compile_times() -> tuple[tuple[float, float], tuple[float, float]]:
-    """(wall, cpu) of the first numba solves (jet and stencil) in a fresh process with an
-    empty numba cache, then again with that cache filled."""
+    """(wall, cpu) of the first numba solve (jet) in a fresh process with an empty numba
+    cache, then again with that cache filled."""
     here = os.path.dirname(os.path.abspath(__file__))
     code = COMPILE_SNIPPET.format(here=here)
     with tempfile.TemporaryDirectory() as cache:
@@ -438,17 +446,19 @@ def main(argv: list[str] | None = None) -> None:
           f"step {STEP:.4g} (252 stages); best of {repeats}; wall-clock seconds\n")
 
     (cw, cc), (ww, wc) = compile_times()
-    print(f"compile  : cold cache {cw:.1f} s wall ({cc:.1f} s CPU) for the jet and stencil kernels "
+    print(f"compile  : cold cache {cw:.1f} s wall ({cc:.1f} s CPU) for the jet kernels "
           f"and the problem's functions; warm cache {ww:.1f} s wall ({wc:.1f} s CPU)\n")
 
     for exact, closure, numpy_max, szs in [
         (True, "jet", 1024 if quick else 16384, sizes),
-        (True, "stencil", 1024 if quick else 16384, sizes),
         (False, "jet", 64 if quick else 1024, [1, 64, 1024]),
+        ("per-sample", "jet", 1024, [1, 64, 1024]),
         ("sympy", "jet", 1024 if quick else 16384, sizes),
     ]:
         rows = table_numpy_numba(szs, numpy_max, repeats, exact, closure)
         deriv = ("from_sympy, compile='numba'" if exact == "sympy" else
+                 "the same per-sample Python functions, exact derivatives"
+                 if exact == "per-sample" else
                  "exact derivatives" if exact else "finite differences")
         print(f"{closure}-{'1' if closure == 'jet' else 'central'}, {deriv}")
         print(f"{'B':>6} {'numpy s':>9} {'numba s':>9} {'numpy/numba':>11} {'floor s':>9} "

@@ -101,7 +101,18 @@ def fd_T(z):
     return 1.0 - np.cos(z[0] - 0.5) + 0.25 * (z[1] + 0.2) ** 4
 
 
-def test_per_sample_functions_with_finite_differences_match_numpy():
+@pytest.fixture(params=["python rows", "compiled rows"])
+def depth_gradient_rows(request, monkeypatch):
+    """The depth gradient's f and R: a Python call per row (few rows, the default here)
+    or the compiled loop (`_numba.CompiledValues`, forced for every row count)."""
+    if request.param == "compiled rows":
+        from invimbed._backends import _numba
+
+        monkeypatch.setattr(_numba, "COMPILED_ROWS", 0)
+    return request.param
+
+
+def test_per_sample_functions_with_finite_differences_match_numpy(depth_gradient_rows):
     """Only f, R, T given (plain Python, compiled by the backend): every derivative is
     the same nested central difference, with the same steps, in both backends. The
     backward pass differences ``f`` at ``z(t)`` of the dense output, and the two backends
@@ -135,7 +146,7 @@ def half_square_running(t, z, th):
     return 0.5 * z[0] ** 2
 
 
-def test_a_failing_row_among_good_rows_like_numpy():
+def test_a_failing_row_among_good_rows_like_numpy(depth_gradient_rows):
     problem = BolzaProblem(nan_above_two, half_square_running, half_square)
     x = np.array([[0.5], [1.0], [0.3]])
     depths = np.array([0.0, -0.5, -1.0])

@@ -3,11 +3,13 @@
 `invimbed.solve_imbedding` hands a validated `Setup` to `sweep_backend` when
 ``backend != "numpy"``. Both backends run the fixed-step sweeps (``"euler"``,
 ``"midpoint"``, ``"rk4"``; ``"disc"`` for the jet) of the jet closure of order 1 (with
-its error estimate) and of the stencil closure, on the same grid as the numpy sweep
-(`invimbed._backends._schedule`) and with the same finite-difference rule
-(`invimbed._backends._plans`), so that their results agree with ``backend="numpy"`` to
-rounding. What they cannot run raises a `ValueError` that names the alternative; there
-is no silent fallback to numpy.
+its error estimate); cupy also runs the stencil closure (numba does not: it lost to
+vectorised numpy, docs/performance.md). They step the numpy sweep's schedule
+(`invimbed._core.integrators.schedule`), take finite differences by the one step rule
+(`invimbed._core.derivatives.finite_difference`), and their results are assembled by the
+core (`invimbed._backends._result.finish`), so that they agree with ``backend="numpy"``
+to rounding. What they cannot run raises a `ValueError` that names the alternative;
+there is no silent fallback to numpy.
 
 Contract for implementers of a backend
 --------------------------------------
@@ -15,8 +17,9 @@ Contract for implementers of a backend
    heavy dependency only inside that branch, and raise an `ImportError` naming the
    extra (``pip install invimbed[...]``) when it is missing.
 2. Take the steps of `build_schedule` and the derivatives of the problem's provider;
-   return `finish`'s `ImbeddingResult` (non-finite values end the sweep for the whole
-   batch at the first failing stage, as in the numpy sweep).
+   return the `ImbeddingResult` of `invimbed._backends._result.finish`, i.e. of the
+   core's `collect_results` (it computes the depth gradient; non-finite values end the
+   sweep for the whole batch at the first failing stage, as in the numpy sweep).
 3. Test it against ``backend="numpy"`` in ``tests/test_backends.py`` (parametrised,
    skipped when the dependency or the device is absent).
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._core.results import ImbeddingResult
-from .._core.setup import Setup
+from .._core.arguments import Setup
 
 BACKENDS = ("numba", "cupy")
 
@@ -59,13 +62,15 @@ def sweep_backend(backend: str, setup: Setup, *, closure: str, order: int, metho
             f"method={method!r}; choose one of them, or use backend='numpy' for scipy's "
             f"adaptive solvers")
     if backend == "numba":
-        if options:
-            raise ValueError(f"backend='numba' takes no further options, but got "
-                             f"{', '.join(sorted(options))}")
+        unknown = set(options) - {"max_steps"}
+        if unknown:
+            raise ValueError(f"backend='numba' takes the option `max_steps` only, but got "
+                             f"{', '.join(sorted(unknown))}")
         from ._numba import sweep_numba
 
         return sweep_numba(setup, closure=closure, order=order, method=method, step=step,
-                           difference=difference, delta=delta, estimate_error=estimate_error)
+                           difference=difference, delta=delta, estimate_error=estimate_error,
+                           **options)
     if backend == "cupy":
         from ._xp import sweep_cupy
 

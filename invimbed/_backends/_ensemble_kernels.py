@@ -2,8 +2,9 @@
 
 One row (a depth ``p`` and an input ``x``) is integrated by `_row` from start to end:
 the forward pass of ``y = [z, int R]`` from ``p`` to ``q`` with its dense output, the
-terminal conditions, the backward pass of ``[lambda, mu]`` from ``q`` down to ``p`` on
-that dense output, and the depth gradient. `ensemble_rows` runs the rows in a ``prange``
+terminal conditions and the backward pass of ``[lambda, mu]`` from ``q`` down to ``p`` on
+that dense output (`invimbed._backends.ensemble_numba` adds the depth gradient with the
+core's `depth_gradient`). `ensemble_rows` runs the rows in a ``prange``
 loop. `_integrate` is `invimbed._core.integrators.ensemble.integrate_rows` for one row: the
 same decisions in the same order (scipy's first-step rule, step control, ``hit`` of a
 stop and the re-evaluation there, non-finite stages as rejections, the underflow rule,
@@ -12,7 +13,7 @@ error norm, so that both agree to rounding (numpy's matmul and einsum round a fe
 sums differently: BLAS, fused multiply-adds).
 
 Everything is compiled once per machine (``cache=True``). User functions and the
-derivative evaluator (`invimbed._backends._numba_kernels.eval_request`) arrive as
+derivative evaluator (`invimbed._backends._numba_calls.eval_request`) arrive as
 first-class function values, so the kernel's types do not depend on the problem. Status
 codes are this module's own (`K_DONE` ...) and the constants of the step control
 (safety, factors) are run-time arguments: a change in ``ensemble.py`` cannot leave a
@@ -24,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._numba_kernels import _plan_scratch
+from ._ensemble_parts import _sum_squares, _rms, _fmin, _fmax, _finite, _next_stop, _piece, _dense_z
+from ._numba_calls import _plan_scratch
 
 _jit = njit(cache=True, error_model="numpy")
 
@@ -41,179 +43,6 @@ _F, _R, _FZ, _RZ, _FTH, _RTH, _T = 0, 1, 2, 3, 4, 5, 6
 _S_F, _S_FZ, _S_FTH, _S_R, _S_RZ, _S_RTH = 0, 1, 4, 7, 8, 11
 SLOTS = {("f", 0, 0): _S_F, ("f", 1, 0): _S_FZ, ("f", 0, 1): _S_FTH, ("R", 0, 0): _S_R,
          ("R", 1, 0): _S_RZ, ("R", 0, 1): _S_RTH}
-
-
-@_jit
-def _block(a, lo, n):
-    """numpy's pairwise summation of ``a[lo:lo + n]`` for ``n <= 128`` (one block)."""
-    if n < 8:
-        res = 0.0
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    r0 = a[lo]
-    r1 = a[lo + 1]
-    r2 = a[lo + 2]
-    r3 = a[lo + 3]
-    r4 = a[lo + 4]
-    r5 = a[lo + 5]
-    r6 = a[lo + 6]
-    r7 = a[lo + 7]
-    i = 8
-    while i < n - (n % 8):
-        r0 += a[lo + i]
-        r1 += a[lo + i + 1]
-        r2 += a[lo + i + 2]
-        r3 += a[lo + i + 3]
-        r4 += a[lo + i + 4]
-        r5 += a[lo + i + 5]
-        r6 += a[lo + i + 6]
-        r7 += a[lo + i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[lo + i]
-        i += 1
-    return res
-
-
-@_jit
-def _pairwise(a, lo, n):
-    """``sum(a[lo:lo + n])`` added as numpy adds a contiguous row (pairwise summation:
-    blocks of at most 128, halves split at a multiple of 8). numpy recurses; this walks
-    the same tree with an explicit stack (numba cannot cache recursive functions)."""
-    if n <= 128:
-        return _block(a, lo, n)
-    los = np.empty(64, dtype=np.int64)
-    ns = np.empty(64, dtype=np.int64)
-    stage = np.zeros(64, dtype=np.int64)
-    left = np.empty(64)
-    top = 0
-    los[0] = lo
-    ns[0] = n
-    ret = 0.0
-    while top >= 0:
-        m = ns[top]
-        if m <= 128:
-            ret = _block(a, los[top], m)
-            top -= 1
-            continue
-        m2 = m // 2
-        m2 -= m2 % 8
-        if stage[top] == 0:          # the left half first
-            stage[top] = 1
-            los[top + 1] = los[top]
-            ns[top + 1] = m2
-            stage[top + 1] = 0
-            top += 1
-        elif stage[top] == 1:        # then the right half
-            left[top] = ret
-            stage[top] = 2
-            los[top + 1] = los[top] + m2
-            ns[top + 1] = m - m2
-            stage[top + 1] = 0
-            top += 1
-        else:
-            ret = left[top] + ret
-            top -= 1
-    return ret
-
-
-@_jit
-def _sum_squares(a):
-    """``add.reduce(a * a)`` as numpy computes it (``a`` is overwritten)."""
-    n = a.shape[0]
-    for i in range(n):
-        a[i] = a[i] * a[i]
-    return _pairwise(a, 0, n)
-
-
-@_jit
-def _rms(a):
-    """``sqrt(mean(a * a))`` as numpy computes it (``a`` is overwritten)."""
-    n = a.shape[0]
-    if n == 0:
-        return 0.0
-    return np.sqrt(_sum_squares(a) / n)
-
-
-@_jit
-def _fmin(a, b):
-    """``np.minimum`` (NaN propagates)."""
-    if a != a or b != b:
-        return np.nan
-    return a if a <= b else b
-
-
-@_jit
-def _fmax(a, b):
-    """``np.maximum`` (NaN propagates)."""
-    if a != a or b != b:
-        return np.nan
-    return a if a >= b else b
-
-
-@_jit
-def _finite(a):
-    for i in range(a.shape[0]):
-        if not np.isfinite(a[i]):
-            return False
-    return True
-
-
-@_jit
-def _next_stop(t, t1, direction, stops):
-    """The first stop strictly beyond ``t`` in the row's direction, else ``t1``."""
-    n = stops.shape[0]
-    if n == 0:
-        return t1
-    if direction > 0:
-        up = np.searchsorted(stops, t, side="right")
-        valid = up < n
-        nxt = stops[up if up < n - 1 else n - 1]
-    else:
-        down = np.searchsorted(stops, t, side="left") - 1
-        valid = down >= 0
-        nxt = stops[down if down > 0 else 0]
-    if valid and direction * (t1 - nxt) > 0:
-        return nxt
-    return t1
-
-
-@_jit
-def _piece(knots, lo, hi):
-    """`PiecewiseConstant.pieces`: the piece holding the midpoint of ``(lo, hi)``."""
-    k = np.searchsorted(knots, 0.5 * (lo + hi), side="right") - 1
-    last = knots.shape[0] - 2
-    if k > last:
-        k = last
-    if k < 0:
-        k = 0
-    return k
-
-
-@_jit
-def _dense_z(t, dense, nd, ptr, N, kq, zbuf):
-    """``z(t)`` from the forward pass's dense output (`DenseRows.__call__` for one row;
-    ``dense[k] = [t_old, h, y_old (S), Q (S, kq)]`` of step ``k``): the last step whose
-    ``t_old <= t`` (the first step if none), found by walking from the step of the
-    previous call (``ptr[0]``), which gives the step of numpy's bisection."""
-    S = N + 1
-    a = ptr[0]
-    while a < nd - 1 and t - dense[a + 1, 0] >= 0:
-        a += 1
-    while a > 0 and not (t - dense[a, 0] >= 0):
-        a -= 1
-    ptr[0] = a
-    h = dense[a, 1]
-    x = (t - dense[a, 0]) / h
-    for s in range(N):
-        acc = 0.0
-        pw = 1.0
-        for j in range(kq):
-            pw = x if j == 0 else pw * x
-            acc += dense[a, 2 + S + s * kq + j] * pw
-        zbuf[s] = dense[a, 2 + s] + h * acc
 
 
 @_jit
@@ -490,21 +319,21 @@ def _integrate(mode, t0, t1, y, tab, ctl, num, ints, fns, how, N, M, nw, dense, 
 
 
 def ensemble_rows(one, ev, fns, plan, how, X, depths, perm, q, N, M, nw, tab, ctl, num, ints,
-                  out_z, out_v, out_a, out_w, out_g, out_steps, out_nfev, out_status,
+                  out_z, out_v, out_a, out_w, out_steps, out_nfev, out_status,
                   out_t, out_hl):
     """Every row in a ``prange`` loop (``perm``: the order that spreads long and short
     rows over the threads' chunks); compiled by `invimbed._backends.ensemble_numba`."""
     for j in prange(perm.shape[0]):
         one(perm[j], ev, fns, plan, how, X, depths, q, N, M, nw, tab, ctl, num, ints,
-            out_z, out_v, out_a, out_w, out_g, out_steps, out_nfev, out_status, out_t,
+            out_z, out_v, out_a, out_w, out_steps, out_nfev, out_status, out_t,
             out_hl)
 
 
 @_jit
 def _row(r, ev, fns, plan, how, X, depths, q, N, M, nw, tab, ctl, num, ints,
-         out_z, out_v, out_a, out_w, out_g, out_steps, out_nfev, out_status, out_t, out_hl):
+         out_z, out_v, out_a, out_w, out_steps, out_nfev, out_status, out_t, out_hl):
     """Row ``r = i B + b`` (depth ``depths[i]``, input ``X[b]``): forward pass with dense
-    output, terminal conditions, backward pass, depth gradient. Failed rows keep their
+    output, terminal conditions, backward pass. Failed rows keep their
     NaN fields; ``out_status[r]`` holds the status of both passes.
 
     Memory: the dense output starts with room for 32 steps and doubles when full,
@@ -558,18 +387,9 @@ def _row(r, ev, fns, plan, how, X, depths, q, N, M, nw, tab, ctl, num, ints,
     out_hl[r] = hl
     if st != K_DONE:
         return
-    # dJ/dp = -(lam . f + R) at p, theta from the piece just above p
-    th = values[_piece(knots, p, p)]
-    fp = np.empty(N)
-    rp = np.empty(1)
-    ev(fns, plan, _IDS[_F], p, x, th, pz, pt, hs, vals, fp)
-    ev(fns, plan, _IDS[_R], p, x, th, pz, pt, hs, vals, rp)
-    acc = 0.0
-    for i in range(N):
-        acc += yb[i] * fp[i]
+    for i in range(N):      # the depth gradient: by the core, from the adjoint
         out_z[r, i] = zq[i]
         out_a[r, i] = yb[i]
     for w in range(nw):
         out_w[r, w] = yb[N + w]
     out_v[r] = value
-    out_g[r] = -(acc + rp[0])

@@ -1,4 +1,4 @@
-"""``backend="numba"``: fixed-step jet and stencil sweeps compiled with numba.
+"""``backend="numba"``: the fixed-step jet sweep (order 1) compiled with numba.
 
 How it works
 ------------
@@ -9,9 +9,14 @@ How it works
   to ``numba.njit`` once. A function numba cannot compile raises
   `BackendCompileError`, naming it, with numba's reason: there is no silent fallback.
 * Derivatives not given are taken inside the compiled code by the rule of
-  `invimbed.FiniteDifferences` (nested central differences, the same steps), and the
-  numpy sweep adds its sums in the kernels' order (`invimbed._core.ordered`), so the numba and
-  numpy backends agree bit for bit for the same functions.
+  `invimbed.FiniteDifferences` (nested central differences, the steps of
+  `finite_difference.step_size`, compiled), and the numpy sweep adds its sums in the
+  kernel's order (`invimbed._core.ordered`), so the numba and numpy backends agree bit
+  for bit for the same functions (``tests/test_backends.py``: 1e-14).
+* What it runs (`SCOPE`): the jet of order 1, which with exact derivatives beats numpy
+  at every batch size measured (docs/performance.md; the stencil did not). The result
+  (depth gradient, failures, accuracy) is assembled by the core, as for
+  ``backend="numpy"`` (`invimbed._backends._result`).
 * A problem built with ``from_sympy`` runs on the symbolic provider's generated
   per-sample code (`SympyProvider.sample_function`), the code ``compile="numba"`` uses.
 * The kernels (`invimbed._backends._numba_kernels`) run every sample's sweep in a
@@ -28,15 +33,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._core.failures import sweep_stopped
+from .._core.arguments import Setup
+from .._core.derivatives import DerivativeProvider
 from .._core.derivatives.multiindex import derivative_table, n_coefficients, product_table
-from .._core.integrators.common import NonFiniteError, Outcome
-from .._core.results import ImbeddingResult
-from .._core.setup import Setup
+from .._core.integrators.common import DEFAULT_MAX_STEPS, check_max_steps
 from ._plans import BASE_KEYS, Request, build_plan, key_name
-from ._schedule import Schedule, build_schedule, check_scope
-
-FIXED = ("euler", "midpoint", "rk4", "disc")
+from ._result import finish
+from ._schedule import build_schedule, check_scope
 
 
 class BackendCompileError(TypeError):
@@ -80,9 +83,9 @@ def _make_types() -> dict[str, Any]:
         sigs[key] = ret(C1) if which == "T" else ret(f8, C1, C1)
     _STATE["sigs"] = sigs
     _STATE["ftypes"] = types.Tuple(tuple(types.FunctionType(sigs[k]) for k in BASE_KEYS))
-    from . import _numba_kernels as kern
+    from ._numba_calls import ABSENT
 
-    _STATE["dummies"] = {k: getattr(kern, _dummy_name(k)) for k in BASE_KEYS}
+    _STATE["dummies"] = {k: ABSENT[_dummy_name(k)] for k in BASE_KEYS}
     for k, d in _STATE["dummies"].items():
         d.compile(sigs[k].args)
     _STATE["numba"] = numba
@@ -92,7 +95,7 @@ def _make_types() -> dict[str, Any]:
 def _dummy_name(key: tuple[str, int, int]) -> str:
     which, dz, dth = key
     rank = (1 if which == "f" else 0) + dz + dth
-    return f"_absent_{'T' if which == 'T' else 'tz'}{rank}"
+    return f"{'T' if which == 'T' else 'tz'}{rank}"
 
 
 _JITTED: "weakref.WeakKeyDictionary[Callable, Any]" = weakref.WeakKeyDictionary()
@@ -216,8 +219,9 @@ def _jet_tables(N: int, K: int) -> tuple:
 
 
 def _kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]:
-    """The compiled kernel ``name`` for the types of ``args`` (cached on disk), the
-    per-sample sweep it runs in its ``prange`` loop, and the derivative evaluator.
+    """The compiled kernel ``name`` (``"jet_sweep"``, ``"request_rows"``) for the types of
+    ``args`` (cached on disk), the per-sample sweep it runs in its ``prange`` loop, and
+    the derivative evaluator.
 
     The per-sample sweep and the derivative evaluator reach their callers as function
     pointers (first-class function values): numba then does not link and optimise their
@@ -252,19 +256,23 @@ def _build_kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]
     numba = _types()["numba"]
     from numba import types
 
-    from . import _numba_kernels as kern
+    from ._numba_calls import eval_request, request_rows
+    from ._numba_kernels import _jet_sweep_one, jet_sweep
 
     argtypes, ev_sig, ev_type = eval_signature(args)
+    eval_request.compile(ev_sig.args)
+    if name == "request_rows":
+        loop = numba.njit(types.void(ev_type, *argtypes), cache=True,
+                          parallel=True)(request_rows)
+        return loop.overloads[loop.signatures[0]].entry_point, None, eval_request
     one_sig = types.void(types.int64, ev_type, *argtypes)
-    one = getattr(kern, f"_{name}_one")
-    kern.eval_request.compile(ev_sig.args)
-    one.compile(one_sig.args)
+    _jet_sweep_one.compile(one_sig.args)
     loop = numba.njit(types.void(types.FunctionType(one_sig), ev_type, *argtypes),
-                      cache=True, parallel=True)(getattr(kern, name))
+                      cache=True, parallel=True)(jet_sweep)
     # the compiled entry point: calling it skips the dispatcher's typing of the arguments
     # (milliseconds for the tuple of function values)
     entry = loop.overloads[loop.signatures[0]].entry_point
-    return entry, one, kern.eval_request
+    return entry, _jet_sweep_one, eval_request
 
 
 def _fingerprint(args: Any) -> tuple:
@@ -290,149 +298,109 @@ def _run(name: str, args: tuple) -> None:
         loop(one, ev, *args)
 
 
-def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: float | None,
-                difference: str, delta: Any, estimate_error: bool) -> Any:
-    """Run the sweep on the numba backend; see the module docstring."""
-    import_numba()
+def _run_rows(args: tuple) -> None:
+    loop, _, ev = _kernel("request_rows", args)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
+        loop(ev, *args)
+
+
+#: What ``backend="numba"`` runs of `solve_imbedding`, and why not more: measured on two
+#: shared cores (docs/performance.md), the numba stencil lost to vectorised numpy from
+#: B = 64 on (0.3x to 0.5x, exact or finite-difference derivatives), so it was removed.
+SCOPE = ("closure='jet' of order 1 (with its error estimate), methods 'euler', 'midpoint', "
+         "'rk4' (with `step`) and 'disc'")
+
+
+def check_numba_scope(closure: str, order: int, method: str) -> None:
+    """Raise a ValueError naming what ``backend="numba"`` runs, for anything else."""
+    if closure != "jet":
+        raise ValueError(f"backend='numba' runs {SCOPE}, but got closure={closure!r}; use "
+                         f"backend='numpy' (or backend='cupy') for it")
     check_scope("numba", closure, order, method)
+
+
+def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: float | None,
+                difference: str, delta: Any, estimate_error: bool,
+                max_steps: int = DEFAULT_MAX_STEPS) -> Any:
+    """Run the jet sweep on the numba backend; see the module docstring. A grid of more
+    than ``max_steps`` steps is stepped up to there and ends with the numpy sweep's
+    message."""
+    check_numba_scope(closure, order, method)
+    import_numba()
     prov = setup.provider
     ctrl = setup.control
     B, N = setup.x.shape
     M, nw = ctrl.size, ctrl.n_params
-    sched = build_schedule(setup, method, step)
+    sched = build_schedule(setup, method, step, check_max_steps(max_steps))
     n = setup.depths_desc.size
     nan = np.nan
-    out_z = np.full((n, B, N), nan)
-    out_v = np.full((n, B), nan)
-    out_a = np.full((n, B, N), nan)
-    out_w = np.full((n, B, nw), nan)
-    out_g = np.full((n, B), nan)
+    fields = {"z": np.full((n, B, N), nan), "value": np.full((n, B), nan),
+              "adjoint": np.full((n, B, N), nan), "param_grad": np.full((n, B, nw), nan)}
+    error = ({k: np.full_like(v, nan) for k, v in fields.items()} if estimate_error else None)
+    errs = (tuple(error.values()) if error is not None else
+            (np.empty((0, 0, 0)), np.empty((0, 0)), np.empty((0, 0, 0)), np.empty((0, 0, 0))))
     fail_pos = np.full(B, np.iinfo(np.int64).max, dtype=np.int64)
     fail_p = np.full(B, nan)
-    common = (sched.stage_p, sched.h, sched.theta, sched.jac)
-    depth_p = sched.depth_p
-    if closure == "jet":
-        orders = [order] + ([order + 1] if estimate_error else [])
-        top = orders[-1]
-        F = W = top + 1
-        reqs = [Request("f", 0, F), Request("R", 0, F),
-                Request("f", 1, W if nw else 0), Request("R", 1, W if nw else 0),
-                Request("T", 0, F), Request("f", 0, 0), Request("R", 0, 0)]
-        plan = build_plan(prov, reqs)
-        fns = function_tuple(setup, plan.used)
-        cZs = np.array([n_coefficients(N, K) for K in orders], dtype=np.int64)
-        cVs = np.array([n_coefficients(N, K + 1) for K in orders], dtype=np.int64)
-        sizes = N * cZs + cVs * (1 + nw)
-        offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        tab_lo = _jet_tables(N, orders[0])
-        tab_hi = _jet_tables(N, orders[-1])
-        if estimate_error:
-            errs = (np.full((n, B, N), nan), np.full((n, B), nan), np.full((n, B, N), nan),
-                    np.full((n, B, nw), nan))
-        else:
-            errs = (np.empty((0, 0, 0)), np.empty((0, 0)), np.empty((0, 0, 0)),
-                    np.empty((0, 0, 0)))
-        args = (fns, plan.arrays(), setup.x, N, M, nw, n_coefficients(N, F), n_coefficients(N, W),
-                float(setup.q), np.array(orders, dtype=np.int64), cZs, cVs, offs,
-                int(sizes.sum()), tab_lo, tab_hi, *common, sched.A, sched.weights,
-                sched.record, int(sched.record_initial), bool(sched.disc), depth_p,
-                sched.depth_theta, out_z, out_v, out_a, out_w, out_g, *errs, fail_pos, fail_p)
-        _run("jet_sweep", args)
-        name = "jet"
-    else:
-        from .._core.closures import StencilClosure
-
-        clo = StencilClosure(prov, ctrl, setup.x, setup.q, difference=difference, delta=delta)
-        reqs = [Request("f", 0, 1), Request("R", 0, 1), Request("f", 1, 0), Request("R", 1, 0),
-                Request("T", 0, 1), Request("f", 0, 0), Request("R", 0, 0)]
-        if not nw:
-            reqs[2] = Request("f", 0, 0)
-            reqs[3] = Request("R", 0, 0)
-        plan = build_plan(prov, reqs)
-        fns = function_tuple(setup, plan.used)
-        args = (fns, plan.arrays(), np.ascontiguousarray(clo.points),
-                np.ascontiguousarray(clo.delta), difference == "central", N, M, nw,
-                float(setup.q), *common, sched.A, sched.weights, sched.record,
-                int(sched.record_initial), depth_p, sched.depth_theta,
-                out_z, out_v, out_a, out_w, out_g, fail_pos, fail_p)
-        _run("stencil_sweep", args)
-        errs = None
-        name = "stencil"
-    fields = {"z": out_z, "value": out_v, "adjoint": out_a, "param_grad": out_w,
-              "depth_grad": out_g}
-    error = (None if not (closure == "jet" and estimate_error) else
-             dict(zip(("z", "value", "adjoint", "param_grad"), errs)))
-    return finish(setup, sched, fields, error, fail_pos, fail_p, name, method, "numba")
+    orders = [order] + ([order + 1] if estimate_error else [])
+    F = W = orders[-1] + 1
+    reqs = [Request("f", 0, F), Request("R", 0, F),
+            Request("f", 1, W if nw else 0), Request("R", 1, W if nw else 0),
+            Request("T", 0, F)]
+    plan = build_plan(prov, reqs)
+    fns = function_tuple(setup, plan.used)
+    cZs = np.array([n_coefficients(N, K) for K in orders], dtype=np.int64)
+    cVs = np.array([n_coefficients(N, K + 1) for K in orders], dtype=np.int64)
+    sizes = N * cZs + cVs * (1 + nw)
+    offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    args = (fns, plan.arrays(), setup.x, N, M, nw, n_coefficients(N, F), n_coefficients(N, W),
+            float(setup.q), np.array(orders, dtype=np.int64), cZs, cVs, offs,
+            int(sizes.sum()), _jet_tables(N, orders[0]), _jet_tables(N, orders[-1]),
+            sched.stage_p, sched.h, sched.theta, sched.jac, sched.A, sched.weights,
+            sched.record, int(sched.record_initial), bool(sched.disc),
+            *fields.values(), *errs, fail_pos, fail_p)
+    _run("jet_sweep", args)
+    values = (CompiledValues(setup, prov) if setup.problem._user_provider is None else None)
+    return finish(setup, sched, fields, error, fail_pos, fail_p, "jet", method, "numba",
+                  provider=values)
 
 
-def finish(setup: Setup, sched: Schedule, fields: dict, error: dict | None,
-           fail_pos: np.ndarray, fail_p: np.ndarray, closure: str, method: str,
-           backend: str) -> ImbeddingResult:
-    """Turn kernel outputs into an `ImbeddingResult` as the numpy sweep does.
-
-    ``fields`` and ``error`` hold axes (n, B, ...) in the user's order of the depths (the
-    kernels write there), so the result takes them without a copy (`pack_result` would
-    reorder them into new arrays).
-    """
-    from .._core.setup import assess
-
-    S = sched.stages
-    per_step = 1 if sched.disc else S
-    outcome = Outcome(ys=np.empty(0))
-    nfev = sched.n_steps * per_step
-    first = int(fail_pos.min()) if fail_pos.size else np.iinfo(np.int64).max
-    if first != np.iinfo(np.int64).max:
-        b = int(np.argmin(fail_pos))
-        pos, kind = divmod(first, 2)
-        k, s = divmod(pos, S + 1)
-        what = "right-hand side" if kind else "imbedded fields"
-        exc = NonFiniteError(float(fail_p[b]), what)
-        outcome.success = False
-        outcome.message = sweep_stopped(exc, fixed_step=True)
-        nfev = k * per_step + min(s + 1, per_step)
-        for kk in np.nonzero(sched.record[k:] >= 0)[0] + k:   # not reached by the batch
-            d = sched.record[kk]
-            for arr in list(fields.values()) + (list(error.values()) if error else []):
-                arr[d] = np.nan
-    order = setup.order          # depths_desc[i] = depths[order[i]]
-    success = outcome.success and all(np.all(np.isfinite(v)) for v in fields.values())
-    message = outcome.message
-    if outcome.success and not success:
-        bad = [float(setup.depths[j]) for j in order
-               if not np.all(np.isfinite(fields["depth_grad"][j]))]
-        message = (f"Non-finite depth gradient at depth p = {bad[0]:.10g} (the dynamics or "
-                   f"running loss is not finite at x there)." if bad else
-                   "Non-finite value in the results.")
-    status = 0 if success else -1
-    warnings: list = []
-    converged = None
-    if error is not None:   # the default criterion; solve_imbedding re-judges with `tol`
-        verdict = assess(setup.depths, fields, error, None, None)
-        converged = verdict.converged
-        warnings += verdict.warnings
-        if success and not verdict.all_converged:
-            success, status, message = False, -2, verdict.message
-
-    def arrange(a: np.ndarray) -> np.ndarray:
-        return a if setup.batched else a[:, 0]
-
-    return ImbeddingResult(
-        depths=setup.depths.copy(),
-        **{k: arrange(v) for k, v in fields.items()},
-        success=bool(success), status=status, message=message, nfev=int(nfev),
-        closure=closure, method=method,
-        error_estimate=(None if error is None else
-                        ImbeddingResult({k: arrange(v) for k, v in error.items()})),
-        converged=None if converged is None else arrange(converged),
-        warnings=warnings, backend=backend,
-    )
+#: From how many rows `CompiledValues` runs its compiled loop: below, a Python call per
+#: row is cheaper than the kernel call (whose tuple of 20 function values costs about a
+#: millisecond to unbox). Measured on 2 shared cores, one thread, the coupled pendulums:
+#: 64 rows 4.4 ms (compiled) vs 3.4 ms per solve, 1024 rows 20.2 vs 20.9 ms, 4096 rows
+#: 67 vs 74 ms.
+COMPILED_ROWS = 1024
 
 
-class _Desc:
-    """``arr`` indexed in descending-depth order (``_Desc(arr, order)[i] = arr[order[i]]``)."""
+class CompiledValues(DerivativeProvider):
+    """``f`` and ``R`` of per-sample user functions at many rows in one compiled loop
+    (`_numba_calls.request_rows`): what `invimbed._core.assembly.depth_gradient` asks
+    for, without one Python call per (depth, input) row. Everything else is the
+    problem's provider's."""
 
-    def __init__(self, arr: np.ndarray, order: np.ndarray) -> None:
-        self.arr, self.order = arr, order
+    row_times = True
 
-    def __getitem__(self, i: int) -> np.ndarray:
-        return self.arr[self.order[i]]
+    def __init__(self, setup: Setup, provider: DerivativeProvider) -> None:
+        self.base = provider
+        self.n_state, self.n_theta = provider.n_state, provider.n_theta
+        self.name = provider.name
+        self.plan = build_plan(provider, [Request("f", 0, 0), Request("R", 0, 0)])
+        self.fns = function_tuple(setup, self.plan.used)
+
+    def order_limit(self, which: str) -> int | None:
+        return self.base.order_limit(which)
+
+    def _derivative(self, which, t, z, theta, dz, dth):
+        if dz or dth or which == "T" or z.shape[0] < COMPILED_ROWS:
+            return self.base.derivative(which, t, z, theta, dz, dth)
+        B = z.shape[0]
+        out = np.empty((B, self.n_state if which == "f" else 1))
+        def arg(a: Any) -> np.ndarray:    # the kernel's types: C-contiguous, writeable
+            return np.require(a, float, ["C", "W"])
+
+        ts = arg(np.broadcast_to(np.asarray(t, dtype=float), (B,)))
+        args = (self.fns, self.plan.arrays(), 0 if which == "f" else 1, ts, arg(z), arg(theta),
+                out)
+        _run_rows(args)
+        return out if which == "f" else out[:, 0]

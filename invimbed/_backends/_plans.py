@@ -6,9 +6,9 @@ A *request* is "the Taylor coefficients, in ``z`` up to degree ``order``, of ``w
 `DerivativeProvider.taylor`: ``(*out, *[M] * dth, C(N + order, order))``. Each degree
 ``k`` is one *piece*: the derivative tensor ``(which, dz=k, dth)``, obtained exactly as
 the numpy provider obtains it --- from the highest user derivative not above it (the
-provider's own ``_base``), with nested central differences for the levels still
-missing, theta levels innermost, step ``h_j = eps ** (1 / (2 + levels)) * max(1, |u_j|)``
-recomputed at every nested point --- so that a kernel following the plan reproduces the
+provider's own ``base_key``), with nested central differences for the levels still
+missing, theta levels innermost, the step of `finite_difference.relative_step` and
+`finite_difference.step_size` recomputed at every nested point --- so that a kernel following the plan reproduces the
 numpy backend's numbers bit for bit, up to the order of summation in the sweep.
 
 Only the tensor entries that the Taylor coefficients use are computed (sorted index
@@ -24,9 +24,8 @@ from itertools import combinations_with_replacement
 import numpy as np
 
 from .._core.derivatives import DerivativeOrderError
+from .._core.derivatives.finite_difference import relative_step
 from .._core.derivatives.multiindex import factorials, n_coefficients
-
-EPS = np.finfo(float).eps
 
 #: The functions a kernel can call, in the order of its function tuple. ``(which, dz,
 #: dth)``; ``(which, 0, 0)`` is the function itself.
@@ -71,14 +70,6 @@ class Plan:
     fact: np.ndarray         # (n_gather,) alpha! (the coefficient is entry / alpha!)
     used: frozenset          # BASE_KEYS used
 
-    @property
-    def max_levels(self) -> int:
-        return int(self.dir_var.shape[1])
-
-    @property
-    def max_base(self) -> int:
-        return int(self.base_size.max(initial=1))
-
     def arrays(self) -> tuple:
         return (self.req_start, self.base, self.levels, self.h_rel, self.base_size,
                 self.dir_start, self.dir_var, self.dir_idx, self.gather_start, self.dest,
@@ -91,7 +82,7 @@ def base_key(provider, which: str, dz: int, dth: int) -> tuple[str, int, int]:
     user gave below it (the `FiniteDifferences` rule), differenced the rest of the way."""
     if getattr(provider, "exact_derivatives", False):
         return (which, dz, dth)
-    return provider._base(which, dz, dth)
+    return provider.base_key(which, dz, dth)
 
 
 def build_plan(provider, requests: list[Request]) -> Plan:
@@ -133,7 +124,7 @@ def build_plan(provider, requests: list[Request]) -> Plan:
                     f"give exact derivatives")
             base.append(BASE_KEYS.index(key))
             levels.append(lev)
-            h_rel.append(1.0 * scale * EPS ** (1.0 / (2 + lev)) if lev else 0.0)
+            h_rel.append(relative_step(lev, scale))
             bshape = out + (N,) * key[1] + (M,) * key[2]
             base_size.append(int(np.prod(bshape, dtype=int)))
             col0 = n_coefficients(N, k - 1) if k else 0

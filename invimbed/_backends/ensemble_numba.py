@@ -19,9 +19,9 @@ How it runs
 * One ``prange`` loop over the rows (`invimbed._backends._ensemble_kernels`); a row is
   one thread's work from start to end: forward pass of ``[z, int R]`` from ``p_i`` to
   ``q`` with dense output, ``J = y_N + T(z(q))``, ``lambda(q) = T_z``, backward pass of
-  ``[lambda, mu]`` from ``q`` down to ``p_i`` on that dense output, and
-  ``dJ/dp = -(lambda(p_i) . f + R)`` at ``p_i`` with ``theta`` of the piece starting at
-  ``p_i``. The rows are handed out in a low-discrepancy order so that every thread gets
+  ``[lambda, mu]`` from ``q`` down to ``p_i`` on that dense output; then
+  ``dJ/dp = -(lambda(p_i) . f + R)`` by the core's `depth_gradient` (``f`` and ``R`` of
+  per-sample functions in a compiled loop, `invimbed._backends._numba.CompiledValues`). The rows are handed out in a low-discrepancy order so that every thread gets
   deep (long) and shallow (short) rows alike.
 * Memory of the dense output: each row keeps its own, in a local buffer (one array,
   a step per row) grown by doubling from 32 steps: ``(S (k + 2) + 2)`` floats per
@@ -51,6 +51,7 @@ How it runs
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any
 
@@ -60,8 +61,10 @@ from .._core.failures import empty_fields, row_failure, row_failure_reason
 from .._core.controls import Constant, NoControl, PiecewiseConstant
 from .._core.integrators.ensemble import (DONE, MAX_FACTOR, MAX_STEPS, MIN_FACTOR, NONFINITE,
                                      RUNNING, SAFETY, TABLEAUX, UNDERFLOW)
-from .._core.setup import Setup
-from ._numba import _fingerprint, _types, eval_signature, function_tuple, import_numba
+from .._core.arguments import Setup
+from .._core.assembly import depth_gradient
+from ._numba import (CompiledValues, _fingerprint, _types, eval_signature, function_tuple,
+                     import_numba)
 from ._plans import BASE_KEYS, Request, build_plan
 
 #: Kernel status codes (`_ensemble_kernels.K_DONE` ...) -> those of `integrate_rows`.
@@ -140,7 +143,6 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
     out_v = fields["value"].reshape(R)
     out_a = fields["adjoint"].reshape(R, N)
     out_w = fields["param_grad"].reshape(R, nw)
-    out_g = fields["depth_grad"].reshape(R)
     out_steps = fields["nsteps"].reshape(R)
     out_nfev = np.zeros(R, dtype=np.int64)
     out_status = np.zeros((R, 2), dtype=np.int64)
@@ -158,13 +160,20 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
              float(opts.get("max_step", np.inf)), SAFETY, MIN_FACTOR, MAX_FACTOR),
             (int(opts["max_steps"]), int(tab.error_order),
              -1 if tab.stiff_stage is None else int(tab.stiff_stage)),
-            out_z, out_v, out_a, out_w, out_g, out_steps, out_nfev, out_status, out_t, out_hl)
+            out_z, out_v, out_a, out_w, out_steps, out_nfev, out_status, out_t, out_hl)
     if R:
         _run(args)
     nfev = int(out_nfev.max()) if R else 0
     status = _CODES[out_status]
     fwd_ok = status[:, 0] == DONE
     good = fwd_ok & (status[:, 1] == DONE)
+    if np.any(good):        # dJ/dp by the core's formula, f and R in a compiled loop
+        values = (CompiledValues(setup, prov) if setup.problem._user_provider is None
+                  else prov)
+        p = np.repeat(depths, B)[good]
+        x = np.tile(setup.x, (n, 1))[good]
+        fields["depth_grad"].reshape(R)[good] = depth_gradient(
+            dataclasses.replace(setup, provider=values), p, out_a[good], x)
     failure = None
     bad = np.flatnonzero(~good)
     if bad.size:
@@ -202,21 +211,21 @@ def _build(args: tuple) -> tuple[Any, Any, Any]:
     numba = st["numba"]
     from numba import types
 
-    from . import _ensemble_kernels as ens
-    from . import _numba_kernels as kern
+    from ._ensemble_kernels import SLOTS, _row, ensemble_rows
+    from ._numba_calls import eval_request
 
     argtypes, ev_sig, ev_type = eval_signature(args)
     i8 = types.int64
     # _row takes the loop's arguments without the row order: (r, ev, fns, plan, how, X,
     # depths, q, ...)
     one_sig = types.void(i8, ev_type, *argtypes[:5], *argtypes[6:])
-    for key, slot in ens.SLOTS.items():   # the kernel calls these functions by position
+    for key, slot in SLOTS.items():   # the kernel calls these functions by position
         if BASE_KEYS[slot] != key:
             raise RuntimeError(f"internal error: _ensemble_kernels.SLOTS[{key}] = {slot} "
                                f"disagrees with _plans.BASE_KEYS")
-    kern.eval_request.compile(ev_sig.args)
-    ens._row.compile(one_sig.args)
+    eval_request.compile(ev_sig.args)
+    _row.compile(one_sig.args)
     loop = numba.njit(types.void(types.FunctionType(one_sig), ev_type, *argtypes),
-                      cache=True, parallel=True)(ens.ensemble_rows)
+                      cache=True, parallel=True)(ensemble_rows)
     entry = loop.overloads[loop.signatures[0]].entry_point
-    return entry, ens._row, kern.eval_request
+    return entry, _row, eval_request

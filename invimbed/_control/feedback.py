@@ -93,8 +93,6 @@ class FeedbackJetClosure(JetClosure):
     (`disc_step` refuses).
     """
 
-    supports_disc = False
-
     def __init__(self, provider, x, q, n_controls: int, order: int = 1,
                  estimate_error: bool = True, bounds: np.ndarray | None = None,
                  control_affine: bool = False, theta0: np.ndarray | None = None,

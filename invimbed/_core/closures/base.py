@@ -62,7 +62,6 @@ class Closure:
 
     name = "closure"
     has_error_estimate = False
-    supports_disc = False
 
     def __init__(self, provider: DerivativeProvider, control: OpenLoopControl, x: np.ndarray,
                  q: float) -> None:
@@ -86,13 +85,10 @@ class Closure:
         raise NotImplementedError
 
     def error_estimate(self, y: np.ndarray) -> dict[str, np.ndarray] | None:
-        """Estimated absolute errors of `fields`: for closures that carry a second,
-        higher order (``self.orders = [K, K + 1]``), the difference of the two."""
-        if not self.has_error_estimate:
-            return None
-        lo = self.fields(y, self.orders[0])
-        hi = self.fields(y, self.orders[1])
-        return {k: self.xp.abs(hi[k] - lo[k]) for k in lo}
+        """Estimated absolute errors of `fields`, or ``None`` for a closure without an
+        estimate. A closure that carries a second, higher order alongside (the jet)
+        overrides this and sets ``has_error_estimate``."""
+        return None
 
     def disc_step(self, p_new: float, p_old: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
         raise ValueError(f"closure {self.name!r} does not implement the paper's discrete "

@@ -153,7 +153,6 @@ class JetClosure(Closure):
     ``Lam_w = grad_w V``; see the module docstring for the equations and the error law."""
 
     name = "jet"
-    supports_disc = True
 
     def __init__(self, provider, control, x, q, order: int = 1, estimate_error: bool = True,
                  crop: bool = False, ratio_test: bool = False, look_ahead: bool = False) -> None:

@@ -26,6 +26,32 @@ from .base import DerivativeOrderError, DerivativeProvider
 
 EPS = np.finfo(float).eps
 
+
+# -- the step rule, written once -----------------------------------------------------------
+# `FiniteDifferences` below, the derivative plans of the numba backend
+# (`invimbed._backends._plans`) and its compiled nested differences
+# (`invimbed._backends._numba_calls._nested`, which compiles `step_size` and
+# `central_quotient` with numba) all take their steps from these three functions.
+
+
+def relative_step(levels: int, scale: float = 1.0, factor: float = 1.0) -> float:
+    """``factor * scale * eps ** (1 / (2 + levels))``: the relative step of ``levels``
+    nested central differences (0 when nothing is differenced)."""
+    return factor * scale * EPS ** (1.0 / (2 + levels)) if levels else 0.0
+
+
+def step_size(h_rel: float, u: np.ndarray | float) -> np.ndarray | float:
+    """``h = h_rel * max(1, |u|)``, elementwise: the step for the coordinate ``u``
+    (numpy or cupy arrays, floats; compiled by numba for the kernels)."""
+    return h_rel * np.maximum(1.0, np.abs(u))
+
+
+def central_quotient(up: np.ndarray | float, down: np.ndarray | float,
+                     h: np.ndarray | float) -> np.ndarray | float:
+    """``(g(u + h) - g(u - h)) / (2 h)``."""
+    return (up - down) / (2.0 * h)
+
+
 BatchedFn = Callable[[float, np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -85,7 +111,7 @@ class FiniteDifferences(DerivativeProvider):
 
     def fd_levels(self, which: str, dz: int, dth: int) -> int:
         """How many nested difference levels the request ``(which, dz, dth)`` needs."""
-        base = self._base(which, dz, dth)
+        base = self.base_key(which, dz, dth)
         return dz + dth - base[1] - base[2]
 
     def derivative_error(self, which: str, t: float, z: np.ndarray, theta: np.ndarray | None,
@@ -102,7 +128,9 @@ class FiniteDifferences(DerivativeProvider):
         return np.abs(d1 - d2) / 3.0
 
     # -- implementation --------------------------------------------------------------
-    def _base(self, which: str, dz: int, dth: int) -> tuple[str, int, int]:
+    def base_key(self, which: str, dz: int, dth: int) -> tuple[str, int, int]:
+        """The derivative ``(which, dz, dth)`` is differenced from: the highest one the
+        user gave that does not exceed it (the function itself at worst)."""
         best = (which, 0, 0)
         for (w, kz, kt) in self.known:
             if w == which and kz <= dz and kt <= dth and kz + kt > best[1] + best[2]:
@@ -113,7 +141,7 @@ class FiniteDifferences(DerivativeProvider):
         if which in self.zero:  # a missing loss is zero, and so is every derivative
             shape = (z.shape[0],) + self.out_shape(which) + (self.n_state,) * dz
             return array_namespace(z).zeros(shape + (self.n_theta,) * dth)
-        base = self._base(which, dz, dth)
+        base = self.base_key(which, dz, dth)
         fn = self.functions[which] if base[1:] == (0, 0) else self.known[base]
         levels_z = dz - base[1]
         levels_th = dth - base[2]
@@ -124,7 +152,7 @@ class FiniteDifferences(DerivativeProvider):
                 f"of finite differences (at most {self.max_fd_levels} allowed); give exact "
                 f"derivatives"
             )
-        h_rel = factor * self.scale * EPS ** (1.0 / (2 + levels)) if levels else 0.0
+        h_rel = relative_step(levels, self.scale, factor)
         out_nd = len(self.out_shape(which))
         g = fn
         nz = base[1]
@@ -153,7 +181,7 @@ def _difference(g: BatchedFn, var: str, h_rel: float, insert_at: int) -> Batched
             shape = (B,) + tuple(base.shape[1:])
             res = xp.zeros(shape + (0,))
             return xp.moveaxis(res, -1, 1 + insert_at)
-        h = h_rel * xp.maximum(1.0, xp.abs(u))  # (B, n)
+        h = step_size(h_rel, u)  # (B, n)
         shift = h.T[:, :, None] * xp.eye(n)[:, None, :]  # (n, B, n)
         up = (u[None] + shift).reshape(n * B, n)
         um = (u[None] - shift).reshape(n * B, n)
@@ -168,7 +196,7 @@ def _difference(g: BatchedFn, var: str, h_rel: float, insert_at: int) -> Batched
         vals = xp.asarray(g(ts, zz, tt), dtype=xp.float64)
         vals = vals.reshape((2, n, B) + tuple(vals.shape[1:]))
         hb = h.T.reshape((n, B) + (1,) * (vals.ndim - 3))
-        d = (vals[0] - vals[1]) / (2.0 * hb)  # (n, B, *S)
+        d = central_quotient(vals[0], vals[1], hb)  # (n, B, *S)
         d = xp.moveaxis(d, 0, -1)  # (B, *S, n)
         return xp.moveaxis(d, -1, 1 + insert_at)
 
