@@ -8,7 +8,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np

@@ -165,7 +165,7 @@ def function_tuple(setup: Setup, used: frozenset) -> tuple:
     """The function tuple of the kernels: user functions where used, stand-ins elsewhere."""
     st = _types()
     prob = setup.problem
-    user = prob._user_provider
+    user = prob.derivative_provider
     if prob.vectorized and not hasattr(user, "sample_function"):
         raise ValueError(
             "backend='numba' calls the problem's functions one sample at a time, but the "
@@ -182,7 +182,7 @@ def function_tuple(setup: Setup, used: frozenset) -> tuple:
     else:
         source = {("f", 0, 0): prob.dynamics, ("R", 0, 0): prob.running_loss,
                   ("T", 0, 0): prob.terminal_loss}
-        source.update(prob._known)
+        source.update(prob.known_derivatives)
     out = []
     for key in BASE_KEYS:
         fn = source.get(key)
@@ -360,7 +360,7 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
             sched.record, int(sched.record_initial), bool(sched.disc),
             *fields.values(), *errs, fail_pos, fail_p)
     _run("jet_sweep", args)
-    values = (CompiledValues(setup, prov) if setup.problem._user_provider is None else None)
+    values = (CompiledValues(setup, prov) if setup.problem.derivative_provider is None else None)
     return finish(setup, sched, fields, error, fail_pos, fail_p, "jet", method, "numba",
                   provider=values)
 

@@ -74,10 +74,10 @@ def check_problem(setup: Setup) -> None:
             "arrays: build the problem with vectorized=True and functions written with "
             "xp = invimbed.array_namespace(z) (see 'Performance and scale' in the docs), "
             "or use backend='numba' for per-sample functions")
-    if prob._user_provider is not None:
+    if prob.derivative_provider is not None:
         raise ValueError(
             f"backend='cupy' needs the problem's functions, but the problem uses the "
-            f"derivative provider {prob._user_provider.name!r}; use backend='numpy'")
+            f"derivative provider {prob.derivative_provider.name!r}; use backend='numpy'")
 
 
 class XPStencil(StencilClosure):

@@ -168,7 +168,7 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
     fwd_ok = status[:, 0] == DONE
     good = fwd_ok & (status[:, 1] == DONE)
     if np.any(good):        # dJ/dp by the core's formula, f and R in a compiled loop
-        values = (CompiledValues(setup, prov) if setup.problem._user_provider is None
+        values = (CompiledValues(setup, prov) if setup.problem.derivative_provider is None
                   else prov)
         p = np.repeat(depths, B)[good]
         x = np.tile(setup.x, (n, 1))[good]

@@ -28,12 +28,11 @@ from typing import Any
 
 import numpy as np
 from scipy.integrate import OdeSolution
-from scipy.integrate._ivp.ivp import METHODS as _SCIPY_SOLVERS
 
-from .integrators import SCIPY_METHODS
-from .integrators.common import segments
 from .failures import empty_fields, row_failure, row_failure_reason
-from .integrators.common import DEFAULT_MAX_STEPS
+from .integrators import SCIPY_METHODS
+from .integrators.common import DEFAULT_MAX_STEPS, segments
+from .integrators.scipy_ivp import METHODS as _SCIPY_SOLVERS
 from .integrators.ensemble import DONE, MAX_STEPS, NONFINITE, TABLEAUX, integrate_rows
 from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning

@@ -15,10 +15,6 @@ import numpy as np
 from scipy.optimize import OptimizeResult
 
 from .controls import OpenLoopControl, as_control
-from .derivative_guard import GUARD_NOISE as GUARD_NOISE
-from .derivative_guard import GUARD_STEPS as GUARD_STEPS
-from .derivative_guard import GUARD_TOL as GUARD_TOL
-from .derivative_guard import verify_user_derivatives as verify_user_derivatives
 from .derivatives import DerivativeOrderError, DerivativeProvider
 from .problem import BolzaProblem
 from .validation import as_count, as_float_array, as_real, as_state, describe, require_finite

@@ -53,7 +53,7 @@ def verify_user_derivatives(problem: Any, t: float, x: np.ndarray,
     Parameters
     ----------
     problem : BolzaProblem
-        The problem whose derivative callables (``problem._known``) are checked.
+        The problem whose derivative callables (``problem.known_derivatives``) are checked.
     t : float
         The time of the point (``problem.q`` for the terminal loss).
     x : ndarray, shape (B, N)
@@ -68,7 +68,7 @@ def verify_user_derivatives(problem: Any, t: float, x: np.ndarray,
         entry and the values there; derivatives checked against a wrong one are named as
         failing too.
     """
-    keys = sorted(problem._known, key=lambda k: (k[1] + k[2], "fRT".index(k[0]), k[2]))
+    keys = sorted(problem.known_derivatives, key=lambda k: (k[1] + k[2], "fRT".index(k[0]), k[2]))
     if not keys:
         return
     z = np.asarray(x, dtype=float)[:1]
@@ -109,7 +109,7 @@ def verify_user_derivatives(problem: Any, t: float, x: np.ndarray,
         parent = r["parent"]
         if parent[1:] == (0, 0):
             of = f"`{_FUNCTION_NAMES[parent[0]]}`"
-        elif parent in problem._known:
+        elif parent in problem.known_derivatives:
             of = f"`derivatives[{_name(*parent)!r}]`"
         else:
             of = f"{_name(*parent)} (itself from differences)"

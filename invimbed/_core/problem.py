@@ -7,6 +7,7 @@ on batches, validates what they return, and hands out the derivative provider.
 from __future__ import annotations
 
 import re
+from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -123,6 +124,19 @@ class BolzaProblem:
         self._providers: dict[tuple[int, int], DerivativeProvider] = {}
         self._checked: set[tuple[int, int]] = set()
         self._derivatives_checked: set[tuple[int, int]] = set()
+
+    @property
+    def derivative_provider(self) -> DerivativeProvider | None:
+        """The `DerivativeProvider` passed as ``derivatives``, or ``None`` (then the
+        derivatives are `known_derivatives` completed by finite differences)."""
+        return self._user_provider
+
+    @property
+    def known_derivatives(self) -> Mapping[tuple[str, int, int], Callable]:
+        """The derivative callables passed as a dict, read-only, keyed by
+        ``(which, dz, dtheta)`` as parsed from their names (``"f_zz"`` is
+        ``("f", 2, 0)``); empty when none or a provider was given."""
+        return MappingProxyType(self._known)
 
     @classmethod
     def from_sympy(cls, t: Any, z: Any, theta: Any, dynamics: Any, running_loss: Any = None,

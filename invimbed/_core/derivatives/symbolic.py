@@ -39,41 +39,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import _codegen
+from ._sympy_input import (_check_request, _check_symbols, _describe, _exponents,
+                           _expression, _expressions, _symbol, _symbols, import_numba,
+                           import_sympy)
 from .base import _WHICH, DerivativeProvider
 from .multiindex import factorials, multi_indices
 
 _COMPILERS = (None, "numpy", "numba")
-
-
-def import_sympy() -> Any:
-    """Import sympy or raise an ImportError that says how to install it."""
-    try:
-        import sympy
-    except ImportError as exc:  # pragma: no cover - exercised with sympy hidden
-        raise ImportError(
-            "symbolic derivatives need sympy, which is not installed: "
-            "pip install invimbed[symbolic]  (or pip install sympy)"
-        ) from exc
-    return sympy
-
-
-def import_numba() -> Any:
-    """Import numba or raise an ImportError that says how to install it."""
-    try:
-        import numba
-    except ImportError as exc:
-        raise ImportError(
-            "compile='numba' needs numba, which is not installed: "
-            "pip install invimbed[numba]  (or pip install numba), or use compile=None"
-        ) from exc
-    return numba
-
-
-def _describe(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{text} (type {type(value).__name__})"
 
 
 class SympyProvider(DerivativeProvider):
@@ -458,100 +430,3 @@ def _lambdify_options(sp: Any) -> dict[str, Any]:
 
 def _nothing(*args: Any) -> list:
     return []
-
-
-# -- validation -----------------------------------------------------------------------
-def _check_request(which: Any, order: Any, dth: Any, order_name: str) -> None:
-    if which not in _WHICH:
-        raise ValueError(f"`which` must be one of {_WHICH}, but got {which!r}")
-    for name, v in ((order_name, order), ("dth", dth)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"`{name}` must be an integer >= 0, but got {_describe(v)}")
-    if which == "T" and dth:
-        raise ValueError("the terminal loss T(z) does not depend on theta: `dth` must be 0")
-
-
-def _exponents(indices: Sequence[int], n: int) -> tuple[int, ...]:
-    e = [0] * n
-    for i in indices:
-        e[i] += 1
-    return tuple(e)
-
-
-def _reject_text(value: Any, name: str) -> None:
-    if isinstance(value, (str, bytes)):
-        raise TypeError(
-            f"`{name}` must be a sympy object, not a string ({value!r}): invimbed never "
-            f"parses text; build it from symbols, e.g. t = sympy.Symbol('t')"
-        )
-
-
-def _symbol(sp: Any, value: Any, name: str) -> Any:
-    _reject_text(value, name)
-    if not isinstance(value, sp.Symbol):
-        raise TypeError(f"`{name}` must be a sympy Symbol, but got {_describe(value)}")
-    return value
-
-
-def _symbols(sp: Any, values: Any, name: str) -> tuple[Any, ...]:
-    _reject_text(values, name)
-    if values is None:
-        return ()
-    if isinstance(values, sp.Symbol):
-        values = [values]
-    elif isinstance(values, sp.MatrixBase):
-        values = list(values)
-    try:
-        items = list(values)
-    except TypeError:
-        raise TypeError(f"`{name}` must be a sequence of sympy Symbols, but got "
-                        f"{_describe(values)}") from None
-    return tuple(_symbol(sp, v, f"{name}[{i}]") for i, v in enumerate(items))
-
-
-def _expression(sp: Any, value: Any, name: str) -> Any:
-    _reject_text(value, name)
-    if callable(value) and not isinstance(value, sp.Basic):
-        raise TypeError(f"`{name}` must be a sympy expression, but got a callable "
-                        f"{_describe(value)}; for Python functions use invimbed.BolzaProblem")
-    try:
-        expr = sp.sympify(value, strict=True)
-    except (sp.SympifyError, TypeError, ValueError):
-        raise TypeError(f"`{name}` must be a sympy expression or a number, but got "
-                        f"{_describe(value)}") from None
-    if not isinstance(expr, sp.Expr):
-        raise TypeError(f"`{name}` must be a scalar sympy expression, but got "
-                        f"{_describe(value)}")
-    return expr
-
-
-def _expressions(sp: Any, values: Any, name: str, n: int) -> list[Any]:
-    _reject_text(values, name)
-    if isinstance(values, sp.MatrixBase):
-        items = list(values)
-    elif isinstance(values, sp.Basic) or np.isscalar(values):
-        items = [values]
-    else:
-        try:
-            items = list(values)
-        except TypeError:
-            raise TypeError(f"`{name}` must be a sequence of sympy expressions, but got "
-                            f"{_describe(values)}") from None
-    if len(items) != n:
-        raise ValueError(f"`{name}` must hold N = {n} expressions (one per state symbol in "
-                         f"`z`), but holds {len(items)}")
-    return [_expression(sp, v, f"{name}[{i}]") for i, v in enumerate(items)]
-
-
-def _check_symbols(sp: Any, expr: Any, name: str, allowed: set, what: str) -> None:
-    from sympy.core.function import AppliedUndef
-
-    extra = expr.free_symbols - allowed
-    if extra:
-        names = ", ".join(sorted(str(s) for s in extra))
-        raise ValueError(f"`{name}` may depend on {what} only, but it also uses {names}; "
-                         f"substitute numbers for parameters (expr.subs(...))")
-    undef = expr.atoms(AppliedUndef)
-    if undef:
-        raise ValueError(f"`{name}` contains undefined functions "
-                         f"{', '.join(sorted(map(str, undef)))}: give explicit expressions")
