@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .validation import as_float_array, check_callable, describe, require_finite
+from .validation import as_float_array, check_callable, describe, require_finite, returned_reals
 
 
 class OpenLoopControl:
@@ -320,14 +320,7 @@ class Control(OpenLoopControl):
 
     def _call(self, t: float, w: np.ndarray | None = None) -> np.ndarray:
         raw = self.fn(t, self.w if w is None else w)
-        if np.iscomplexobj(raw):
-            raise TypeError(f"control `fn(t, w)` must return real numbers, but returned "
-                            f"complex values ({describe(raw)})")
-        try:
-            out = np.asarray(raw, dtype=float)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"control `fn(t, w)` must return real numbers, shape (M,), but "
-                            f"returned {describe(raw)}") from exc
+        out = returned_reals(raw, "control `fn(t, w)`", ", shape (M,)")
         if out.ndim > 1:
             raise ValueError(f"control `fn(t, w)` must return shape (M,), but returned "
                              f"shape {out.shape}")

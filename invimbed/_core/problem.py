@@ -16,7 +16,7 @@ from . import derivative_guard
 from .derivatives import DerivativeProvider, FiniteDifferences, parse_key
 from .derivatives.symbolic import SympyProvider
 from .namespace import array_namespace
-from .validation import as_bool, as_real, check_callable, describe
+from .validation import as_bool, as_real, check_callable, describe, returned_reals
 
 
 class BolzaProblem:
@@ -332,14 +332,7 @@ class BolzaProblem:
                 if blamed is exc:       # neither theta nor z: the user's own indexing
                     raise
                 raise blamed from exc
-            if np.iscomplexobj(out):
-                raise TypeError(f"`{name}` must return real numbers, but returned complex "
-                                f"values ({describe(out)})")
-            try:
-                out = np.asarray(out, dtype=float)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"`{name}` must return real numbers, but returned "
-                                f"{describe(out)}") from exc
+            out = returned_reals(out, f"`{name}`")
             if (which == "f" and out.ndim == len(expected) >= 1 and out.shape[:-1] == expected[:-1]
                     and out.shape[-1] != n_state):
                 batch = " (vectorized=True: with a leading batch axis)" if self.vectorized else ""

@@ -60,6 +60,19 @@ def as_float_array(value: Any, name: str) -> np.ndarray:
     return raw.astype(float, copy=False)
 
 
+def returned_reals(raw: Any, who: str, shape_hint: str = "") -> np.ndarray:
+    """What a user's function returned, as a float array; a TypeError naming ``who``
+    (e.g. "`dynamics`") when it is complex or not numbers at all."""
+    if np.iscomplexobj(raw):
+        raise TypeError(f"{who} must return real numbers, but returned complex values "
+                        f"({describe(raw)})")
+    try:
+        return np.asarray(raw, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{who} must return real numbers{shape_hint}, but returned "
+                        f"{describe(raw)}") from exc
+
+
 def as_real(value: Any, name: str, *, positive: bool = False, nonnegative: bool = False,
             allow_none: bool = False, allow_inf: bool = False) -> float | None:
     """A real number (not a bool, string or complex), optionally > 0 or >= 0, finite
