@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 import invimbed
 import invimbed._core.derivative_guard as check_module
-from invimbed._core.check import GUARD_TOL, check_derivatives, verify_user_derivatives
+from invimbed._core.check import check_derivatives
+from invimbed._core.derivative_guard import GUARD_TOL, verify_user_derivatives
 from problems import (logistic_functions, lq_functions, pendulum_functions,
                       vanderpol_functions)
 
