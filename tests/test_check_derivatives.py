@@ -189,7 +189,7 @@ def test_bad_inputs_name_the_argument():
         check_derivatives(problem, [0.0, 0.0], [np.inf, 0.0])
     with pytest.raises(ValueError, match="`order` must be an integer >= 1"):
         check_derivatives(problem, [0.0, 0.0], [0.0, 0.0], order=0)
-    with pytest.raises(ValueError, match="`order` must be an integer >= 1"):
+    with pytest.raises(TypeError, match="`order` must be an integer, but got 1.5"):
         check_derivatives(problem, [0.0, 0.0], [0.0, 0.0], order=1.5)
     with pytest.raises(ValueError, match="`tol` must be positive"):
         check_derivatives(problem, [0.0, 0.0], [0.0, 0.0], tol=0)

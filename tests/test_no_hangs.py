@@ -180,12 +180,13 @@ def test_max_steps_of_the_fixed_step_grid():
     assert out.nfev == 2_000
 
 
-@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "100"])
-def test_max_steps_is_validated(bad):
-    with pytest.raises(ValueError, match="`max_steps` must be a positive integer"):
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-3, ValueError), (2.5, TypeError),
+                                        (True, TypeError), ("100", TypeError)])
+def test_max_steps_is_validated(bad, error):
+    with pytest.raises(error, match="`max_steps` must be a positive integer"):
         integrate_scipy(lambda p, y, piece=None: -y, np.array([1.0]), 0.0, np.array([-1.0]),
                         np.empty(0), lambda a, b: None, max_steps=bad)
-    with pytest.raises(ValueError, match="`max_steps` must be a positive integer"):
+    with pytest.raises(error, match="`max_steps` must be a positive integer"):
         integrate_fixed(lambda p, y, piece=None: -y, np.array([1.0]), 0.0, np.array([-1.0]),
                         np.empty(0), lambda a, b: None, step=0.1, max_steps=bad)
 

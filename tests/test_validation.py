@@ -108,9 +108,14 @@ def test_bad_tolerances(problem, name):
         solve_imbedding(problem, [1.0], [-1.0], **{name: -1})
 
 
-@pytest.mark.parametrize("order", [0, 1.5, "2", True])
-def test_bad_order(problem, order):
-    with pytest.raises(ValueError, match=r"`order` must be an integer >= 1"):
+@pytest.mark.parametrize("order, error, match", [
+    (0, ValueError, r"`order` must be an integer >= 1, but got 0"),
+    (1.5, TypeError, r"`order` must be an integer, but got 1.5"),
+    ("2", TypeError, r"`order` must be an integer, but got '2'"),
+    (True, TypeError, r"`order` must be an integer, but got True"),
+])
+def test_bad_order(problem, order, error, match):
+    with pytest.raises(error, match=match):
         solve_imbedding(problem, [1.0], [-1.0], order=order)
 
 

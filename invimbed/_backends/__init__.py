@@ -62,10 +62,6 @@ def sweep_backend(backend: str, setup: Setup, *, closure: str, order: int, metho
             f"method={method!r}; choose one of them, or use backend='numpy' for scipy's "
             f"adaptive solvers")
     if backend == "numba":
-        unknown = set(options) - {"max_steps"}
-        if unknown:
-            raise ValueError(f"backend='numba' takes the option `max_steps` only, but got "
-                             f"{', '.join(sorted(unknown))}")
         from ._numba import sweep_numba
 
         return sweep_numba(setup, closure=closure, order=order, method=method, step=step,

@@ -36,7 +36,7 @@ import numpy as np
 from .._core.arguments import Setup
 from .._core.derivatives import DerivativeProvider
 from .._core.derivatives.multiindex import derivative_table, n_coefficients, product_table
-from .._core.integrators.common import DEFAULT_MAX_STEPS, check_max_steps
+from .._core.integrators.common import check_max_steps
 from ._plans import BASE_KEYS, Request, build_plan, key_name
 from ._result import finish
 from ._schedule import build_schedule, check_scope
@@ -322,7 +322,7 @@ def check_numba_scope(closure: str, order: int, method: str) -> None:
 
 def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: float | None,
                 difference: str, delta: Any, estimate_error: bool,
-                max_steps: int = DEFAULT_MAX_STEPS) -> Any:
+                max_steps: int | None = None) -> Any:
     """Run the jet sweep on the numba backend; see the module docstring. A grid of more
     than ``max_steps`` steps is stepped up to there and ends with the numpy sweep's
     message."""

@@ -55,7 +55,7 @@ def finish(setup: Setup, sched: Schedule, fields: dict, error: dict | None,
     message = stop_message(sched, stop, setup.q)
     if message is not None:
         outcome.success, outcome.message = False, message
-        outcome.failed_at = stop.p if stop is not None else float(sched.p_end[-1])
+        outcome.failed_at = stop.p if stop is not None else (float(sched.p_end[-1]) if sched.n_steps else setup.q)
     reached = np.zeros(setup.depths.size, bool)   # by the whole batch
     if sched.record_initial >= 0:
         reached[sched.record_initial] = True

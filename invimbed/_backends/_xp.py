@@ -37,7 +37,7 @@ from .._core.closures import JetClosure, StencilClosure
 from .._core.closures.base import Layout
 from .._core.namespace import to_numpy
 from .._core.arguments import Setup
-from .._core.integrators.common import DEFAULT_MAX_STEPS, check_max_steps
+from .._core.integrators.common import check_max_steps
 from .._core.integrators.fixed import run_schedule
 from ._result import finish
 from ._schedule import build_schedule, check_scope
@@ -99,7 +99,7 @@ class XPStencil(StencilClosure):
 def sweep_xp(setup: Setup, xp: Any, *, closure: str, order: int, method: str,
              step: float | None, difference: str, delta: Any, estimate_error: bool,
              backend: str = "cupy", array_type: str | None = None,
-             max_steps: int = DEFAULT_MAX_STEPS) -> Any:
+             max_steps: int | None = None) -> Any:
     """The fixed-step sweep of ``setup`` on the namespace ``xp`` (see the module docstring).
 
     The steps are those of `invimbed._core.integrators.fixed.integrate_fixed`, taken by
@@ -158,11 +158,6 @@ def sweep_xp(setup: Setup, xp: Any, *, closure: str, order: int, method: str,
 
 def sweep_cupy(setup: Setup, **kwargs: Any) -> Any:
     """``backend="cupy"``: `sweep_xp` with ``xp = cupy``."""
-    unknown = set(kwargs) - {"closure", "order", "method", "step", "difference", "delta",
-                             "estimate_error", "array_type", "max_steps"}
-    if unknown:
-        raise ValueError(f"backend='cupy' takes the options `array_type` ('numpy' or 'cupy') "
-                         f"and `max_steps` only, but got {', '.join(sorted(unknown))}")
     cupy = import_cupy()
     return sweep_xp(setup, cupy, backend="cupy", **kwargs)
 

@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.failures import empty_fields, row_failure, row_failure_reason
+from .._core.failures import empty_fields, ensemble_failure
 from .._core.controls import Constant, NoControl, PiecewiseConstant
 from .._core.integrators.ensemble import (DONE, MAX_FACTOR, MAX_STEPS, MIN_FACTOR, NONFINITE,
                                      RUNNING, SAFETY, TABLEAUX, UNDERFLOW)
@@ -174,16 +174,8 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
         x = np.tile(setup.x, (n, 1))[good]
         fields["depth_grad"].reshape(R)[good] = depth_gradient(
             dataclasses.replace(setup, provider=values), p, out_a[good], x)
-    failure = None
-    bad = np.flatnonzero(~good)
-    if bad.size:
-        r = int(bad[0])
-        fwd_failed = not fwd_ok[r]
-        code = int(status[r, 0] if fwd_failed else status[r, 1])
-        reason = row_failure_reason(code, opts["max_steps"], float(out_hl[r]))
-        failure = row_failure(setup.batched, "forward solve" if fwd_failed else
-                                  "backward adjoint solve", float(depths[r // B]), r % B,
-                                  float(out_t[r]), reason, bad.size, R)
+    failure = ensemble_failure(setup.batched, good, fwd_ok, status[:, 0], status[:, 1],
+                               np.repeat(depths, B), out_t, out_hl, opts["max_steps"], B)
     return fields, nfev, failure
 
 

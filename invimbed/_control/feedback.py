@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .._core.derivatives.finite_difference import central_quotient, relative_step, step_size
 from .._core.assembly import collect_results, depth_gradient
 from .._core.closures.base import Closure
 from .._core.closures.jet import JetClosure
@@ -192,7 +193,7 @@ class FeedbackJetClosure(JetClosure):
             "bi,bim->bm", np.abs(lam), err("f", p, self.x, theta, dth=1))
         size = np.abs(prov.derivative("R", p, self.x, theta)) + np.einsum(
             "bi,bi->b", np.abs(lam), np.abs(prov.derivative("f", p, self.x, theta)))
-        h = np.finfo(float).eps ** (1 / 3) * np.maximum(1.0, np.abs(theta).max(axis=1))
+        h = step_size(relative_step(1), np.abs(theta).max(axis=1))
         rounding = np.finfo(float).eps * size / h
         return float(np.max((np.linalg.norm(g_err, axis=1) + rounding) / eig_min))
 
@@ -263,13 +264,13 @@ class FeedbackJetClosure(JetClosure):
         pol = self._call_policy(p, self.x)
         psi = np.zeros((B, M, n_coefficients(N, K)))
         if K == 1:
-            h = np.finfo(float).eps ** (1 / 3) * np.maximum(1.0, np.abs(self.x))
+            h = step_size(relative_step(1), self.x)
             for j in range(N):
                 e = np.zeros(N)
                 e[j] = 1.0
                 up = self._call_policy(p, self.x + h[:, j:j + 1] * e)
                 dn = self._call_policy(p, self.x - h[:, j:j + 1] * e)
-                psi[:, :, 1 + j] = (up - dn) / (2 * h[:, j:j + 1])
+                psi[:, :, 1 + j] = central_quotient(up, dn, h[:, j:j + 1])
         return pol, psi
 
     def _call_policy(self, p: float, x: np.ndarray) -> np.ndarray:

@@ -213,7 +213,7 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
     use_sweep = gradient == "imbedding" and use_jac
     if gradient == "imbedding" and not use_jac:
         warnings.append(f"method={method!r} uses no gradient: no imbedding sweep was run")
-    check_estimate = bool(sweep_kw.pop("estimate_error", True))
+    check_estimate = as_bool(sweep_kw.pop("estimate_error", True), "estimate_error")
     sweep_kw["estimate_error"] = False          # estimated once, at the solution
     rtol = float(exact_kw.get("rtol", DEFAULT_RTOL))
     n_w = control.n_params

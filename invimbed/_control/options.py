@@ -15,11 +15,12 @@ from .._core.integrators import ALL_METHODS, SCIPY_METHODS
 from .._core.validation import check_options
 
 #: Solver keywords passed to both the exact solve (`solve_adjoint`) and the sweep.
-SHARED_OPTIONS = ("rtol", "atol", "first_step", "max_step", "backend")
+SHARED_OPTIONS = ("rtol", "atol", "first_step", "max_step", "max_steps", "backend")
 #: Solver keywords of the exact solve only.
-EXACT_OPTIONS = ("max_steps", "strategy")
+EXACT_OPTIONS = ("strategy",)
 #: Solver keywords of the imbedding sweep only (`solve_imbedding`).
-SWEEP_OPTIONS = ("closure", "order", "estimate_error", "difference", "delta", "step")
+SWEEP_OPTIONS = ("closure", "order", "estimate_error", "difference", "delta", "step",
+                 "min_step")
 #: Backends that run the sweep only (`solve_adjoint` runs ``"numpy"`` and ``"numba"``).
 SWEEP_BACKENDS = ("cupy",)
 

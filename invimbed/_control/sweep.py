@@ -16,7 +16,7 @@ import numpy as np
 
 from .._core.integrators import (SCIPY_METHODS, NonFiniteError, Outcome, integrate_fixed,
                                  integrate_scipy)
-from .._core.validation import SOLVE_IVP_OPTIONS, as_int, as_real, check_options
+from .._core.validation import SOLVE_IVP_OPTIONS, as_ivp_options
 
 #: The keyword arguments the closed-loop solvers pass on to the integrator.
 OPTIONS = SOLVE_IVP_OPTIONS + ("max_steps",)
@@ -68,14 +68,7 @@ def check_integrator_options(options: dict[str, Any], where: str, named: tuple[s
     point's own keywords) and `OPTIONS` (``control`` gets ``control_hint``)."""
     if control_hint is not None and "control" in options:
         raise TypeError(f"`control` is not an argument of {where}(): {control_hint}")
-    check_options(options, tuple(named) + OPTIONS, where)
-    out: dict[str, Any] = {}
-    for key, value in options.items():
-        if key == "max_steps":
-            out[key] = as_int(value, key, minimum=1)
-        else:
-            out[key] = as_real(value, key, positive=True, allow_inf=key == "max_step")
-    return out
+    return as_ivp_options(options, where, OPTIONS, suggest=named)
 
 
 def failed_outcome(setup: Any, size: int, exc: OptimalityError) -> Outcome:

@@ -144,9 +144,3 @@ def _warning(code: str, message: str, depth: float | None = None) -> Any:
     from .results import SolverWarning
 
     return SolverWarning(code, message, depth)
-
-
-def accuracy_note(depths_desc: np.ndarray, fields: dict, errors: dict) -> str:
-    """Kept for old callers: the message of `assess` without ``tol`` (empty if every
-    depth passes)."""
-    return ""

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from scipy.integrate import OdeSolution
 
-from .failures import empty_fields, row_failure, row_failure_reason
+from .failures import empty_fields, ensemble_failure, row_failure_reason
 from .integrators import SCIPY_METHODS
 from .integrators.common import DEFAULT_MAX_STEPS, segments
 from .integrators.scipy_ivp import METHODS as _SCIPY_SOLVERS
@@ -44,7 +44,6 @@ STRATEGIES = ("ensemble", "per_depth")
 BACKENDS = ("numpy", "numba")
 #: Keyword options of `solve_adjoint` beyond its named arguments.
 OPTIONS = ("first_step", "max_step", "max_steps")
-_STIFF = ("Radau", "BDF", "LSODA")
 
 
 def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = None,
@@ -213,16 +212,9 @@ def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
     if np.any(good):
         fields["depth_grad"].reshape(R)[good] = depth_gradient(setup, p[good], adjoint[good],
                                                                x[good])
-    failure = None
-    bad = np.flatnonzero(~good)
-    if bad.size:
-        r = int(bad[0])
-        fwd_failed = not ok[r]
-        out = fwd if fwd_failed else bwd
-        reason = row_failure_reason(int(out.status[r]), opts["max_steps"], float(out.h_lambda[r]))
-        failure = row_failure(setup.batched, "forward solve" if fwd_failed else
-                                  "backward adjoint solve", float(p[r]), r % B,
-                                  float(out.t[r]), reason, bad.size, R)
+    failure = ensemble_failure(setup.batched, good, ok, fwd.status, bwd.status, p,
+                               np.where(ok, bwd.t, fwd.t),
+                               np.where(ok, bwd.h_lambda, fwd.h_lambda), opts["max_steps"], B)
     return fields, nfev, failure
 
 

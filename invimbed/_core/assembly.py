@@ -61,9 +61,10 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
     inverse = np.empty_like(setup.order)
     inverse[setup.order] = np.arange(setup.order.size)
     n = setup.order.size
+    in_order = bool(np.all(inverse == np.arange(n)))   # depths given deepest last: no copy
 
     def arrange(a: np.ndarray) -> np.ndarray:
-        a = a[inverse]
+        a = a if in_order else a[inverse]
         return a if setup.batched else a[:, 0]
 
     for k, v in list(extra.items()):

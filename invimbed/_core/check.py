@@ -17,7 +17,7 @@ from scipy.optimize import OptimizeResult
 from .controls import OpenLoopControl, as_control
 from .derivatives import DerivativeOrderError, DerivativeProvider
 from .problem import BolzaProblem
-from .validation import as_count, as_float_array, as_real, as_state, describe, require_finite
+from .validation import as_int, as_float_array, as_real, as_state, describe, require_finite
 
 #: Relative steps of the difference quotients; the smallest error over them is kept.
 STEPS = (3e-2, 1e-2, 1e-3, 1e-4)
@@ -222,7 +222,7 @@ def check_derivatives(problem: BolzaProblem | DerivativeProvider, x: Any, theta:
     if prov is not None and M != prov.n_theta:
         raise ValueError(f"`theta` must have M = {prov.n_theta} entries (the provider's), but "
                          f"got shape {thb.shape}")
-    order = as_count(order, "order")
+    order = as_int(order, "order", minimum=1)
     if isinstance(tol, (bool, np.bool_, str, bytes)) or np.iscomplexobj(tol):
         raise TypeError(f"`tol` must be a positive number, but got {describe(tol)}")
     try:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .derivatives.finite_difference import central_quotient, relative_step, step_size
 from .validation import as_float_array, check_callable, describe, require_finite, returned_reals
 
 
@@ -341,13 +342,13 @@ class Control(OpenLoopControl):
                 raise ValueError(f"control `jac(t, w)` must return shape (M, n_w) = "
                                  f"{(self.size, self.w.size)}, but returned shape {jac.shape}")
             return jac.reshape(self.size, self.w.size)
-        eps = np.finfo(float).eps
         jac = np.empty((self.size, self.w.size))
+        h_rel = relative_step(1)           # the rule of `invimbed.FiniteDifferences`
         for j in range(self.w.size):
-            h = eps ** (1 / 3) * max(1.0, abs(self.w[j]))
+            h = step_size(h_rel, self.w[j])
             wp = self.w.copy(); wp[j] += h
             wm = self.w.copy(); wm[j] -= h
-            jac[:, j] = (self._call(t, wp) - self._call(t, wm)) / (2 * h)
+            jac[:, j] = central_quotient(self._call(t, wp), self._call(t, wm), h)
         return jac
 
 

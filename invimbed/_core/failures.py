@@ -14,8 +14,11 @@ import numpy as np
 #: Per-row status codes of the ensemble integrator (`integrators.ensemble.integrate_rows`).
 RUNNING, DONE, UNDERFLOW, NONFINITE, MAX_STEPS = 1, 0, -1, -2, -3
 
-#: ``h |lambda|`` above which a Dormand-Prince step is limited by stability, not accuracy
-#: (the method's stability boundary on the negative real axis is about 3.3).
+#: ``h |lambda|`` above which an explicit step is taken as limited by stability, not
+#: accuracy. The stability boundaries on the negative real axis are about 2.5 (RK23),
+#: 3.3 (RK45) and 6 (DOP853); one threshold below all three is conservative for the
+#: message only, since a sweep is stopped as stiff only when the steps still needed at
+#: that size exceed ``max_steps`` as well.
 STIFF_H_LAMBDA = 2.0
 
 
@@ -107,6 +110,25 @@ def row_failure(batched: bool, where: str, depth: float, b: int, t: float, reaso
     return (f"The {where} failed for depth p = {depth:.10g} and {inp} at t = {t:.10g}: "
             f"{reason}. {count} of {total} (depth, input) rows failed; the others are "
             f"exact to the tolerances.")
+
+
+def ensemble_failure(batched: bool, good: np.ndarray, fwd_ok: np.ndarray,
+                     fwd_codes: np.ndarray, bwd_codes: np.ndarray, row_depths: np.ndarray,
+                     t: np.ndarray, h_lambda: np.ndarray, max_steps: int,
+                     B: int) -> str | None:
+    """The message of an ensemble whose rows did not all succeed (None if they did):
+    the first failed row (``r = depth index * B + input``), which pass failed, where and
+    why (`row_failure_reason`), and how many rows failed. ``t`` and ``h_lambda`` are
+    each row's last time and Shampine estimate in the pass that failed."""
+    bad = np.flatnonzero(~good)
+    if not bad.size:
+        return None
+    r = int(bad[0])
+    fwd_failed = not fwd_ok[r]
+    code = int(fwd_codes[r] if fwd_failed else bwd_codes[r])
+    reason = row_failure_reason(code, max_steps, float(h_lambda[r]))
+    return row_failure(batched, "forward solve" if fwd_failed else "backward adjoint solve",
+                       float(row_depths[r]), r % B, float(t[r]), reason, bad.size, good.size)
 
 
 def empty_fields(n: int, B: int, N: int, nw: int) -> dict[str, np.ndarray]:

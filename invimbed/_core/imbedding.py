@@ -16,7 +16,8 @@ from .results import ImbeddingResult, SolverWarning
 from .accuracy import assess
 from .arguments import parse_tol, prepare
 from .assembly import collect_results
-from .validation import (STEP_BUDGET, as_bool, as_count, as_ivp_options, as_spacing,
+from .derivatives.finite_difference import relative_step
+from .validation import (STEP_BUDGET, as_bool, as_int, as_ivp_options, as_spacing,
                          check_choice, check_positive, describe)
 
 def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = None,
@@ -103,9 +104,12 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         With ``tol``: carry the jets of order ``K - 1`` (and ``K + 2`` where served) and
         refuse depths whose successive differences do not shrink geometrically.
     **options
-        ``max_steps``: the budget of steps of the sweep (default 10,000; a stiff problem
-        on an explicit method then ends within seconds, with a message suggesting
-        ``"Radau"`` or ``"BDF"``). For scipy's adaptive methods also ``first_step``,
+        ``max_steps``: the budget of steps of the sweep. Adaptive methods: default
+        10,000; a stiff problem on an explicit method then ends within seconds, with a
+        message suggesting ``"Radau"`` or ``"BDF"``. Fixed-step methods: by default a grid
+        of up to 1,000,000 steps runs whole and a finer one (a ``step`` far too small for
+        the depths) ends before the first step with ``success=False`` and a message;
+        with ``max_steps`` the grid is stepped up to that many steps. For scipy's adaptive methods also ``first_step``,
         ``max_step`` and ``min_step``, as in `scipy.integrate.solve_ivp`. Any other
         keyword raises ``TypeError`` naming it.
 
@@ -156,8 +160,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         check_choice(fallback, "fallback", ("adjoint",))
     estimate_error = as_bool(estimate_error, "estimate_error")
     ratio_test = as_bool(ratio_test, "ratio_test")
-    order = as_count(order, "order")
-    max_order = as_count(max_order, "max_order")
+    order = as_int(order, "order", minimum=1)
+    max_order = as_int(max_order, "max_order", minimum=1)
     check_positive(rtol, "rtol", allow_none=True)
     check_positive(atol, "atol", allow_none=True)
     tol_pair = parse_tol(tol)
@@ -220,7 +224,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
             f"{why}"))
     res["order"] = K if closure in ("jet", "crop") else None
     if fallback == "adjoint" and res.get("converged") is not None:
-        res = _fallback_adjoint(setup, res, method, rtol, atol, tol_pair)
+        res = _fallback_adjoint(setup, res, method, rtol, atol, tol_pair,
+                                options.get("max_steps"))
     res["exact_fallback"] = res.get("exact_fallback", None)
     return res
 
@@ -286,8 +291,10 @@ FD_CLAMP = 1e-2
 
 
 def fd_floor(levels: int) -> float:
-    """The relative accuracy finite differences of ``levels`` nested levels can serve."""
-    return 0.0 if levels <= 0 else float(np.finfo(float).eps ** (2.0 / (2.0 + levels)))
+    """The relative accuracy finite differences of ``levels`` nested levels can serve: the
+    square of their relative step (truncation ``h^2`` balanced against rounding
+    ``eps / h``)."""
+    return 0.0 if levels <= 0 else float(relative_step(levels) ** 2)
 
 
 def _finite_difference_floor(prov: Any, closure: str, order: int, est: bool, setup: Any,
@@ -431,9 +438,10 @@ def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> Imbed
 
 
 def _fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
-                      atol: float, tol: Any) -> ImbeddingResult:
+                      atol: float, tol: Any, max_steps: int | None = None) -> ImbeddingResult:
     """Recompute the (depth, input) pairs that did not converge with the exact ensemble
-    `solve_adjoint`, and mark them in ``exact_fallback``."""
+    `solve_adjoint`, and mark them in ``exact_fallback``; a ``max_steps`` the user gave an
+    adaptive sweep is the budget of each of its rows too."""
     from .adjoint import solve_adjoint
 
     conv = np.asarray(res.converged, bool)
@@ -451,10 +459,12 @@ def _fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float
     adj_method = method if method in ("RK45", "RK23") else "RK45"
     inputs = np.flatnonzero(bad.any(axis=0))
     depths_bad = np.flatnonzero(bad.any(axis=1))
+    budget = {"max_steps": max_steps} if max_steps is not None and method in SCIPY_METHODS \
+        else {}
     ref = solve_adjoint(setup.problem, setup.x[inputs], setup.depths[depths_bad],
-                        control=setup.control, method=adj_method, rtol=a_rtol, atol=a_atol)
+                        control=setup.control, method=adj_method, rtol=a_rtol, atol=a_atol,
+                        **budget)
     fields = ("z", "value", "adjoint", "param_grad", "depth_grad")
-    ok = np.ones_like(conv2)
     for ii, di in enumerate(depths_bad):
         for jj, b in enumerate(inputs):
             if not bad[di, b]:
@@ -466,7 +476,6 @@ def _fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float
                     res[k][di] = target[di, 0]
             finite = all(np.all(np.isfinite(ref[k][ii, jj])) for k in fields)
             exact[di, b] = finite
-            ok[di, b] = finite
             if res.get("error_estimate") is not None:
                 for k in res.error_estimate:
                     e = res.error_estimate[k] if setup.batched else res.error_estimate[k][:, None]

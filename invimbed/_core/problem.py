@@ -298,8 +298,7 @@ class BolzaProblem:
             If the dynamics return an array of another length than ``x`` (naming ``x``
             first), a function reads an entry of ``theta`` or ``z`` beyond their size
             (its IndexError, naming ``control`` or ``x`` and the index read), a loss is
-            not a scalar, a value is not finite at the starting point, or
-            (``derivatives``) a user derivative does not match finite differences,
+            not a scalar, or (``derivatives``) a user derivative does not match finite differences,
             naming it.
         """
         n_state, n_theta = x.shape[1], theta.size

@@ -110,13 +110,13 @@ def as_int(value: Any, name: str, *, minimum: int | None = None) -> int:
     return v
 
 
-def as_count(value: Any, name: str, minimum: int = 1) -> int:
-    """An integer >= ``minimum`` where the entry points have always raised ValueError for
-    any bad value (``order``, ``max_order``): "`order` must be an integer >= 1, but got
-    1.5 (type float)"."""
-    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral)
-            or value < minimum):
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, but got {describe(value)}")
+def as_positive_int(value: Any, name: str) -> int:
+    """A positive integer (a step budget, a count): TypeError for a bool, float or string,
+    ValueError below 1, both saying "`name` must be a positive integer"."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be a positive integer, but got {describe(value)}")
+    if value < 1:
+        raise ValueError(f"`{name}` must be a positive integer, but got {describe(value)}")
     return int(value)
 
 
@@ -261,11 +261,7 @@ def as_ivp_options(options: Mapping[str, Any], where: str,
     out: dict[str, Any] = {}
     for key, value in options.items():
         if key == STEP_BUDGET:
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-                raise TypeError(f"`{key}` must be a positive integer, but got {describe(value)}")
-            if value < 1:
-                raise ValueError(f"`{key}` must be a positive integer, but got {describe(value)}")
-            out[key] = int(value)
+            out[key] = as_positive_int(value, key)
             continue
         if isinstance(value, (bool, np.bool_)) or not (
                 isinstance(value, numbers.Real)

@@ -96,15 +96,6 @@ def tensors_to_taylor(tensors: list[np.ndarray], n: int) -> np.ndarray:
     return xp.concatenate(parts, axis=-1) / on_device(factorials(n, order), xp)
 
 
-def _order_of(size: int, n: int) -> int:
-    order = 0
-    while n_coefficients(n, order) < size:
-        order += 1
-    if n_coefficients(n, order) != size:
-        raise ValueError(f"{size} is not a number of Taylor coefficients in {n} variables")
-    return order
-
-
 @lru_cache(maxsize=None)
 def product_table(n: int, order_a: int, order_b: int, order_out: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

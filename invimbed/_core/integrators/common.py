@@ -7,21 +7,22 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..validation import describe
+from ..validation import as_positive_int
 
 #: Default step budget of every integrator (`integrate_scipy`, `integrate_fixed`) and of
 #: `solve_adjoint`: enough for any non-stiff sweep at the default tolerances, and few
 #: enough that a stiff problem on an explicit method ends within seconds.
 DEFAULT_MAX_STEPS = 10_000
 
+#: Fixed-step grids: the number of steps is known before the first one, so a grid of up
+#: to this many steps runs whole by default, and a finer one is refused before any work
+#: (a ``step`` far too small for the depth range), unless ``max_steps`` is given.
+DEFAULT_GRID_STEPS = 1_000_000
 
-def check_max_steps(max_steps: Any) -> int:
-    """``max_steps`` as an int, or a ValueError naming it."""
-    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) \
-            or max_steps < 1:
-        raise ValueError(f"`max_steps` must be a positive integer, but got "
-                         f"{describe(max_steps)}")
-    return int(max_steps)
+
+def check_max_steps(max_steps: Any) -> int | None:
+    """``max_steps`` as an int (None passes through), or an error naming it."""
+    return None if max_steps is None else as_positive_int(max_steps, "max_steps")
 
 
 class NonFiniteError(ArithmeticError):

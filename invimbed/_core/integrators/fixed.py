@@ -7,7 +7,9 @@ Written once for every array namespace. `run_schedule` steps a `Schedule`
 is checked for non-finite values, so that a blow-up ends the sweep at the depth where it
 happens. The stage function decides where the numbers live: `integrate_fixed` hands it
 the closure's right-hand side on numpy arrays, ``backend="cupy"`` the closure's
-``rhs_at`` on device arrays with ``theta`` precomputed per stage.
+``rhs_at`` on device arrays with ``theta`` precomputed per stage. (The numba backend
+compiles its own transcription of this loop and of the jet-1 right-hand side, on the
+same `Schedule`; its tests hold it to these numbers bit for bit.)
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from ..failures import first_evaluation, grid_exhausted, sweep_stopped
 from ..namespace import array_namespace
-from .common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, check_max_steps
+from .common import NonFiniteError, Outcome, check_max_steps
 from .schedule import FIXED_METHODS, TABLEAUX, Schedule, fixed_schedule
 
 __all__ = ["FIXED_METHODS", "TABLEAUX", "Stopped", "integrate_fixed", "run_schedule"]
@@ -133,13 +135,15 @@ def integrate_fixed(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
                     breakpoints: np.ndarray, piece_of: Callable[[float, float], Any],
                     method: str = "rk4", step: float | None = None,
                     disc_step: Callable | None = None,
-                    max_steps: int = DEFAULT_MAX_STEPS) -> Outcome:
+                    max_steps: int | None = None) -> Outcome:
     """Fixed-step sweep from ``q`` to ``depths_desc[-1]`` (see the module docstring).
 
     ``method="disc"`` applies ``disc_step(p_i, p_{i+1}, y, piece)`` once per layer
     between consecutive requested depths (and ``q``): the paper's discrete
     architecture, eqs. (14) and (15), with layers at the given depths. A grid that needs
-    more than ``max_steps`` steps is stepped up to there and ends with a message.
+    more than ``max_steps`` steps is stepped up to there and ends with a message; with
+    ``max_steps=None`` (default) a grid of more than `DEFAULT_GRID_STEPS` steps ends with
+    that message before the first step.
     """
     max_steps = check_max_steps(max_steps)
     sched = fixed_schedule(q, depths_desc, breakpoints, piece_of, method, step, max_steps)
@@ -162,5 +166,5 @@ def integrate_fixed(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
     if message is not None:
         out.success = False
         out.message = message
-        out.failed_at = stop.p if stop is not None else float(sched.p_end[-1])
+        out.failed_at = stop.p if stop is not None else (float(sched.p_end[-1]) if sched.n_steps else q)
     return out

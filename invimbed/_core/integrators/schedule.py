@@ -29,6 +29,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .common import DEFAULT_GRID_STEPS
+
 #: Explicit Runge--Kutta tableaux ``(C, A, B)`` of the fixed-step methods.
 TABLEAUX = {
     "euler": (np.array([0.0]), np.zeros((1, 1)), np.array([1.0])),
@@ -101,7 +103,9 @@ def fixed_schedule(q: float, depths: np.ndarray, breakpoints: np.ndarray,
     """The steps of a fixed-step sweep from ``q`` to ``min(depths)`` (module docstring).
 
     ``depths`` are the requested depths in any order; ``record`` indexes them as given.
-    At most ``max_steps`` steps are laid out (None: all of them).
+    At most ``max_steps`` steps are laid out. With ``max_steps=None`` a grid of up to
+    `DEFAULT_GRID_STEPS` steps is laid out whole and a finer one not at all (nothing is
+    computed; `Schedule.exhausted` reports it).
     """
     depths = np.asarray(depths, dtype=float)
     index = {float(p): i for i, p in enumerate(depths)}
@@ -116,7 +120,8 @@ def fixed_schedule(q: float, depths: np.ndarray, breakpoints: np.ndarray,
     intervals = list(zip(nodes[:-1], nodes[1:]))
     counts = [1 if disc else substeps(a, b, step) for a, b in intervals]
     needed = int(sum(counts))
-    budget = needed if max_steps is None else min(needed, int(max_steps))
+    limit = DEFAULT_GRID_STEPS if max_steps is None else int(max_steps)
+    budget = needed if needed <= limit else (0 if max_steps is None else limit)
     p_start, hs, p_end, stage_p, record, piece_index, pieces = [], [], [], [], [], [], []
     for j, ((a, b), n_sub) in enumerate(zip(intervals, counts)):
         if len(hs) >= budget:
@@ -150,7 +155,7 @@ def fixed_schedule(q: float, depths: np.ndarray, breakpoints: np.ndarray,
         record_initial=index.get(q, -1),
         A=np.ascontiguousarray(A, dtype=float), weights=np.ascontiguousarray(W, dtype=float),
         disc=disc, piece_index=np.asarray(piece_index, dtype=np.int64).reshape(n_steps),
-        pieces=pieces, needed=needed, max_steps=max_steps, step=step,
+        pieces=pieces, needed=needed, max_steps=limit, step=step,
     )
 
 
