@@ -1,0 +1,84 @@
+"""The exact fallback of the sweep: depths whose jet did not converge, solved again by the
+classical adjoint method (docs/accuracy.md, `fallback="adjoint"`).
+
+`solve_imbedding(..., fallback="adjoint")` calls `fallback_adjoint` with the sweep's
+result: each (depth, input) pair marked not converged by the accuracy verdict is
+recomputed by the exact ensemble `solve_adjoint` and marked in ``exact_fallback``, so that
+``success=True`` keeps meaning "within the tolerance".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .adjoint import solve_adjoint
+from .integrators import SCIPY_METHODS
+from .results import ImbeddingResult, SolverWarning
+
+
+def fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
+                      atol: float, tol: Any, max_steps: int | None = None) -> ImbeddingResult:
+    """Recompute the (depth, input) pairs that did not converge with the exact ensemble
+    `solve_adjoint`, and mark them in ``exact_fallback``; a ``max_steps`` the user gave an
+    adaptive sweep is the budget of each of its rows too."""
+    conv = np.asarray(res.converged, bool)
+    conv2 = conv if setup.batched else conv[:, None]
+    bad = ~conv2
+    exact = np.zeros_like(conv2)
+    if not bad.any():
+        res["exact_fallback"] = exact if setup.batched else exact[:, 0]
+        return res
+    if tol is not None:
+        a_rtol = min(1e-6, max(1e-12, 0.01 * (tol[0] or tol[1])))
+        a_atol = min(1e-9, max(1e-14, 1e-5 * (tol[1] or tol[0])))
+    else:
+        a_rtol, a_atol = min(rtol, 1e-6), min(atol, 1e-9)
+    adj_method = method if method in ("RK45", "RK23") else "RK45"
+    inputs = np.flatnonzero(bad.any(axis=0))
+    depths_bad = np.flatnonzero(bad.any(axis=1))
+    budget = {"max_steps": max_steps} if max_steps is not None and method in SCIPY_METHODS \
+        else {}
+    ref = solve_adjoint(setup.problem, setup.x[inputs], setup.depths[depths_bad],
+                        control=setup.control, method=adj_method, rtol=a_rtol, atol=a_atol,
+                        **budget)
+    fields = ("z", "value", "adjoint", "param_grad", "depth_grad")
+    for ii, di in enumerate(depths_bad):
+        for jj, b in enumerate(inputs):
+            if not bad[di, b]:
+                continue
+            for k in fields:
+                target = res[k] if setup.batched else res[k][:, None]
+                target[di, b] = ref[k][ii, jj]
+                if not setup.batched:
+                    res[k][di] = target[di, 0]
+            finite = all(np.all(np.isfinite(ref[k][ii, jj])) for k in fields)
+            exact[di, b] = finite
+            if res.get("error_estimate") is not None:
+                for k in res.error_estimate:
+                    e = res.error_estimate[k] if setup.batched else res.error_estimate[k][:, None]
+                    e[di, b] = 0.0 if finite else np.nan
+                    if not setup.batched:
+                        res.error_estimate[k][di] = e[di, 0]
+    res["nfev"] = int(res.nfev) + int(ref.nfev)
+    count = int(exact.sum())
+    first = float(setup.depths[depths_bad].max())
+    res["warnings"].append(SolverWarning(
+        "fallback_adjoint",
+        f"{count} (depth, input) pair(s) whose jet did not converge, from depth p = "
+        f"{first:.6g} on, were recomputed by the exact ensemble solve_adjoint (rtol={a_rtol:g}, "
+        f"atol={a_atol:g}); see `exact_fallback`", first))
+    res["warnings"] += [w for w in ref.get("warnings", [])]
+    res["exact_fallback"] = exact if setup.batched else exact[:, 0]
+    if res.status == -2:
+        if ref.success:
+            res["success"], res["status"] = True, 0
+            res["message"] = (f"The sweep reached every requested depth; {count} (depth, "
+                              f"input) pair(s) from depth p = {first:.6g} on, where its jet "
+                              f"did not converge, are exact values of solve_adjoint "
+                              f"(`exact_fallback`).")
+        else:
+            res["success"], res["status"] = False, -1
+            res["message"] = f"The fallback to solve_adjoint failed: {ref.message}"
+    return res
