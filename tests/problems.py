@@ -493,6 +493,29 @@ def pendulum_functions(a: float = 1.0, forcing: float = 0.3, omega: float = 1.3,
 
 
 # -- Van der Pol -----------------------------------------------------------------------
+def sympy_pendulum(compile: str | None = None, a: float = 1.0, forcing: float = 0.3,
+                   omega: float = 1.3, c: float = 0.4, kv: float = 0.2, rho: float = 0.1,
+                   sigma: float = 0.15, kT: float = 1.0,
+                   target: tuple[float, float] = (0.5, -0.2)) -> Any:
+    """`pendulum_functions`' problem built with ``invimbed.from_sympy`` (exact derivatives
+    of every order from the symbolic provider; ``compile`` as there). Skips without
+    sympy."""
+    import pytest
+
+    sp = pytest.importorskip("sympy")
+    import invimbed
+
+    phs, vs = target
+    t = sp.Symbol("t")
+    z = sp.symbols("q v")
+    th = sp.symbols("u c")
+    f = [z[1], -a * sp.sin(z[0]) - th[1] * z[1] + th[0] + forcing * sp.cos(omega * t)]
+    R = (c * (1 - sp.cos(z[0])) + kv / 2 * z[1] ** 2 + rho / 2 * (th[0] ** 2 + th[1] ** 2)
+         + sigma * z[1] * th[0])
+    T = kT * (1 - sp.cos(z[0] - phs)) + (z[1] - vs) ** 4 / 4
+    return invimbed.from_sympy(t, z, th, f, R, T, compile=compile)
+
+
 def vanderpol_functions(alpha: float = 0.3, beta: float = 0.1, kappa: float = 0.2,
                         gamma: float = 0.25, target: tuple[float, float] = (1.0, -0.5),
                         q: float = 0.0) -> ProblemFunctions:

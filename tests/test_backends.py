@@ -27,7 +27,7 @@ from invimbed import BolzaProblem, Constant, PiecewiseConstant, solve_imbedding
 from invimbed._core.namespace import array_namespace, is_cupy_array, to_numpy
 from invimbed._core.arguments import prepare
 from invimbed._core.integrators import ALL_METHODS
-from problems import lq_closed_form, pendulum_functions, uncompilable_dynamics
+from problems import lq_closed_form, pendulum_functions, sympy_pendulum, uncompilable_dynamics
 
 try:
     import numba
@@ -532,16 +532,6 @@ def assert_honest(res):
 
 
 # -- problems built with from_sympy: the symbolic provider's generated code ----------------------
-def sympy_pendulum(compile):
-    sp = pytest.importorskip("sympy")
-    t = sp.Symbol("t")
-    z = sp.symbols("q v")
-    th = sp.symbols("u c")
-    f = [z[1], -A_ * sp.sin(z[0]) - th[1] * z[1] + th[0] + FORCING * sp.cos(OMEGA * t)]
-    R = (C_ * (1 - sp.cos(z[0])) + KV / 2 * z[1] ** 2 + RHO / 2 * (th[0] ** 2 + th[1] ** 2)
-         + SIGMA * z[1] * th[0])
-    T = KT * (1 - sp.cos(z[0] - PHS)) + (z[1] - VS) ** 4 / 4
-    return BolzaProblem.from_sympy(t, z, th, f, R, T, compile=compile)
 
 
 @pytest.mark.skipif(numba is None, reason="numba not installed")
@@ -572,7 +562,7 @@ def test_sympy_sample_functions_match_the_batched_code():
     the derivative tensors of the batched provider, for every key the kernels use."""
     from invimbed._backends._plans import BASE_KEYS
 
-    prov = sympy_pendulum("numba")._user_provider
+    prov = sympy_pendulum("numba").derivative_provider
     rng = np.random.default_rng(1)
     z, th, t = rng.normal(size=2), rng.normal(size=2), 0.3
     for which, dz, dth in BASE_KEYS:

@@ -17,7 +17,7 @@ numba = pytest.importorskip("numba")
 
 import invimbed  # noqa: E402
 from invimbed import BolzaProblem, Constant, PiecewiseConstant, solve_adjoint  # noqa: E402
-from problems import uncompilable_dynamics  # noqa: E402
+from problems import sympy_pendulum, uncompilable_dynamics  # noqa: E402
 
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
 
@@ -42,25 +42,11 @@ def assert_same(res, ref, rtol=1e-10, norm_rtol=None):
 
 
 # -- (a) from_sympy, piecewise-constant control with knots between the depths ------------
-A_, FORCING, OMEGA, C_, KV, RHO, SIGMA, KT, PHS, VS = (1.0, 0.3, 1.3, 0.4, 0.2, 0.1, 0.15,
-                                                        1.0, 0.5, -0.2)
 X = np.array([[0.4, -0.3], [1.1, 0.6], [-0.8, 0.2]])
 DEPTHS = np.array([-1.0, -0.7, -0.3, 0.0])          # not sorted the way the solver sorts
 KNOTS_CTRL = PiecewiseConstant([-1.0, -0.55, -0.15, 0.0],   # knots between the depths
                                [[0.2, 0.1], [-0.3, 0.05], [0.4, 0.2]])
 
-
-def sympy_pendulum() -> BolzaProblem:
-    """A forced pendulum (explicitly time-dependent), the control in f and R."""
-    sp = pytest.importorskip("sympy")
-    t = sp.Symbol("t")
-    z = sp.symbols("q v")
-    th = sp.symbols("u c")
-    f = [z[1], -A_ * sp.sin(z[0]) - th[1] * z[1] + th[0] + FORCING * sp.cos(OMEGA * t)]
-    R = (C_ * (1 - sp.cos(z[0])) + KV / 2 * z[1] ** 2 + RHO / 2 * (th[0] ** 2 + th[1] ** 2)
-         + SIGMA * z[1] * th[0])
-    T = KT * (1 - sp.cos(z[0] - PHS)) + (z[1] - VS) ** 4 / 4
-    return invimbed.from_sympy(t, z, th, f, R, T)
 
 
 @pytest.fixture(scope="module")
