@@ -65,15 +65,18 @@ def finish(setup: Setup, sched: Schedule, fields: dict, error: dict | None,
     # sweep did not reach it
     outcome.ys = np.where(reached[setup.order], setup.order, np.nan)[:, None]
 
-    def per_depth(p: float, y: np.ndarray) -> tuple[dict, dict]:
-        d = int(y[0])
-        return ({k: fields[k][d] for k in _KEYS},
-                {k: error[k][d] for k in _KEYS} if error is not None else {})
+    order = setup.order                       # user's order -> descending depths
+    same = bool(np.all(order == np.arange(order.size)))
+
+    def descending(arrays: dict) -> dict:      # no copy when the depths were given so
+        return {k: arrays[k] if same else arrays[k][order] for k in _KEYS}
 
     B, N = setup.x.shape
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N),
               "param_grad": (B, setup.control.n_params), "depth_grad": (B,)}
     if provider is not None:
         setup = dataclasses.replace(setup, provider=provider)
-    return collect_results(setup, outcome, per_depth, shapes, closure=closure, method=method,
-                           with_errors=error is not None, backend=backend)
+    return collect_results(setup, outcome, None, shapes, closure=closure, method=method,
+                           with_errors=error is not None, backend=backend,
+                           stacked_fields=(descending(fields),
+                                           None if error is None else descending(error)))

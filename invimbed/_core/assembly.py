@@ -35,18 +35,35 @@ def depth_gradient(setup: Setup, p: float | np.ndarray, adjoint: np.ndarray,
     return -(sum_products(adjoint, f) + R)
 
 
+#: Rows (depth x input) per vectorised evaluation of `_depth_gradients`: large enough that
+#: the per-call overhead vanishes, small enough that its temporaries stay a few MiB.
+DEPTH_GRADIENT_ROWS = 1 << 15
+
+
 def _depth_gradients(setup: Setup, adjoint: np.ndarray) -> np.ndarray:
-    """`depth_gradient` at every depth at once: ``adjoint`` (n, B, N) in descending-depth
-    order; NaN where the adjoint is not finite (depths not reached)."""
+    """`depth_gradient` at every depth: ``adjoint`` (n, B, N) in descending-depth order,
+    evaluated in blocks of depths of about `DEPTH_GRADIENT_ROWS` rows each; NaN where the
+    adjoint is not finite (depths not reached)."""
     n, B, N = adjoint.shape
-    lam = adjoint.reshape(n * B, N)
-    ok = np.all(np.isfinite(lam), axis=1)
-    out = np.full(n * B, np.nan)
-    if np.any(ok):
-        p = np.repeat(setup.depths_desc, B)[ok]
-        x = np.tile(setup.x, (n, 1))[ok]
-        out[ok] = depth_gradient(setup, p if np.ptp(p) else float(p[0]), lam[ok], x)
-    return out.reshape(n, B)
+    out = np.full((n, B), np.nan)
+    per = max(1, DEPTH_GRADIENT_ROWS // max(B, 1))
+    for lo in range(0, n, per):
+        block = adjoint[lo:lo + per]
+        m = block.shape[0]
+        lam = block.reshape(m * B, N)
+        ok = np.all(np.isfinite(lam), axis=1)
+        if not np.any(ok):
+            continue
+        p = np.repeat(setup.depths_desc[lo:lo + per], B)
+        x = np.tile(setup.x, (m, 1))
+        every = bool(np.all(ok))
+        p, lam, x = (p, lam, x) if every else (p[ok], lam[ok], x[ok])
+        got = depth_gradient(setup, p if np.ptp(p) else float(p[0]), lam, x)
+        if every:
+            out[lo:lo + per] = got.reshape(m, B)
+        else:
+            out[lo:lo + per].reshape(m * B)[ok] = got
+    return out
 
 
 def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, message: str,
@@ -90,7 +107,8 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
 def collect_results(setup: Setup, outcome: Any, per_depth: Any,
                     shapes: dict[str, tuple[int, ...]], *, closure: str, method: str,
                     with_errors: bool, tol: tuple[float, float] | None = None,
-                    warnings: list | None = None, **extra: Any) -> ImbeddingResult:
+                    warnings: list | None = None, stacked_fields: tuple | None = None,
+                    **extra: Any) -> ImbeddingResult:
     """Per-depth fields from an integrator's states, with failures and accuracy reported.
 
     ``per_depth(p, y)`` returns ``(fields, errors)`` or ``(fields, errors, lower, upper)``
@@ -101,11 +119,21 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
     `assess`. ``shapes`` gives each field's shape per depth, for the NaN
     rows of depths not reached. ``tol`` is the ``(rtol, atol)`` of `parse_tol`, or None
     for the default 10% criterion (`WARN_RELATIVE_ERROR`).
+
+    ``stacked_fields = (fields, errors)`` gives the fields (and the error estimates, or
+    None) of every depth at once instead of ``per_depth``: arrays (n, B, ...) in
+    descending-depth order, owned by the caller and overwritten with NaN at the depths
+    ``outcome.ys`` marks as not reached (an accelerated sweep's outputs, used without a
+    copy).
     """
     success, message = outcome.success, outcome.message
     warnings = list(warnings or [])
     nan = {k: np.full(shape, np.nan) for k, shape in shapes.items()}
     err_keys = ("z", "value", "adjoint") + (("param_grad",) if "param_grad" in shapes else ())
+    if stacked_fields is not None:
+        return _collect_stacked(setup, outcome, stacked_fields, shapes, err_keys,
+                                closure=closure, method=method, with_errors=with_errors,
+                                tol=tol, warnings=warnings, **extra)
     rows, err_rows, low_rows, up_rows = [], [], [], []
     has_lower = has_upper = False
     stopped = False
@@ -138,6 +166,32 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
              else None)
     upper = ({k: np.stack([r[k] for r in up_rows]) for k in err_keys} if has_upper and with_errors
              else None)
+    return _verdict(setup, outcome, stacked, errors, lower, upper, success, message,
+                    closure=closure, method=method, tol=tol, warnings=warnings, **extra)
+
+
+def _collect_stacked(setup: Setup, outcome: Any, stacked_fields: tuple, shapes: dict,
+                     err_keys: tuple, *, closure: str, method: str, with_errors: bool,
+                     tol: Any, warnings: list, **extra: Any) -> ImbeddingResult:
+    """`collect_results` for fields given stacked (``stacked_fields``)."""
+    fields, errs = stacked_fields
+    reached = np.array([bool(np.all(np.isfinite(y))) for y in outcome.ys], dtype=bool)
+    stacked = {k: fields[k] for k in shapes if k in fields}
+    errors = {k: errs[k] for k in err_keys} if with_errors and errs is not None else None
+    for arr in list(stacked.values()) + list((errors or {}).values()):
+        arr[~reached] = np.nan
+    if "depth_grad" in shapes and "depth_grad" not in stacked:
+        stacked["depth_grad"] = _depth_gradients(setup, stacked["adjoint"])
+    return _verdict(setup, outcome, stacked, errors, None, None, outcome.success,
+                    outcome.message, closure=closure, method=method, tol=tol,
+                    warnings=warnings, **extra)
+
+
+def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
+             lower: dict | None, upper: dict | None, success: bool, message: str, *,
+             closure: str, method: str, tol: Any, warnings: list,
+             **extra: Any) -> ImbeddingResult:
+    """Non-finite results, the accuracy verdict (`assess`) and the packed result."""
     finite = all(np.all(np.isfinite(v)) for v in stacked.values())
     if success and not finite:
         success = False
