@@ -136,7 +136,7 @@ def test_depth_gradient_is_the_derivative_of_the_loss_in_depth():
 
 @pytest.mark.parametrize("vectorized", [True, False])
 def test_time_dependent_callables_vectorised_or_per_sample(vectorized):
-    # vectorized callables are called once per distinct time; per-sample ones row by row
+    # vectorized callables take the rows' times as an array (B,); per-sample ones row by row
     fns = PEND
     if vectorized:
         prob = fns.problem()

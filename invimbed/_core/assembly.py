@@ -74,7 +74,9 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
     user's order and drop the batch axis for an unbatched ``x``.
 
     ``status`` defaults to 0 on success and -1 otherwise (`invimbed.STATUS`); array
-    values of ``extra`` with a leading depth axis of the right size are rearranged too."""
+    values of ``extra`` with a leading depth axis of the right size are rearranged too.
+    Vectorised functions of the problem that take a scalar ``t`` only add their warning
+    (`invimbed._core.row_times`)."""
     inverse = np.empty_like(setup.order)
     inverse[setup.order] = np.arange(setup.order.size)
     n = setup.order.size
@@ -101,6 +103,11 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
         **extra,
     )
     res.setdefault("warnings", [])
+    contract = getattr(setup.problem, "_time_contract", None)   # `row_times.TimeContract`
+    for note in (contract.warnings() if contract is not None else []):
+        if note not in res["warnings"]:
+            res["warnings"].append(note)
+            res["message"] += f" Note: {note}."
     return res
 
 

@@ -69,7 +69,7 @@ def fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
         f"{count} (depth, input) pair(s) whose jet did not converge, from depth p = "
         f"{first:.6g} on, were recomputed by the exact ensemble solve_adjoint (rtol={a_rtol:g}, "
         f"atol={a_atol:g}); see `exact_fallback`", first))
-    res["warnings"] += [w for w in ref.get("warnings", [])]
+    res["warnings"] += [w for w in ref.get("warnings", []) if w not in res["warnings"]]
     res["exact_fallback"] = exact if setup.batched else exact[:, 0]
     if res.status == -2:
         if ref.success:

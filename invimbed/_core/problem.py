@@ -16,6 +16,7 @@ from . import derivative_guard
 from .derivatives import DerivativeProvider, FiniteDifferences, parse_key
 from .derivatives.symbolic import SympyProvider
 from .namespace import array_namespace
+from .row_times import TimeContract, per_distinct_time
 from .validation import as_bool, as_real, check_callable, describe, returned_reals
 
 
@@ -53,13 +54,20 @@ class BolzaProblem:
         (B, N) and ``theta`` of shape (B, M), and returns the batch of results
         ((B, N) for the dynamics, (B,) for the losses). Vectorised functions make
         batched solves and finite differences fast; otherwise they are called row by
-        row. ``t`` is always a float: where the rows of a batch are at different times
-        (the ensemble `invimbed.solve_adjoint`), a vectorised function is called once per
-        distinct time, unless the problem is declared ``autonomous``.
+        row. ``t`` is a float where the rows of a batch share one time, and an array of
+        shape (B,), ``t[b]`` the time of row ``b``, where they do not (the ensemble
+        `invimbed.solve_adjoint`, the depth gradients of every depth): it broadcasts
+        against ``z[:, 0]``, so ``np.sin(t) * z[:, 0]`` is right for both; write
+        ``np.expand_dims(t, -1) * z`` for all of ``z``, ``np.where(t < c, a, b)`` for a
+        switch. This is checked at the first call with per-row times, on a few rows,
+        against one call per time: a function that takes a scalar ``t`` only
+        (``math.sin(t)``, ``float(t)``, ``if t < c``) is then called once per distinct
+        time, and every result says so (a `invimbed.SolverWarning` with code
+        ``"scalar_time"`` in ``warnings``, and a note in ``message``).
     autonomous : bool, default False
         Declares that ``dynamics`` and ``running_loss`` do not depend on ``t``: vectorised
-        functions are then called once for a whole batch whose rows are at different
-        times. The declaration is checked once, at the first solve, by evaluating the
+        functions then always receive a float ``t``, and the per-row-time check above is
+        skipped. The declaration is checked once, at the first solve, by evaluating the
         functions at two times; a function that depends on ``t`` raises ``ValueError``.
 
     Raises
@@ -124,6 +132,7 @@ class BolzaProblem:
         self._providers: dict[tuple[int, int], DerivativeProvider] = {}
         self._checked: set[tuple[int, int]] = set()
         self._derivatives_checked: set[tuple[int, int]] = set()
+        self._time_contract = TimeContract()
 
     @property
     def derivative_provider(self) -> DerivativeProvider | None:
@@ -181,14 +190,19 @@ class BolzaProblem:
 
         if vectorized:
             autonomous = self.autonomous or which == "T"
+            name = _FUNCTION_NAMES.get(key, f"derivatives[{_key_name(key)!r}]")
+            contract = self._time_contract
 
             def g(t, z, theta):   # numpy, or cupy arrays on backend="cupy"
                 xp = array_namespace(z)
-                if np.ndim(t) != 0:   # per-row times reach here only when t is not read
-                    if not autonomous:  # (the provider's row_times, see `provider`)
-                        raise RuntimeError("internal error: per-row times for a vectorised "
-                                           "function of t")
-                    t = float(t[0]) if len(t) else 0.0
+                if np.ndim(t) != 0:   # per-row times (see `invimbed._core.row_times`)
+                    t = np.asarray(t, dtype=float)
+                    if autonomous or t.size == 0 or np.all(t == t[0]):
+                        t = float(t[0]) if t.size else self.q
+                    elif not contract.accepts_array(name, call, t, z, theta, xp):
+                        return per_distinct_time(call, t, z, theta, xp)
+                    else:
+                        t = xp.asarray(t)
                 return xp.asarray(call(t, z, theta), dtype=xp.float64)
         else:
             def g(t, z, theta):
@@ -221,10 +235,6 @@ class BolzaProblem:
             zero = tuple(w for w, fn in (("R", self.running_loss), ("T", self.terminal_loss))
                          if fn is None)
             prov = FiniteDifferences(functions, n_state, n_theta, known=known, zero=zero)
-            # rows at different times in one call: per-sample functions take each row's
-            # time, autonomous ones none; vectorised functions of t are called once per
-            # distinct time by `DerivativeProvider.derivative`
-            prov.row_times = not self.vectorized or self.autonomous
             self._providers[key] = prov
         return self._providers[key]
 
@@ -443,6 +453,10 @@ class BolzaProblem:
                     f"different values at t = {t}, {t - 0.731} and {t + 1.913} for the same z "
                     f"and theta; drop `autonomous=True`")
 
+
+#: The names of the problem's functions in messages.
+_FUNCTION_NAMES = {("f", 0, 0): "dynamics", ("R", 0, 0): "running_loss",
+                   ("T", 0, 0): "terminal_loss"}
 
 #: numpy's message for an index out of range: "index 0 is out of bounds for axis 0 with
 #: size 0".
