@@ -52,7 +52,10 @@ Targets (printed with their ratios; timings are never asserted):
 (b') ensemble (numba) within 2x of diffrax at ``n = 128`` and ``1024``, both at
     ``rtol=1e-8``; compile times of both separately;
 (c) ``B`` inputs x ``n`` depths: time of the ensemble against the ``B n`` rows (up to
-    ``--max-rows``), at ``rtol=1e-6, atol=1e-9``; ``--plot FILE`` saves a log-log figure.
+    ``--max-rows``), at ``rtol=1e-6, atol=1e-9``; ``--plot FILE`` saves a log-log figure;
+(d) the "as a user writes it" table of ``bench_user_styles.py`` (vectorised callables
+    with and without ``autonomous=True``, per-sample ``@njit`` functions, ``from_sympy``;
+    numpy, numba, diffrax, CasADi) at the same ``--n``; ``--skip-user-styles`` skips it.
 
 numba: the numba backend is first tried in a child process (``--probe numba``), because a
 compiled kernel can abort the process (an LLVM error is not an exception); if it fails
@@ -75,6 +78,7 @@ them). Used here: casadi 3.8.2, jax 0.10.2, diffrax 0.7.2, Python 3.11.
 
 Run:  python benchmarks/bench_ensemble.py [--quick] [--repeats R] [--n 128 1024] [--plot FILE]
       [--cold-numba] [--per-depth-max-n 128] [--max-rows 10000] [--max-call-seconds 20]
+      [--skip-user-styles]
 """
 
 from __future__ import annotations
@@ -665,6 +669,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold-numba", action="store_true",
                         help="a fresh NUMBA_CACHE_DIR: the numba compile time is a cold "
                              "compile (about a minute more)")
+    parser.add_argument("--skip-user-styles", action="store_true",
+                        help="skip the 'as a user writes it' table (bench_user_styles.py)")
     parser.add_argument("--probe", choices=("numpy", "numba"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:      # the child of `_child_probe`: exit status 0 if the backend runs
@@ -728,6 +734,12 @@ def main(argv: list[str] | None = None) -> int:
             plot(pts, args.plot)
             print(f"figure saved to {args.plot}")
     print()
+    if not args.skip_user_styles:   # the "as a user writes it" table
+        import bench_user_styles
+
+        bench_user_styles.run(ns, min(repeats, 3), args.max_call_seconds,
+                              numba_ok="numba" in backends)
+        print()
     print(f"total benchmark time {time.perf_counter() - t_start:.1f} s")
     return 0
 

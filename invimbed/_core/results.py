@@ -84,7 +84,9 @@ class ImbeddingResult(OptimizeResult):
     warnings : list of SolverWarning
         Structured warnings (codes ``"estimate_large"``, ``"series_not_converging"``,
         ``"fallback_adjoint"``, ``"finite_differences_at_tolerance"``, ``"order_limit"``,
-        ``"ran_per_depth"``, ...); ``message`` summarises.
+        ``"ran_per_depth"``, ``"scalar_time"``: a vectorised function of the problem
+        takes a scalar ``t`` only and ran once per distinct time, see
+        `invimbed.BolzaProblem`, ...); ``message`` summarises.
     converged : ndarray of bool, shape (n,) or (n, B), or None
         `solve_imbedding` with an error estimate: whether each (depth, input) is within
         the tolerance (and, with ``tol``, passed the ratio test).
