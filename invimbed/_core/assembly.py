@@ -101,6 +101,8 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
         **extra,
     )
     res.setdefault("warnings", [])
+    res.setdefault("derivatives", getattr(setup.provider, "derivative_source", None)
+                   or setup.problem.derivative_source)
     return res
 
 

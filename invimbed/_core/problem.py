@@ -15,8 +15,10 @@ import numpy as np
 from . import derivative_guard
 from .derivatives import DerivativeProvider, FiniteDifferences, parse_key
 from .derivatives.symbolic import SympyProvider
+from .derivatives.traced import trace_problem
 from .namespace import array_namespace
-from .validation import as_bool, as_real, check_callable, describe, returned_reals
+from .validation import (as_bool, as_real, check_callable, check_choice, describe,
+                         returned_reals)
 
 
 class BolzaProblem:
@@ -39,15 +41,24 @@ class BolzaProblem:
         Terminal loss; zero when omitted.
     q : float, default 0.0
         The output end of the depth interval; every depth ``p`` must satisfy ``p <= q``.
-    derivatives : dict or DerivativeProvider, optional
-        Exact derivatives. A dict maps names to callables with the same arguments as the
-        function they differentiate: ``"f_z"`` (N, N), ``"f_theta"`` (N, M), ``"f_zz"``
-        (N, N, N), ``"f_ztheta"`` (N, N, M), ``"f_zzz"``, ``"R_z"`` (N,), ``"R_theta"``
-        (M,), ``"R_zz"`` (N, N), ``"R_ztheta"`` (N, M), ``"R_zzz"``, ``"T_z"`` (N,),
-        ``"T_zz"`` (N, N), ``"T_zzz"``; output axes first, then ``z`` axes, then
-        ``theta`` axes. Anything missing is obtained by central finite differences of
-        the highest derivative given (see `invimbed.FiniteDifferences`). A
-        `invimbed.DerivativeProvider` instance is used as it is.
+    derivatives : dict, DerivativeProvider or {"auto", "trace", "finite-differences"}, optional
+        Where the derivatives come from (docs/derivatives.md). A dict maps names to
+        callables with the same arguments as the function they differentiate:
+        ``"f_z"`` (N, N), ``"f_theta"`` (N, M), ``"f_zz"`` (N, N, N), ``"f_ztheta"``
+        (N, N, M), ``"f_zzz"``, ``"R_z"`` (N,), ``"R_theta"`` (M,), ``"R_zz"`` (N, N),
+        ``"R_ztheta"`` (N, M), ``"R_zzz"``, ``"T_z"`` (N,), ``"T_zz"`` (N, N),
+        ``"T_zzz"``; output axes first, then ``z`` axes, then ``theta`` axes. Anything
+        missing is obtained by central finite differences of the highest derivative
+        given (see `invimbed.FiniteDifferences`). A `invimbed.DerivativeProvider`
+        instance is used as it is. Without either (``None``, the same as ``"auto"``),
+        the functions are traced into sympy at the first solve (numpy code, or a
+        ``numba.njit`` function's Python source), the trace is checked against the
+        functions at random points, and its exact derivatives of every order are used;
+        where tracing fails (value-dependent code such as ``if z[0] > 0``, a function
+        numpy's object arrays cannot run, no sympy) finite differences are used, and
+        `derivative_source` and every result's ``derivatives`` say so and why.
+        ``"trace"`` raises ``ValueError`` instead of falling back;
+        ``"finite-differences"`` never traces.
     vectorized : bool, default False
         If True, every function (and derivative) accepts a batch: ``z`` of shape
         (B, N) and ``theta`` of shape (B, M), and returns the batch of results
@@ -79,12 +90,12 @@ class BolzaProblem:
     ...     lambda t, z, th: np.array([z[1], -g]),
     ...     terminal_loss=lambda z: 0.5 * z[0] ** 2, q=1.0)
     >>> problem
-    BolzaProblem(q=1.0, running_loss=no, terminal_loss=yes, derivatives='finite differences')
+    BolzaProblem(q=1.0, running_loss=no, terminal_loss=yes, derivatives='auto')
     """
 
     def __init__(self, dynamics: Callable, running_loss: Callable | None = None,
                  terminal_loss: Callable | None = None, *, q: float = 0.0,
-                 derivatives: Mapping[str, Callable] | DerivativeProvider | None = None,
+                 derivatives: Mapping[str, Callable] | DerivativeProvider | str | None = None,
                  vectorized: bool = False, autonomous: bool = False,
                  check_derivatives: bool = True) -> None:
         check_callable(dynamics, "dynamics")
@@ -105,13 +116,17 @@ class BolzaProblem:
         self.check_derivatives = as_bool(check_derivatives, "check_derivatives")
         self._user_provider: DerivativeProvider | None = None
         self._known: dict[tuple[str, int, int], Callable] = {}
-        if isinstance(derivatives, DerivativeProvider):
+        self._mode = "auto"
+        if derivatives is None or isinstance(derivatives, str):
+            self._mode = check_choice("auto" if derivatives is None else derivatives,
+                                      "derivatives", _MODES)
+        elif isinstance(derivatives, DerivativeProvider):
             self._user_provider = derivatives
         elif derivatives is not None:
             if not isinstance(derivatives, Mapping):
                 raise TypeError(
-                    "`derivatives` must be a dict of callables (e.g. {'f_z': ...}) or a "
-                    f"DerivativeProvider, but got {describe(derivatives)}"
+                    "`derivatives` must be a dict of callables (e.g. {'f_z': ...}), a "
+                    f"DerivativeProvider or one of {_MODES}, but got {describe(derivatives)}"
                 )
             for key, fn in derivatives.items():
                 parsed = parse_key(key)
@@ -124,6 +139,24 @@ class BolzaProblem:
         self._providers: dict[tuple[int, int], DerivativeProvider] = {}
         self._checked: set[tuple[int, int]] = set()
         self._derivatives_checked: set[tuple[int, int]] = set()
+        self._source: str | None = None
+
+    @property
+    def derivative_source(self) -> str:
+        """Where the derivatives of the last solve came from: ``"exact: ... traced ..."``,
+        ``"finite differences (...)"`` with the reason (a failed trace, or
+        ``derivatives="finite-differences"``), the user's callables or provider; before
+        the first solve, what will be tried. Every result carries it as ``derivatives``."""
+        if self._user_provider is not None:
+            return f"exact: the user's {self._user_provider.name}"
+        if self._known:
+            return (f"user: {', '.join(sorted(_key_name(k) for k in self._known))}; the "
+                    f"rest by finite differences")
+        if self._source is not None:
+            return self._source
+        return {"auto": "auto: traced at the first solve, else finite differences",
+                "trace": "trace: traced at the first solve",
+                "finite-differences": _FD_REQUESTED}[self._mode]
 
     @property
     def derivative_provider(self) -> DerivativeProvider | None:
@@ -158,8 +191,11 @@ class BolzaProblem:
             deriv = repr(self._user_provider.name)
         elif self._known:
             deriv = repr("user: " + ", ".join(sorted(_key_name(k) for k in self._known)))
+        elif self._source is not None:
+            deriv = repr("traced" if self._source.startswith("exact") else
+                         "finite differences")
         else:
-            deriv = repr("finite differences")
+            deriv = repr(self._mode)
         return (f"BolzaProblem(q={self.q}, running_loss={'yes' if self.running_loss else 'no'}, "
                 f"terminal_loss={'yes' if self.terminal_loss else 'no'}, derivatives={deriv})")
 
@@ -211,22 +247,39 @@ class BolzaProblem:
                 )
             return prov
         key = (n_state, n_theta)
-        if key not in self._providers:
+        prov = self._providers.get(key)
+        if prov is not None and getattr(prov, "traced", False) and not prov.still_matches():
+            prov = None      # the functions changed since they were traced: trace again
+        if prov is None:
             functions = {
                 "f": self._batched(self.dynamics, "f", ("f", 0, 0)),
                 "R": self._batched(self.running_loss, "R", ("R", 0, 0)),
                 "T": self._batched(self.terminal_loss, "T", ("T", 0, 0)),
             }
-            known = {k: self._batched(fn, k[0], k) for k, fn in self._known.items()}
-            zero = tuple(w for w, fn in (("R", self.running_loss), ("T", self.terminal_loss))
-                         if fn is None)
-            prov = FiniteDifferences(functions, n_state, n_theta, known=known, zero=zero)
-            # rows at different times in one call: per-sample functions take each row's
-            # time, autonomous ones none; vectorised functions of t are called once per
-            # distinct time by `DerivativeProvider.derivative`
-            prov.row_times = not self.vectorized or self.autonomous
+            source = self.derivative_source if self._known else _FD_REQUESTED
+            if not self._known and self._mode != "finite-differences":
+                prov, why = trace_problem(self.dynamics, self.running_loss,
+                                          self.terminal_loss, self.vectorized, functions,
+                                          n_state, n_theta, self.q)
+                if prov is None and self._mode == "trace":
+                    raise ValueError(f"`derivatives='trace'`: {why}; write the functions "
+                                     f"with numpy operations and no branches on values, or "
+                                     f"use derivatives='auto' (finite differences)")
+                source = prov.derivative_source if prov is not None else \
+                    f"finite differences (tracing failed: {why})"
+            if prov is None:
+                known = {k: self._batched(fn, k[0], k) for k, fn in self._known.items()}
+                zero = tuple(w for w, fn in (("R", self.running_loss),
+                                             ("T", self.terminal_loss)) if fn is None)
+                prov = FiniteDifferences(functions, n_state, n_theta, known=known, zero=zero)
+                # rows at different times in one call: per-sample functions take each
+                # row's time, autonomous ones none; vectorised functions of t are called
+                # once per distinct time by `DerivativeProvider.derivative`
+                prov.row_times = not self.vectorized or self.autonomous
+                prov.derivative_source = source
+            self._source = source
             self._providers[key] = prov
-        return self._providers[key]
+        return prov
 
     def check_sizes(self, n_state: int, n_theta: int, *, control: str = "control",
                     control_given: bool = True) -> None:
@@ -443,6 +496,10 @@ class BolzaProblem:
                     f"different values at t = {t}, {t - 0.731} and {t + 1.913} for the same z "
                     f"and theta; drop `autonomous=True`")
 
+
+#: The string values of ``derivatives`` (docs/derivatives.md).
+_MODES = ("auto", "trace", "finite-differences")
+_FD_REQUESTED = "finite differences (derivatives='finite-differences')"
 
 #: numpy's message for an index out of range: "index 0 is out of bounds for axis 0 with
 #: size 0".
