@@ -15,7 +15,7 @@ import numpy as np
 from . import derivative_guard
 from .derivatives import DerivativeProvider, FiniteDifferences, parse_key
 from .derivatives.symbolic import SympyProvider
-from .derivatives.traced import trace_problem
+from .derivatives.traced import MODES, PENDING, traced_provider
 from .namespace import array_namespace
 from .validation import (as_bool, as_real, check_callable, check_choice, describe,
                          returned_reals)
@@ -50,14 +50,12 @@ class BolzaProblem:
         ``"T_zzz"``; output axes first, then ``z`` axes, then ``theta`` axes. Anything
         missing is obtained by central finite differences of the highest derivative
         given (see `invimbed.FiniteDifferences`). A `invimbed.DerivativeProvider`
-        instance is used as it is. Without either (``None``, the same as ``"auto"``),
-        the functions are traced into sympy at the first solve (numpy code, or a
-        ``numba.njit`` function's Python source), the trace is checked against the
-        functions at random points, and its exact derivatives of every order are used;
-        where tracing fails (value-dependent code such as ``if z[0] > 0``, a function
-        numpy's object arrays cannot run, no sympy) finite differences are used, and
-        `derivative_source` and every result's ``derivatives`` say so and why.
-        ``"trace"`` raises ``ValueError`` instead of falling back;
+        instance is used as it is. Without either (``None`` or ``"auto"``), the
+        functions (numpy code, or a ``numba.njit`` function's ``py_func``) are traced
+        into sympy at the first solve, verified at random points, and give exact
+        derivatives of every order; where tracing fails (``if z[0] > 0``, no sympy, ...)
+        finite differences are used, and `derivative_source` and every result's
+        ``derivatives`` say why. ``"trace"`` raises ``ValueError`` instead;
         ``"finite-differences"`` never traces.
     vectorized : bool, default False
         If True, every function (and derivative) accepts a batch: ``z`` of shape
@@ -116,17 +114,17 @@ class BolzaProblem:
         self.check_derivatives = as_bool(check_derivatives, "check_derivatives")
         self._user_provider: DerivativeProvider | None = None
         self._known: dict[tuple[str, int, int], Callable] = {}
-        self._mode = "auto"
+        #: ``"auto"``, ``"trace"`` or ``"finite-differences"`` (docs/derivatives.md)
+        self.derivative_mode = "auto"
         if derivatives is None or isinstance(derivatives, str):
-            self._mode = check_choice("auto" if derivatives is None else derivatives,
-                                      "derivatives", _MODES)
+            self.derivative_mode = check_choice(derivatives or "auto", "derivatives", MODES)
         elif isinstance(derivatives, DerivativeProvider):
             self._user_provider = derivatives
         elif derivatives is not None:
             if not isinstance(derivatives, Mapping):
                 raise TypeError(
                     "`derivatives` must be a dict of callables (e.g. {'f_z': ...}), a "
-                    f"DerivativeProvider or one of {_MODES}, but got {describe(derivatives)}"
+                    f"DerivativeProvider or one of {MODES}, but got {describe(derivatives)}"
                 )
             for key, fn in derivatives.items():
                 parsed = parse_key(key)
@@ -143,20 +141,14 @@ class BolzaProblem:
 
     @property
     def derivative_source(self) -> str:
-        """Where the derivatives of the last solve came from: ``"exact: ... traced ..."``,
-        ``"finite differences (...)"`` with the reason (a failed trace, or
-        ``derivatives="finite-differences"``), the user's callables or provider; before
-        the first solve, what will be tried. Every result carries it as ``derivatives``."""
+        """Where the last solve's derivatives came from (``"exact: ..."``, ``"user: ..."``,
+        ``"finite differences (why)"``), as every result's ``derivatives``."""
         if self._user_provider is not None:
             return f"exact: the user's {self._user_provider.name}"
         if self._known:
             return (f"user: {', '.join(sorted(_key_name(k) for k in self._known))}; the "
                     f"rest by finite differences")
-        if self._source is not None:
-            return self._source
-        return {"auto": "auto: traced at the first solve, else finite differences",
-                "trace": "trace: traced at the first solve",
-                "finite-differences": _FD_REQUESTED}[self._mode]
+        return self._source or PENDING[self.derivative_mode]
 
     @property
     def derivative_provider(self) -> DerivativeProvider | None:
@@ -195,7 +187,7 @@ class BolzaProblem:
             deriv = repr("traced" if self._source.startswith("exact") else
                          "finite differences")
         else:
-            deriv = repr(self._mode)
+            deriv = repr(self.derivative_mode)
         return (f"BolzaProblem(q={self.q}, running_loss={'yes' if self.running_loss else 'no'}, "
                 f"terminal_loss={'yes' if self.terminal_loss else 'no'}, derivatives={deriv})")
 
@@ -256,17 +248,7 @@ class BolzaProblem:
                 "R": self._batched(self.running_loss, "R", ("R", 0, 0)),
                 "T": self._batched(self.terminal_loss, "T", ("T", 0, 0)),
             }
-            source = self.derivative_source if self._known else _FD_REQUESTED
-            if not self._known and self._mode != "finite-differences":
-                prov, why = trace_problem(self.dynamics, self.running_loss,
-                                          self.terminal_loss, self.vectorized, functions,
-                                          n_state, n_theta, self.q)
-                if prov is None and self._mode == "trace":
-                    raise ValueError(f"`derivatives='trace'`: {why}; write the functions "
-                                     f"with numpy operations and no branches on values, or "
-                                     f"use derivatives='auto' (finite differences)")
-                source = prov.derivative_source if prov is not None else \
-                    f"finite differences (tracing failed: {why})"
+            prov, source = traced_provider(self, functions, n_state, n_theta)
             if prov is None:
                 known = {k: self._batched(fn, k[0], k) for k, fn in self._known.items()}
                 zero = tuple(w for w, fn in (("R", self.running_loss),
@@ -496,10 +478,6 @@ class BolzaProblem:
                     f"different values at t = {t}, {t - 0.731} and {t + 1.913} for the same z "
                     f"and theta; drop `autonomous=True`")
 
-
-#: The string values of ``derivatives`` (docs/derivatives.md).
-_MODES = ("auto", "trace", "finite-differences")
-_FD_REQUESTED = "finite differences (derivatives='finite-differences')"
 
 #: numpy's message for an index out of range: "index 0 is out of bounds for axis 0 with
 #: size 0".

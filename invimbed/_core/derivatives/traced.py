@@ -15,6 +15,34 @@ from .symbolic import SympyProvider
 from .tracing import AGREEMENT, MAX_OPERATIONS, TraceError, _STATE, _sympy, trace_function
 
 
+#: The string values of ``derivatives=`` of `invimbed.BolzaProblem`.
+MODES = ("auto", "trace", "finite-differences")
+FD_REQUESTED = "finite differences (derivatives='finite-differences')"
+#: `invimbed.BolzaProblem.derivative_source` before the first solve, by mode
+PENDING = {"auto": "auto: traced at the first solve, else finite differences",
+           "trace": "trace: traced at the first solve", "finite-differences": FD_REQUESTED}
+
+
+def traced_provider(problem: Any, functions: dict[str, Callable], n_state: int,
+                    n_theta: int) -> tuple["TracedProvider | None", str]:
+    """The traced provider of ``problem`` where its ``derivative_mode`` asks for one and
+    tracing succeeds, and the problem's `derivative_source` for the solve; ``None`` for
+    finite differences. ``derivatives="trace"`` raises ``ValueError`` where it fails."""
+    if problem.known_derivatives:
+        return None, problem.derivative_source
+    if problem.derivative_mode == "finite-differences":
+        return None, FD_REQUESTED
+    prov, why = trace_problem(problem.dynamics, problem.running_loss, problem.terminal_loss,
+                              problem.vectorized, functions, n_state, n_theta, problem.q)
+    if prov is not None:
+        return prov, prov.derivative_source
+    if problem.derivative_mode == "trace":
+        raise ValueError(f"`derivatives='trace'`: {why}; write the functions with numpy "
+                         f"operations and no branches on values, or use "
+                         f"derivatives='auto' (finite differences)")
+    return None, f"finite differences (tracing failed: {why})"
+
+
 def trace_problem(dynamics: Callable, running_loss: Callable | None,
                   terminal_loss: Callable | None, vectorized: bool,
                   functions: dict[str, Callable], n_state: int, n_theta: int,
