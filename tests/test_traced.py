@@ -244,3 +244,28 @@ def test_derivatives_argument_is_checked():
         BolzaProblem(f_one, derivatives="exact")
     with pytest.raises(TypeError, match="`derivatives` must be a dict"):
         BolzaProblem(f_one, derivatives=3)
+
+
+def test_helpers_defined_inside_the_function_see_the_traced_numpy():
+    def f(t, z, th):
+        fill = lambda a: np.zeros(2) + a   # noqa: E731 - its own code reads np
+        out = fill(0.0)
+        out[0] = z[1]
+        out[1] = -np.sin(z[0])
+        return out
+
+    assert BolzaProblem(f).provider(2, 0).traced
+
+
+def test_the_device_backend_gets_the_functions_with_finite_differences():
+    """backend='cupy' runs the problem's functions on device arrays: a traced problem
+    hands it the finite differences the problem would build without tracing."""
+    traced = WAYS["vectorised"]().provider(4, 2)
+    fd = BolzaProblem(f_vec, R_vec, T_vec, vectorized=True,
+                      derivatives="finite-differences").provider(4, 2)
+    got = traced.finite_differences()
+    assert isinstance(got, invimbed.FiniteDifferences) and got.row_times == fd.row_times
+    z, th = np.array([[0.3, 0.1, 0.2, -0.1]]), np.array([[0.2, -0.1]])
+    for which, dz, dth in [("f", 1, 0), ("R", 2, 0), ("f", 1, 1), ("T", 1, 0)]:
+        np.testing.assert_array_equal(got.derivative(which, 0.3, z, th, dz, dth),
+                                      fd.derivative(which, 0.3, z, th, dz, dth))

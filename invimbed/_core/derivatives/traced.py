@@ -34,6 +34,10 @@ def traced_provider(problem: Any, functions: dict[str, Callable], n_state: int,
         return None, FD_REQUESTED
     prov, why = trace_problem(problem.dynamics, problem.running_loss, problem.terminal_loss,
                               problem.vectorized, functions, n_state, n_theta, problem.q)
+    if prov is not None:   # as `BolzaProblem.provider` builds its finite differences
+        prov._absent = tuple(w for w in "RT" if getattr(
+            problem, {"R": "running_loss", "T": "terminal_loss"}[w]) is None)
+        prov._function_row_times = not problem.vectorized or problem.autonomous
     if prov is not None:
         return prov, prov.derivative_source
     if problem.derivative_mode == "trace":
@@ -99,11 +103,23 @@ class TracedProvider(SympyProvider):
     #: `invimbed.BolzaProblem.provider` re-checks it at every solve (`still_matches`)
     traced = True
 
-    def __init__(self, *args: Any, functions: dict[str, Callable], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, functions: dict[str, Callable], absent: tuple = (),
+                 function_row_times: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.functions = functions
+        self._absent, self._function_row_times = absent, function_row_times
         self.trace_seconds = float("nan")
         self._probe: tuple | None = None
+
+    def finite_differences(self) -> Any:
+        """The problem's own functions with finite differences (what ``backend="cupy"``
+        runs: the generated code is numpy's)."""
+        from .finite_difference import FiniteDifferences
+
+        prov = FiniteDifferences(self.functions, self.n_state, self.n_theta, zero=self._absent)
+        prov.row_times = self._function_row_times
+        prov.derivative_source = "finite differences (backend='cupy' runs the functions)"
+        return prov
 
     def _user(self, which: str, t: float, z: np.ndarray, th: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):

@@ -333,7 +333,7 @@ def rebind(fn: Any, memo: dict | None = None) -> Callable:
     if id(fn) in memo:
         return memo[id(fn)]
     module = fn.__module__
-    names = set(fn.__code__.co_names)
+    names = _names(fn.__code__)
     glob = dict(fn.__globals__)
     new = types.FunctionType(fn.__code__, glob, fn.__name__, fn.__defaults__,
                              _cells(fn, module, memo))
@@ -342,6 +342,15 @@ def rebind(fn: Any, memo: dict | None = None) -> Callable:
     for name in names & glob.keys():
         glob[name] = _replacement(glob[name], module, memo)
     return new
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global names ``code`` and the functions defined inside it read."""
+    out = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            out |= _names(c)
+    return out
 
 
 def _cells(fn: types.FunctionType, module: str, memo: dict) -> tuple | None:
