@@ -142,7 +142,8 @@ def test_finite_differences_at_tolerance_warn_and_do_not_chase_noise():
     A = np.array([[-0.5, 1.0, 0.0], [-1.0, -0.5, 0.3], [0.0, -0.3, -0.2]])
     pb = BolzaProblem(lambda t, z, th: z @ A.T + 0.1 * np.sin(z),
                       running_loss=lambda t, z, th: 0.5 * np.sum(z**2, 1),
-                      terminal_loss=lambda z: np.sum(z**2, 1), vectorized=True)
+                      terminal_loss=lambda z: np.sum(z**2, 1), vectorized=True,
+                      derivatives="finite-differences")
     x, depths = [1.0, -0.5, 0.3], -np.linspace(0.1, 1.0, 5)
     normal = solve_imbedding(pb, x, depths)
     tight = solve_imbedding(pb, x, depths, rtol=1e-11, atol=1e-13)

@@ -101,7 +101,8 @@ def pend_T_z(z):
 
 
 def pendulum_njit(derivatives: bool = False) -> BolzaProblem:
-    d = dict(f_z=pend_f_z, R_z=pend_R_z, T_z=pend_T_z) if derivatives else None
+    # without derivatives: finite differences, the rule both backends follow bit for bit
+    d = dict(f_z=pend_f_z, R_z=pend_R_z, T_z=pend_T_z) if derivatives else "finite-differences"
     return BolzaProblem(pend_f, pend_R, pend_T, derivatives=d)
 
 
@@ -109,7 +110,7 @@ def pendulum_vectorized(derivatives: bool = False) -> BolzaProblem:
     pf = pendulum_functions()
     if derivatives:
         return pf.problem()
-    return BolzaProblem(pf.f, pf.R, pf.T, vectorized=True)
+    return BolzaProblem(pf.f, pf.R, pf.T, vectorized=True, derivatives="finite-differences")
 
 
 # -- a linear-quadratic problem with its closed form ---------------------------------------
@@ -375,7 +376,8 @@ def test_unsupported_options_say_so(kw, match):
 def testuncompilable_dynamics_function_names_itself_and_the_fallback():
     from invimbed._backends import BackendCompileError
 
-    problem = BolzaProblem(uncompilable_dynamics, pend_R, pend_T)
+    problem = BolzaProblem(uncompilable_dynamics, pend_R, pend_T,
+                           derivatives="finite-differences")     # not traced: compiled
     with pytest.raises(BackendCompileError) as info:
         solve_imbedding(problem, X, DEPTHS, control=CTRL, method="rk4", step=0.1, backend="numba")
     text = str(info.value)

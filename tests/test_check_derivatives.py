@@ -28,7 +28,8 @@ points = st.tuples(st.floats(-1.5, 1.5), st.floats(-1.5, 1.5), st.floats(-1.0, 1
 
 
 def fd_problem(pf):
-    return invimbed.BolzaProblem(pf.f, pf.R, pf.T, q=pf.q, vectorized=True)
+    return invimbed.BolzaProblem(pf.f, pf.R, pf.T, q=pf.q, vectorized=True,
+                                 derivatives="finite-differences")
 
 
 # -- correct providers pass ----------------------------------------------------------

@@ -76,7 +76,7 @@ points = st.tuples(st.floats(-1.5, 1.5), st.floats(-1.5, 1.5), st.floats(-1.0, 1
 
 
 def fd_provider():
-    return BolzaProblem(f, R, T, vectorized=True).provider(2, 1)
+    return BolzaProblem(f, R, T, vectorized=True, derivatives="finite-differences").provider(2, 1)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)

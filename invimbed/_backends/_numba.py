@@ -166,6 +166,8 @@ def function_tuple(setup: Setup, used: frozenset) -> tuple:
     st = _types()
     prob = setup.problem
     user = prob.derivative_provider
+    if getattr(setup.provider, "traced", False):   # traced functions: generated code
+        user = setup.provider
     if prob.vectorized and not hasattr(user, "sample_function"):
         raise ValueError(
             "backend='numba' calls the problem's functions one sample at a time, but the "
@@ -177,7 +179,7 @@ def function_tuple(setup: Setup, used: frozenset) -> tuple:
             f"uses the derivative provider {user.name!r}; give the functions and their "
             f"derivatives as numba-compilable callables (or build the problem with "
             f"from_sympy), or use backend='numpy'")
-    if user is not None:   # from_sympy: the provider's generated per-sample code
+    if user is not None:   # from_sympy, traced: the provider's generated per-sample code
         source = {key: _SymbolicSource(user, key) for key in BASE_KEYS}
     else:
         source = {("f", 0, 0): prob.dynamics, ("R", 0, 0): prob.running_loss,

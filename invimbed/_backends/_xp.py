@@ -29,6 +29,7 @@ differences with the rule of `invimbed.FiniteDifferences` (same steps, same nest
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -108,6 +109,8 @@ def sweep_xp(setup: Setup, xp: Any, *, closure: str, order: int, method: str,
     """
     check_scope(backend, closure, order, method)
     check_problem(setup)
+    if getattr(setup.provider, "traced", False):   # the functions themselves, on the device
+        setup = dataclasses.replace(setup, provider=setup.provider.finite_differences())
     der = setup.provider     # FiniteDifferences: namespace-generic, differences on the device
     x = xp.asarray(setup.x)
     if closure == "jet":

@@ -108,6 +108,8 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
         if note not in res["warnings"]:
             res["warnings"].append(note)
             res["message"] += f" Note: {note}."
+    res.setdefault("derivatives", getattr(setup.provider, "derivative_source", None)
+                   or setup.problem.derivative_source)
     return res
 
 

@@ -15,9 +15,11 @@ import numpy as np
 from . import derivative_guard
 from .derivatives import DerivativeProvider, FiniteDifferences, parse_key
 from .derivatives.symbolic import SympyProvider
+from .derivatives.traced import MODES, PENDING, traced_provider
 from .namespace import array_namespace
 from .row_times import TimeContract, per_distinct_time
-from .validation import as_bool, as_real, check_callable, describe, returned_reals
+from .validation import (as_bool, as_real, check_callable, check_choice, describe,
+                         returned_reals)
 
 
 class BolzaProblem:
@@ -40,15 +42,22 @@ class BolzaProblem:
         Terminal loss; zero when omitted.
     q : float, default 0.0
         The output end of the depth interval; every depth ``p`` must satisfy ``p <= q``.
-    derivatives : dict or DerivativeProvider, optional
-        Exact derivatives. A dict maps names to callables with the same arguments as the
-        function they differentiate: ``"f_z"`` (N, N), ``"f_theta"`` (N, M), ``"f_zz"``
-        (N, N, N), ``"f_ztheta"`` (N, N, M), ``"f_zzz"``, ``"R_z"`` (N,), ``"R_theta"``
-        (M,), ``"R_zz"`` (N, N), ``"R_ztheta"`` (N, M), ``"R_zzz"``, ``"T_z"`` (N,),
-        ``"T_zz"`` (N, N), ``"T_zzz"``; output axes first, then ``z`` axes, then
-        ``theta`` axes. Anything missing is obtained by central finite differences of
-        the highest derivative given (see `invimbed.FiniteDifferences`). A
-        `invimbed.DerivativeProvider` instance is used as it is.
+    derivatives : dict, DerivativeProvider or {"auto", "trace", "finite-differences"}, optional
+        Where the derivatives come from (docs/derivatives.md). A dict maps names to
+        callables with the same arguments as the function they differentiate:
+        ``"f_z"`` (N, N), ``"f_theta"`` (N, M), ``"f_zz"`` (N, N, N), ``"f_ztheta"``
+        (N, N, M), ``"f_zzz"``, ``"R_z"`` (N,), ``"R_theta"`` (M,), ``"R_zz"`` (N, N),
+        ``"R_ztheta"`` (N, M), ``"R_zzz"``, ``"T_z"`` (N,), ``"T_zz"`` (N, N),
+        ``"T_zzz"``; output axes first, then ``z`` axes, then ``theta`` axes. Anything
+        missing is obtained by central finite differences of the highest derivative
+        given (see `invimbed.FiniteDifferences`). A `invimbed.DerivativeProvider`
+        instance is used as it is. Without either (``None`` or ``"auto"``), the
+        functions (numpy code, or a ``numba.njit`` function's ``py_func``) are traced
+        into sympy at the first solve, verified at random points, and give exact
+        derivatives of every order; where tracing fails (``if z[0] > 0``, no sympy, ...)
+        finite differences are used, and `derivative_source` and every result's
+        ``derivatives`` say why. ``"trace"`` raises ``ValueError`` instead;
+        ``"finite-differences"`` never traces.
     vectorized : bool, default False
         If True, every function (and derivative) accepts a batch: ``z`` of shape
         (B, N) and ``theta`` of shape (B, M), and returns the batch of results
@@ -87,12 +96,12 @@ class BolzaProblem:
     ...     lambda t, z, th: np.array([z[1], -g]),
     ...     terminal_loss=lambda z: 0.5 * z[0] ** 2, q=1.0)
     >>> problem
-    BolzaProblem(q=1.0, running_loss=no, terminal_loss=yes, derivatives='finite differences')
+    BolzaProblem(q=1.0, running_loss=no, terminal_loss=yes, derivatives='auto')
     """
 
     def __init__(self, dynamics: Callable, running_loss: Callable | None = None,
                  terminal_loss: Callable | None = None, *, q: float = 0.0,
-                 derivatives: Mapping[str, Callable] | DerivativeProvider | None = None,
+                 derivatives: Mapping[str, Callable] | DerivativeProvider | str | None = None,
                  vectorized: bool = False, autonomous: bool = False,
                  check_derivatives: bool = True) -> None:
         check_callable(dynamics, "dynamics")
@@ -113,13 +122,17 @@ class BolzaProblem:
         self.check_derivatives = as_bool(check_derivatives, "check_derivatives")
         self._user_provider: DerivativeProvider | None = None
         self._known: dict[tuple[str, int, int], Callable] = {}
-        if isinstance(derivatives, DerivativeProvider):
+        #: ``"auto"``, ``"trace"`` or ``"finite-differences"`` (docs/derivatives.md)
+        self.derivative_mode = "auto"
+        if derivatives is None or isinstance(derivatives, str):
+            self.derivative_mode = check_choice(derivatives or "auto", "derivatives", MODES)
+        elif isinstance(derivatives, DerivativeProvider):
             self._user_provider = derivatives
         elif derivatives is not None:
             if not isinstance(derivatives, Mapping):
                 raise TypeError(
-                    "`derivatives` must be a dict of callables (e.g. {'f_z': ...}) or a "
-                    f"DerivativeProvider, but got {describe(derivatives)}"
+                    "`derivatives` must be a dict of callables (e.g. {'f_z': ...}), a "
+                    f"DerivativeProvider or one of {MODES}, but got {describe(derivatives)}"
                 )
             for key, fn in derivatives.items():
                 parsed = parse_key(key)
@@ -133,6 +146,18 @@ class BolzaProblem:
         self._checked: set[tuple[int, int]] = set()
         self._derivatives_checked: set[tuple[int, int]] = set()
         self._time_contract = TimeContract()
+        self._source: str | None = None
+
+    @property
+    def derivative_source(self) -> str:
+        """Where the last solve's derivatives came from (``"exact: ..."``, ``"user: ..."``,
+        ``"finite differences (why)"``), as every result's ``derivatives``."""
+        if self._user_provider is not None:
+            return f"exact: the user's {self._user_provider.name}"
+        if self._known:
+            return (f"user: {', '.join(sorted(_key_name(k) for k in self._known))}; the "
+                    f"rest by finite differences")
+        return self._source or PENDING[self.derivative_mode]
 
     @property
     def derivative_provider(self) -> DerivativeProvider | None:
@@ -167,8 +192,11 @@ class BolzaProblem:
             deriv = repr(self._user_provider.name)
         elif self._known:
             deriv = repr("user: " + ", ".join(sorted(_key_name(k) for k in self._known)))
+        elif self._source is not None:
+            deriv = repr("traced" if self._source.startswith("exact") else
+                         "finite differences")
         else:
-            deriv = repr("finite differences")
+            deriv = repr(self.derivative_mode)
         return (f"BolzaProblem(q={self.q}, running_loss={'yes' if self.running_loss else 'no'}, "
                 f"terminal_loss={'yes' if self.terminal_loss else 'no'}, derivatives={deriv})")
 
@@ -225,18 +253,25 @@ class BolzaProblem:
                 )
             return prov
         key = (n_state, n_theta)
-        if key not in self._providers:
+        prov = self._providers.get(key)
+        if prov is not None and getattr(prov, "traced", False) and not prov.still_matches():
+            prov = None      # the functions changed since they were traced: trace again
+        if prov is None:
             functions = {
                 "f": self._batched(self.dynamics, "f", ("f", 0, 0)),
                 "R": self._batched(self.running_loss, "R", ("R", 0, 0)),
                 "T": self._batched(self.terminal_loss, "T", ("T", 0, 0)),
             }
-            known = {k: self._batched(fn, k[0], k) for k, fn in self._known.items()}
-            zero = tuple(w for w, fn in (("R", self.running_loss), ("T", self.terminal_loss))
-                         if fn is None)
-            prov = FiniteDifferences(functions, n_state, n_theta, known=known, zero=zero)
+            prov, source = traced_provider(self, functions, n_state, n_theta)
+            if prov is None:
+                known = {k: self._batched(fn, k[0], k) for k, fn in self._known.items()}
+                zero = tuple(w for w, fn in (("R", self.running_loss),
+                                             ("T", self.terminal_loss)) if fn is None)
+                prov = FiniteDifferences(functions, n_state, n_theta, known=known, zero=zero)
+                prov.derivative_source = source
+            self._source = source
             self._providers[key] = prov
-        return self._providers[key]
+        return prov
 
     def check_sizes(self, n_state: int, n_theta: int, *, control: str = "control",
                     control_given: bool = True) -> None:

@@ -81,6 +81,11 @@ class ImbeddingResult(OptimizeResult):
         shapes), from the difference with the jet one order higher.
     closure, method : str
         What produced the result.
+    derivatives : str
+        Where the derivatives came from (`invimbed.BolzaProblem.derivative_source`):
+        ``"exact: ..."`` (traced functions, `invimbed.from_sympy`, a provider),
+        ``"user: ..."`` (derivative callables, the rest by finite differences) or
+        ``"finite differences (...)"`` with the reason (docs/derivatives.md).
     warnings : list of SolverWarning
         Structured warnings (codes ``"estimate_large"``, ``"series_not_converging"``,
         ``"fallback_adjoint"``, ``"finite_differences_at_tolerance"``, ``"order_limit"``,

@@ -368,7 +368,8 @@ class _Compiled:
         if self.gather.size == 0:
             return np.zeros((B,) + self.shape)
         rows = np.ndim(t) != 0          # per-row times (an array of shape (B,))
-        t = np.ascontiguousarray(t, dtype=float) if rows else float(t)
+        # a numpy scalar: 1 / (t - t0) at t0 is inf, not a Python ZeroDivisionError
+        t = np.ascontiguousarray(t, dtype=float) if rows else np.float64(t)
         if self.numba:
             buf = np.zeros((B, n + 1))
             if n:
