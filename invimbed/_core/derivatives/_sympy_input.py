@@ -138,3 +138,33 @@ def _check_symbols(sp: Any, expr: Any, name: str, allowed: set, what: str) -> No
     if undef:
         raise ValueError(f"`{name}` contains undefined functions "
                          f"{', '.join(sorted(map(str, undef)))}: give explicit expressions")
+
+
+def numpy_printer(sp: Any, qualified: bool = False) -> Any:
+    """The printer of the generated numpy code: lambdify's settings, but strict (a function
+    numpy does not have is an error when the code is generated, not a NameError when it
+    runs). ``qualified`` prints module names (``numpy.sin``, ``math.erf``)."""
+    from sympy.printing.numpy import NumPyPrinter
+
+    return NumPyPrinter({"fully_qualified_modules": qualified, "inline": True,
+                         "allow_unknown_functions": False, "user_functions": {},
+                         "strict": True})
+
+
+def _check_printable(sp: Any, expr: Any, name: str) -> None:
+    """A ValueError naming the function of ``expr`` that cannot become numpy code."""
+    printer = numpy_printer(sp, qualified=True)
+
+    def printable(e: Any) -> bool:
+        try:               # a function numpy lacks is printed from `math`: scalars only
+            return "math." not in printer.doprint(e)
+        except Exception:  # sympy's PrintMethodNotImplementedError and friends
+            return False
+
+    if printable(expr):
+        return
+    bad = [type(fn).__name__ for fn in expr.atoms(sp.Function) if not printable(fn)]
+    names = ", ".join(sorted(set(bad))) or "one of its functions"
+    raise ValueError(f"`{name}` uses {names}, which invimbed cannot evaluate (no numpy "
+                     f"equivalent); supported are the elementary functions and Abs, Max, "
+                     f"Min, Piecewise, Heaviside, sign")

@@ -39,9 +39,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import _codegen
-from ._sympy_input import (_check_request, _check_symbols, _describe, _exponents,
-                           _expression, _expressions, _symbol, _symbols, import_numba,
-                           import_sympy)
+from ._sympy_input import (_check_printable, _check_request, _check_symbols, _describe,
+                           _exponents, _expression, _expressions, _symbol, _symbols,
+                           import_numba, import_sympy, numpy_printer)
+from .taylor_mode import _taylor_jets
 from .base import _WHICH, DerivativeProvider
 from .multiindex import factorials, multi_indices
 
@@ -114,7 +115,7 @@ class SympyProvider(DerivativeProvider):
 
     def __init__(self, t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
                  running_loss: Any = None, terminal_loss: Any = None, *,
-                 compile: str | None = None) -> None:
+                 compile: str | None = None, taylor_mode: bool | None = None) -> None:
         sp = import_sympy()
         self._sp = sp
         if compile not in _COMPILERS:
@@ -122,6 +123,10 @@ class SympyProvider(DerivativeProvider):
         self.compile = None if compile == "numpy" else compile
         if self.compile == "numba":
             self._numba = import_numba()
+        if taylor_mode not in (None, True, False):
+            raise ValueError(f"`taylor_mode` must be None, True or False, but got "
+                             f"{_describe(taylor_mode)}")
+        self.taylor_mode = taylor_mode
         t = _symbol(sp, t, "t")
         zs = _symbols(sp, z, "z")
         ths = _symbols(sp, theta, "theta")
@@ -145,6 +150,14 @@ class SympyProvider(DerivativeProvider):
         T = sp.S.Zero if terminal_loss is None else _expression(sp, terminal_loss, "terminal_loss")
         _check_symbols(sp, T, "terminal_loss", set(zs), "z (the terminal loss is T(z(q)))")
         self.expressions = {"f": tuple(f), "R": R, "T": T}
+        for name, e in [(f"dynamics[{i}]", e) for i, e in enumerate(f)] + [
+                ("running_loss", R), ("terminal_loss", T)]:
+            _check_printable(sp, e, name)
+        # Abs and sign differentiate as functions of real variables (sign, not re/im)
+        real = {s: sp.Dummy(s.name, real=True) for s in (t, *zs, *ths)}
+        self._real = (real, {v: k for k, v in real.items()}) if any(
+            e.has(sp.Abs, sp.sign) for e in (*f, R, T)) else None
+        self._jets = _taylor_jets(self, taylor_mode)
         # code is printed with plain names, whatever the user's symbols are called
         self._t_arg = sp.Symbol("_t")
         self._z_args = tuple(sp.Symbol(f"_z{i}") for i in range(self.n_state))
@@ -173,15 +186,29 @@ class SympyProvider(DerivativeProvider):
         if any(beta):
             k = max(j for j, b in enumerate(beta) if b)
             parent = self._diff(which, i, alpha, beta[:k] + (beta[k] - 1,) + beta[k + 1:])
-            expr = parent.diff(self.theta[k]) if parent != 0 else self._sp.S.Zero
+            expr = self._d(parent, self.theta[k])
         elif any(alpha):
             j = max(j for j, a in enumerate(alpha) if a)
             parent = self._diff(which, i, alpha[:j] + (alpha[j] - 1,) + alpha[j + 1:], beta)
-            expr = parent.diff(self.z[j]) if parent != 0 else self._sp.S.Zero
+            expr = self._d(parent, self.z[j])
         else:
             expr = self._base(which, i)
         self._diffs[key] = expr
         return expr
+
+    def _d(self, expr: Any, var: Any) -> Any:
+        """``d expr / d var``, almost everywhere: the derivative of a step (a Dirac delta)
+        is zero; Abs and sign are differentiated as functions of real variables."""
+        sp = self._sp
+        if expr == 0:
+            return sp.S.Zero
+        if self._real is None:
+            out = expr.diff(var)
+        else:
+            to, back = self._real
+            out = expr.xreplace(to).diff(to[var]).xreplace(back)
+        return out.replace(sp.DiracDelta, lambda *args: sp.S.Zero) if out.has(
+            sp.DiracDelta) else out
 
     def expression(self, which: str, dz: int = 0, dth: int = 0) -> Any:
         """The full symbolic derivative tensor, a sympy ``Array`` with axes
@@ -219,7 +246,22 @@ class SympyProvider(DerivativeProvider):
             theta = np.zeros((B, self.n_theta))
         else:
             theta = np.broadcast_to(np.asarray(theta, dtype=float), (B, self.n_theta))
+        if self._jets is not None and self._jets.use(order, dth):
+            return self._jets.taylor(which, t, z, theta, order, dth, self.out_shape(which))
         return self._request("taylor", which, order, dth)(t, z, theta)
+
+    def taylor_joint(self, which: str, t: float, z: np.ndarray, theta: np.ndarray,
+                     order: int) -> np.ndarray:
+        """Joint Taylor coefficients in ``(z, theta)`` (see
+        :meth:`DerivativeProvider.taylor_joint`), by Taylor mode where it is chosen."""
+        if self._jets is None or not self._jets.use(order, 0):
+            return super().taylor_joint(which, t, z, theta, order)
+        _check_request(which, order, 0, "order")
+        z = np.asarray(z, dtype=float)
+        B = z.shape[0]
+        theta = (np.zeros((B, self.n_theta)) if theta is None or which == "T" else
+                 np.broadcast_to(np.asarray(theta, dtype=float), (B, self.n_theta)))
+        return self._jets.joint(which, t, z, theta, order, self.out_shape(which))
 
     # -- code generation --------------------------------------------------------------
     def _request(self, kind: str, which: str, order: int, dth: int) -> "_Compiled":
@@ -288,8 +330,13 @@ class SympyProvider(DerivativeProvider):
         if self.compile == "numba":
             return self._numba_module(repl, reduced)   # its kernel / kernel_rows are called
         args = (self._t_arg,) + self._z_args + self._th_args
-        return sp.lambdify(args, list(reduced), modules="numpy", cse=lambda _: (repl, reduced),
-                           **_lambdify_options(sp))
+        try:
+            return sp.lambdify(args, list(reduced), modules="numpy",
+                               cse=lambda _: (repl, reduced), printer=numpy_printer(sp),
+                               **_lambdify_options(sp))
+        except Exception as exc:  # sympy's PrintMethodNotImplementedError and friends
+            raise ValueError(f"a derivative cannot be printed as numpy code: "
+                             f"{str(exc).splitlines()[0]}") from exc
 
     def _cse(self, exprs: list[Any]) -> tuple[list, list]:
         sp = self._sp
