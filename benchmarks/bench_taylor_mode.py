@@ -27,7 +27,14 @@ Columns, per ``(N, K)``:
 * ``max |diff|``: the largest difference between the symbolic and the Taylor-mode
   coefficients, relative to the largest coefficient.
 
+``--sweep`` times instead, in this (fresh) process, code generation included, the sweep
+that asks for these orders: ``solve_imbedding(problem, x, depths, tol=1e-5, rtol=1e-10,
+atol=1e-12)`` on a forced double pendulum (``tests/test_accuracy.py``'s, ``from_sympy``,
+``N = 4``, ``M = 1``) at 9 depths with ``s <= 1``; ``--symbolic`` runs it with Taylor mode
+off (``taylor_mode=False``: the symbolic derivatives of every order).
+
 Run:  python benchmarks/bench_taylor_mode.py [--quick] [--budget SECONDS]
+      python benchmarks/bench_taylor_mode.py --sweep [--symbolic]
 """
 
 from __future__ import annotations
@@ -90,13 +97,58 @@ def fmt(s: float | None) -> str:
     return f"{s * 1e3:.3f} ms" if s < 1 else f"{s:.2f} s"
 
 
+def double_pendulum(taylor_mode: bool | None, g: float = 3.0, amp: float = 2.0):
+    """tests/test_accuracy.py's two-link pendulum with a sinusoidal torque on the first
+    link and a constant control torque ``u``."""
+    import sympy as sp
+
+    t, u = sp.Symbol("t"), sp.Symbol("u")
+    a, b, va, vb = sp.symbols("a b va vb")
+    d = a - b
+    den = 3 - sp.cos(2 * a - 2 * b)
+    aa = (-3 * g * sp.sin(a) - g * sp.sin(a - 2 * b)
+          - 2 * sp.sin(d) * (vb ** 2 + va ** 2 * sp.cos(d))) / den
+    bb = 2 * sp.sin(d) * (2 * va ** 2 + 2 * g * sp.cos(a) + vb ** 2 * sp.cos(d)) / den
+    f = [va, vb, aa + u + amp * sp.sin(3 * t), bb]
+    R = 0.1 * (a ** 2 + b ** 2) + 0.05 * u ** 2
+    T = (1 - sp.cos(a - 1)) + (1 - sp.cos(b)) + 0.05 * (va ** 2 + vb ** 2)
+    prov = SympyProvider(t, [a, b, va, vb], [u], f, R, T, taylor_mode=taylor_mode)
+    import invimbed
+
+    return invimbed.BolzaProblem(prov.numeric("f"), prov.numeric("R"), prov.numeric("T"),
+                                 derivatives=prov, vectorized=True)
+
+
+def sweep(taylor_mode: bool | None) -> None:
+    import invimbed
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    problem = double_pendulum(taylor_mode)
+    x, ctrl = [1.0, -0.5, 0.5, 0.0], invimbed.Constant([0.3])
+    depths = -np.linspace(1 / 9, 1.0, 9)
+    res = invimbed.solve_imbedding(problem, x, depths, control=ctrl, tol=1e-5, rtol=1e-10,
+                                   atol=1e-12)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    ref = invimbed.solve_adjoint(problem, x, depths, control=ctrl, rtol=1e-12, atol=1e-13)
+    err = np.max(np.abs(res.value - ref.value) / np.maximum(1.0, np.abs(ref.value)))
+    print(f"taylor_mode={taylor_mode}: {wall:.1f} s wall, {cpu:.1f} s CPU, from a fresh process "
+          f"(code generation included); order {res.order}, status {res.status}, converged "
+          f"{int(np.sum(res.converged))}/{depths.size}; worst value error {err:.1e}")
+    print(res.message)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="N = 2, 4 and K = 1..3 only")
     ap.add_argument("--budget", type=float, default=60.0,
                     help="stop the symbolic column after an order whose setup took longer")
+    ap.add_argument("--sweep", action="store_true", help="time the tol sweep (see above)")
+    ap.add_argument("--symbolic", action="store_true", help="--sweep with Taylor mode off")
     args = ap.parse_args(argv)
     print(machine_info("sympy", "numba"))
+    if args.sweep:
+        sweep(False if args.symbolic else None)
+        return 0
     Ns = (2, 4) if args.quick else (2, 4, 8)
     Ks = range(1, 4) if args.quick else range(1, 7)
     rng = np.random.default_rng(0)

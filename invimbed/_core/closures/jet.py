@@ -63,9 +63,9 @@ def _product_plan(n: int, order_a: int, order_b: int, order_out: int):
     n_out = n_coefficients(n, order_out)
     if io.size * n_out <= 2_000_000:  # small: sums in a fixed order (not BLAS: see
         scatter = sum_table(io, n_out)  # invimbed._core.ordered.scatter_sum)
-    else:
-        scatter = sparse.csr_matrix((np.ones(io.size), (np.arange(io.size), io)),
-                                    shape=(io.size, n_out))
+    else:                               # large: a sparse 0/1 matrix (n_out, pairs)
+        scatter = sparse.csr_matrix((np.ones(io.size), (io, np.arange(io.size))),
+                                    shape=(n_out, io.size))
     return ia, ib, scatter
 
 
@@ -91,10 +91,10 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
         out = scatter_sum(flat, on_device(scatter, xp), xp)
         return out.reshape((B,) + P + Q + (scatter.shape[0],))
     if xp is np:
-        out = (scatter.T @ flat.T).T
+        out = (scatter @ flat.T).T
     else:  # a large scatter, on the device: cupy's sparse matrices
-        out = (_device_sparse(scatter, xp).T @ flat.T).T
-    return out.reshape((B,) + P + Q + (scatter.shape[1],))
+        out = (_device_sparse(scatter, xp) @ flat.T).T
+    return out.reshape((B,) + P + Q + (scatter.shape[0],))
 
 
 def _device_sparse(scatter: Any, xp: Any) -> Any:

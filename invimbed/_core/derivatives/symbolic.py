@@ -27,6 +27,18 @@ compiled, batch-vectorised function, generated once:
    the generations. The numba code is also cached on disk, with numba's machine code
    (`invimbed._core.derivatives._codegen`): a later process compiles nothing.
 
+5. **High orders: Taylor mode.** Symbolic derivatives and their code grow exponentially
+   with the order. From order 3 (order 5 without numba) :meth:`SympyProvider.taylor` and
+   :meth:`SympyProvider.taylor_joint` propagate truncated polynomials through the
+   expression DAG instead (`invimbed._core.derivatives.taylor_mode`): nothing is
+   differentiated, and the cost grows polynomially with the order. ``taylor_mode``
+   chooses otherwise.
+
+Saturations (``Max``, ``Min``, ``Abs``, ``Piecewise``, ``Heaviside``, ``sign``) have
+derivatives almost everywhere: those of the branch at the point, a Dirac delta (the
+derivative of a step) being zero. A function without numpy code is refused by name
+when the provider is built.
+
 sympy (and numba) are imported only when a provider is built, so ``import invimbed``
 works without them.
 """
@@ -41,7 +53,8 @@ import numpy as np
 from . import _codegen
 from ._sympy_input import (_check_printable, _check_request, _check_symbols, _describe,
                            _exponents, _expression, _expressions, _symbol, _symbols,
-                           import_numba, import_sympy, numpy_printer)
+                           diff_almost_everywhere, import_numba, import_sympy,
+                           numpy_printer, real_variables)
 from .taylor_mode import _taylor_jets
 from .base import _WHICH, DerivativeProvider
 from .multiindex import factorials, multi_indices
@@ -71,6 +84,14 @@ class SympyProvider(DerivativeProvider):
         ``"numba"`` compiles a loop over the batch with ``numba.njit`` (faster for the
         small batches of a sweep, at a one-time compilation cost of about a second per
         request). Prefer ``None`` unless a benchmark on your problem says otherwise.
+    taylor_mode : bool or None, default None
+        How Taylor coefficients are computed: ``None`` chooses by order (Taylor mode from
+        order 3 with numba installed, from order 5 without; the symbolic derivatives
+        below, whose code is fastest there); ``True`` always Taylor mode (a ValueError
+        here if an expression holds a function it does not compose, e.g. ``atan2``);
+        ``False`` always the symbolic derivatives. Both agree to rounding
+        (benchmarks/bench_taylor_mode.py). Full derivative tensors
+        (:meth:`derivative`) are always symbolic.
 
     Attributes
     ----------
@@ -89,7 +110,8 @@ class SympyProvider(DerivativeProvider):
     ValueError
         If the sizes disagree, a symbol is repeated, an expression uses a symbol that is
         not among ``t``, ``z``, ``theta`` (or ``terminal_loss`` uses ``t`` or ``theta``),
-        an expression contains an undefined function, or ``compile`` is unknown.
+        an expression contains an undefined function or one without numpy code (named),
+        or ``compile`` or ``taylor_mode`` is unknown.
     ImportError
         If sympy (``pip install invimbed[symbolic]``) or, for ``compile="numba"``, numba
         (``pip install invimbed[numba]``) is missing.
@@ -150,13 +172,9 @@ class SympyProvider(DerivativeProvider):
         T = sp.S.Zero if terminal_loss is None else _expression(sp, terminal_loss, "terminal_loss")
         _check_symbols(sp, T, "terminal_loss", set(zs), "z (the terminal loss is T(z(q)))")
         self.expressions = {"f": tuple(f), "R": R, "T": T}
-        for name, e in [(f"dynamics[{i}]", e) for i, e in enumerate(f)] + [
-                ("running_loss", R), ("terminal_loss", T)]:
-            _check_printable(sp, e, name)
-        # Abs and sign differentiate as functions of real variables (sign, not re/im)
-        real = {s: sp.Dummy(s.name, real=True) for s in (t, *zs, *ths)}
-        self._real = (real, {v: k for k, v in real.items()}) if any(
-            e.has(sp.Abs, sp.sign) for e in (*f, R, T)) else None
+        _check_printable(sp, [*((f"dynamics[{i}]", e) for i, e in enumerate(f)),
+                              ("running_loss", R), ("terminal_loss", T)])
+        self._real = real_variables(sp, (t, *zs, *ths), (*f, R, T))
         self._jets = _taylor_jets(self, taylor_mode)
         # code is printed with plain names, whatever the user's symbols are called
         self._t_arg = sp.Symbol("_t")
@@ -186,29 +204,15 @@ class SympyProvider(DerivativeProvider):
         if any(beta):
             k = max(j for j, b in enumerate(beta) if b)
             parent = self._diff(which, i, alpha, beta[:k] + (beta[k] - 1,) + beta[k + 1:])
-            expr = self._d(parent, self.theta[k])
+            expr = diff_almost_everywhere(self._sp, parent, self.theta[k], self._real)
         elif any(alpha):
             j = max(j for j, a in enumerate(alpha) if a)
             parent = self._diff(which, i, alpha[:j] + (alpha[j] - 1,) + alpha[j + 1:], beta)
-            expr = self._d(parent, self.z[j])
+            expr = diff_almost_everywhere(self._sp, parent, self.z[j], self._real)
         else:
             expr = self._base(which, i)
         self._diffs[key] = expr
         return expr
-
-    def _d(self, expr: Any, var: Any) -> Any:
-        """``d expr / d var``, almost everywhere: the derivative of a step (a Dirac delta)
-        is zero; Abs and sign are differentiated as functions of real variables."""
-        sp = self._sp
-        if expr == 0:
-            return sp.S.Zero
-        if self._real is None:
-            out = expr.diff(var)
-        else:
-            to, back = self._real
-            out = expr.xreplace(to).diff(to[var]).xreplace(back)
-        return out.replace(sp.DiracDelta, lambda *args: sp.S.Zero) if out.has(
-            sp.DiracDelta) else out
 
     def expression(self, which: str, dz: int = 0, dth: int = 0) -> Any:
         """The full symbolic derivative tensor, a sympy ``Array`` with axes
@@ -257,10 +261,6 @@ class SympyProvider(DerivativeProvider):
         if self._jets is None or not self._jets.use(order, 0):
             return super().taylor_joint(which, t, z, theta, order)
         _check_request(which, order, 0, "order")
-        z = np.asarray(z, dtype=float)
-        B = z.shape[0]
-        theta = (np.zeros((B, self.n_theta)) if theta is None or which == "T" else
-                 np.broadcast_to(np.asarray(theta, dtype=float), (B, self.n_theta)))
         return self._jets.joint(which, t, z, theta, order, self.out_shape(which))
 
     # -- code generation --------------------------------------------------------------

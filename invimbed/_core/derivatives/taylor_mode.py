@@ -360,6 +360,10 @@ class TaylorJets:
     def joint(self, which: str, t, z: np.ndarray, theta: np.ndarray, order: int,
               out_shape: tuple[int, ...]) -> np.ndarray:
         """(B, *out, C(N + M + order, order)), ``z`` variables first."""
+        z = np.asarray(z, dtype=float)
+        M = len(self._theta)
+        theta = (np.zeros((z.shape[0], M)) if theta is None or which == "T" else
+                 np.broadcast_to(np.asarray(theta, dtype=float), (z.shape[0], M)))
         res = self._run(self.tape(which, "joint"), t, z, theta, order)
         return res[:, :, 0].reshape((z.shape[0],) + out_shape + (res.shape[-1],))
 
