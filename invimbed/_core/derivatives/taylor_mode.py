@@ -32,7 +32,9 @@ import numpy as np
 
 from ._tape import (ABS, ADD, AND, CMP, CONST, FUNC, INPUT, MAX, MIN, MUL, NOT, OR, POWI,
                     SELECT, STEP, TIME, Tape)
-from .multiindex import n_coefficients, poly_mul
+from functools import lru_cache
+
+from .multiindex import n_coefficients, poly_mul, product_table
 
 
 def series(code: int, c: np.ndarray, r: float, J: int) -> np.ndarray:
@@ -126,14 +128,38 @@ def _pad(x: np.ndarray, D: int) -> np.ndarray:
     return out
 
 
+@lru_cache(maxsize=None)
+def _sparse_plan(n: int, order: int):
+    """For large tables: the product table with its sums as a sparse 0/1 matrix
+    (C, pairs), one matrix product instead of one pass per term of the longest sum."""
+    from scipy import sparse
+
+    ia, ib, io = product_table(n, order, order, order)
+    C = n_coefficients(n, order)
+    return ia, ib, sparse.csr_matrix((np.ones(io.size), (io, np.arange(io.size))),
+                                     shape=(C, io.size))
+
+
+def poly_mul_large(x: np.ndarray, y: np.ndarray, n: int, order: int) -> np.ndarray:
+    """`invimbed._core.derivatives.multiindex.poly_mul` (same table), summed by a sparse
+    matrix product where the table is large (the numpy evaluator's high orders)."""
+    if n_coefficients(n, order) < 200:
+        return poly_mul(x, y, n, order)
+    ia, ib, S = _sparse_plan(n, order)
+    x, y = np.broadcast_arrays(x, y)
+    lead = x.shape[:-1]
+    pairs = (x[..., ia] * y[..., ib]).reshape(-1, ia.size)
+    return (S @ pairs.T).T.reshape(lead + (S.shape[0],))
+
+
 def _mul(x: np.ndarray, y: np.ndarray, n: int, order: int) -> np.ndarray:
     """Product of two jets ``(B, Dx, C)``, ``(B, Dy, C)`` (``D = 1``: no duals)."""
     if x.shape[1] == 1 or y.shape[1] == 1:       # (x_0 y_0, x_0 y_d): broadcast
-        return poly_mul(x, y, n, order)
+        return poly_mul_large(x, y, n, order)
     D = x.shape[1]
     ix = [0] * D + list(range(1, D))
     iy = list(range(D)) + [0] * (D - 1)
-    prod = poly_mul(x[:, ix], y[:, iy], n, order)
+    prod = poly_mul_large(x[:, ix], y[:, iy], n, order)
     out = prod[:, :D]
     out[:, 1:] += prod[:, D:]
     return out
@@ -154,13 +180,14 @@ def _compose(code: int, r: float, x: np.ndarray, n: int, order: int) -> np.ndarr
     power = h
     for j in range(1, order + 1):
         if j > 1:
-            power = poly_mul(power, h, n, order)
+            power = poly_mul_large(power, h, n, order)
         val += g[j][:, None] * power
         if D > 1:
             dg += (j + 1) * g[j + 1][:, None] * power
     if D == 1:
         return val[:, None]
-    return np.concatenate([val[:, None], poly_mul(dg[:, None], x[:, 1:], n, order)], axis=1)
+    return np.concatenate([val[:, None], poly_mul_large(dg[:, None], x[:, 1:], n, order)],
+                          axis=1)
 
 
 def last_uses(tape: Tape) -> list[list[int]]:
