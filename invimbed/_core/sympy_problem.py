@@ -34,6 +34,11 @@ def from_sympy(t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
     is above 1 (finite differences serve total orders up to 3 only, with a few digits
     lost per order) and over hand-written derivative callables whenever the model fits
     in sympy (no transcription errors; check them with :func:`invimbed.check_derivatives`).
+    High-order Taylor coefficients (a jet of order 3 and above, as ``tol`` asks for) are
+    propagated through the expression graph instead (Taylor mode, see
+    :class:`~invimbed.SympyProvider`'s ``taylor_mode``), at a cost polynomial in the order.
+    Saturations and penalties (``Max``, ``Min``, ``Abs``, ``Piecewise``, ``Heaviside``,
+    ``sign``) have derivatives almost everywhere: those of the branch at the point.
 
     Parameters
     ----------
@@ -72,8 +77,9 @@ def from_sympy(t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
         expressions from symbols) or not a sympy symbol/expression.
     ValueError
         If ``len(dynamics) != len(z)``, a symbol repeats, an expression uses a symbol
-        other than ``t``, ``z``, ``theta`` (``z`` only for ``terminal_loss``), ``q`` is
-        not finite, or ``compile`` is unknown.
+        other than ``t``, ``z``, ``theta`` (``z`` only for ``terminal_loss``) or a function
+        without numpy code (``erf``, ``gamma``: named in the message), ``q`` is not
+        finite, or ``compile`` is unknown.
     ImportError
         If sympy is missing (``pip install invimbed[symbolic]``), or numba for
         ``compile="numba"`` (``pip install invimbed[numba]``).

@@ -63,9 +63,9 @@ def _product_plan(n: int, order_a: int, order_b: int, order_out: int):
     n_out = n_coefficients(n, order_out)
     if io.size * n_out <= 2_000_000:  # small: sums in a fixed order (not BLAS: see
         scatter = sum_table(io, n_out)  # invimbed._core.ordered.scatter_sum)
-    else:
-        scatter = sparse.csr_matrix((np.ones(io.size), (np.arange(io.size), io)),
-                                    shape=(io.size, n_out))
+    else:                               # large: a sparse 0/1 matrix (n_out, pairs)
+        scatter = sparse.csr_matrix((np.ones(io.size), (io, np.arange(io.size))),
+                                    shape=(n_out, io.size))
     return ia, ib, scatter
 
 
@@ -83,6 +83,13 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
     P = tuple(a.shape[1:-2])
     Q = tuple(b.shape[2:-1])
     I = a.shape[-2]
+    kernel = _compiled() if xp is np and ia.size >= _COMPILED_FROM else None
+    if kernel is not None:    # one pass, no gathered copies (the same order of sums)
+        io = product_table(n, order_a, order_b, order_out)[2]
+        out = kernel(np.ascontiguousarray(a.reshape(B, -1, I, a.shape[-1])),
+                     np.ascontiguousarray(b.reshape(B, I, -1, b.shape[-1])), ia, ib, io,
+                     n_coefficients(n, order_out))
+        return out.reshape((B,) + P + Q + (out.shape[-1],))
     a2 = a.reshape(B, -1, I, a.shape[-1])[..., on_device(ia, xp)]   # (B, p, I, pairs)
     b2 = b.reshape(B, I, -1, b.shape[-1])[..., on_device(ib, xp)]   # (B, I, q, pairs)
     prod = xp.einsum("bpin,biqn->bpqn", a2, b2)                      # (B, p, q, pairs)
@@ -91,10 +98,27 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
         out = scatter_sum(flat, on_device(scatter, xp), xp)
         return out.reshape((B,) + P + Q + (scatter.shape[0],))
     if xp is np:
-        out = (scatter.T @ flat.T).T
+        out = (scatter @ flat.T).T
     else:  # a large scatter, on the device: cupy's sparse matrices
-        out = (_device_sparse(scatter, xp).T @ flat.T).T
-    return out.reshape((B,) + P + Q + (scatter.shape[1],))
+        out = (_device_sparse(scatter, xp) @ flat.T).T
+    return out.reshape((B,) + P + Q + (scatter.shape[0],))
+
+
+#: the table size (pairs) from which `contract_product` runs compiled code: degree 4 and
+#: above for N = 4 (jet orders from 2 with the error estimate), 8 for N = 2; the low
+#: orders keep the numpy sums that the numba backend's kernels reproduce bit for bit
+_COMPILED_FROM = 400
+
+
+@lru_cache(maxsize=None)
+def _compiled() -> Any:
+    """The numba contraction (`invimbed._core.closures._contract_numba`), or None
+    without numba."""
+    try:
+        from ._contract_numba import contract
+    except ImportError:
+        return None
+    return contract
 
 
 def _device_sparse(scatter: Any, xp: Any) -> Any:

@@ -138,3 +138,61 @@ def _check_symbols(sp: Any, expr: Any, name: str, allowed: set, what: str) -> No
     if undef:
         raise ValueError(f"`{name}` contains undefined functions "
                          f"{', '.join(sorted(map(str, undef)))}: give explicit expressions")
+
+
+def numpy_printer(sp: Any, qualified: bool = False) -> Any:
+    """The printer of the generated numpy code: lambdify's settings, but strict (a function
+    numpy does not have is an error when the code is generated, not a NameError when it
+    runs). ``qualified`` prints module names (``numpy.sin``, ``math.erf``)."""
+    from sympy.printing.numpy import NumPyPrinter
+
+    return NumPyPrinter({"fully_qualified_modules": qualified, "inline": True,
+                         "allow_unknown_functions": False, "user_functions": {},
+                         "strict": True})
+
+
+def _check_printable(sp: Any, named: list[tuple[str, Any]]) -> None:
+    """A ValueError naming the function of an expression of ``named`` (``(name, expr)``
+    pairs) that cannot become numpy code."""
+    printer = numpy_printer(sp, qualified=True)
+
+    def printable(e: Any) -> bool:
+        try:               # a function numpy lacks is printed from `math`: scalars only
+            return "math." not in printer.doprint(e)
+        except Exception:  # sympy's PrintMethodNotImplementedError and friends
+            return False
+
+    for name, expr in named:
+        if not printable(expr):
+            _refuse(sp, expr, name, printable)
+
+
+def _refuse(sp: Any, expr: Any, name: str, printable: Any) -> None:
+    bad = [type(fn).__name__ for fn in expr.atoms(sp.Function) if not printable(fn)]
+    names = ", ".join(sorted(set(bad))) or "one of its functions"
+    raise ValueError(f"`{name}` uses {names}, which invimbed cannot evaluate (no numpy "
+                     f"equivalent); supported are the elementary functions and Abs, Max, "
+                     f"Min, Piecewise, Heaviside, sign")
+
+
+def real_variables(sp: Any, symbols: Sequence[Any], exprs: Sequence[Any]) -> tuple | None:
+    """``(to_real, back)`` symbol maps where an expression holds Abs or sign (whose
+    derivatives are sign and zero only for real variables, not ``re``/``im`` terms), else
+    None: see `diff_almost_everywhere`."""
+    if not any(e.has(sp.Abs, sp.sign) for e in exprs):
+        return None
+    real = {s: sp.Dummy(s.name, real=True) for s in symbols}
+    return real, {v: k for k, v in real.items()}
+
+
+def diff_almost_everywhere(sp: Any, expr: Any, var: Any, real: tuple | None) -> Any:
+    """``d expr / d var`` almost everywhere: the derivative of a step (a Dirac delta) is
+    zero, and with ``real`` (`real_variables`) the variables are real."""
+    if expr == 0:
+        return sp.S.Zero
+    if real is None:
+        out = expr.diff(var)
+    else:
+        to, back = real
+        out = expr.xreplace(to).diff(to[var]).xreplace(back)
+    return out.replace(sp.DiracDelta, lambda *args: sp.S.Zero) if out.has(sp.DiracDelta) else out

@@ -103,19 +103,15 @@ def product_table(n: int, order_a: int, order_b: int, order_out: int
     ``|alpha_o| <= order_out``: the truncated product ``c[io] += a[ia] * b[ib]``."""
     ea = multi_indices(n, order_a)
     eb = multi_indices(n, order_b)
-    look = _lookup(n, order_out)
-    ia, ib, io = [], [], []
-    da = ea.sum(1)
-    db = eb.sum(1)
-    for i, a in enumerate(ea):
-        for j, b in enumerate(eb):
-            if da[i] + db[j] > order_out:
-                continue
-            ia.append(i)
-            ib.append(j)
-            io.append(look[tuple(int(v) for v in a + b)])
-    return (np.array(ia, dtype=np.int64), np.array(ib, dtype=np.int64),
-            np.array(io, dtype=np.int64))
+    eo = multi_indices(n, order_out)
+    # a multi-index of degree <= order_out as one integer (no carries: entries <= order_out)
+    weights = (order_out + 1) ** np.arange(n, dtype=np.int64)
+    ka, kb, ko = ea @ weights, eb @ weights, eo @ weights
+    ia, ib = np.nonzero(ea.sum(1)[:, None] + eb.sum(1)[None, :] <= order_out)  # row-major
+    keys = ka[ia] + kb[ib]
+    sort = np.argsort(ko)
+    io = sort[np.searchsorted(ko[sort], keys)]
+    return ia.astype(np.int64), ib.astype(np.int64), io.astype(np.int64)
 
 
 @lru_cache(maxsize=None)

@@ -27,6 +27,18 @@ compiled, batch-vectorised function, generated once:
    the generations. The numba code is also cached on disk, with numba's machine code
    (`invimbed._core.derivatives._codegen`): a later process compiles nothing.
 
+5. **High orders: Taylor mode.** Symbolic derivatives and their code grow exponentially
+   with the order. From order 3 (order 5 without numba) :meth:`SympyProvider.taylor` and
+   :meth:`SympyProvider.taylor_joint` propagate truncated polynomials through the
+   expression DAG instead (`invimbed._core.derivatives.taylor_mode`): nothing is
+   differentiated, and the cost grows polynomially with the order. ``taylor_mode``
+   chooses otherwise.
+
+Saturations (``Max``, ``Min``, ``Abs``, ``Piecewise``, ``Heaviside``, ``sign``) have
+derivatives almost everywhere: those of the branch at the point, a Dirac delta (the
+derivative of a step) being zero. A function without numpy code is refused by name
+when the provider is built.
+
 sympy (and numba) are imported only when a provider is built, so ``import invimbed``
 works without them.
 """
@@ -39,9 +51,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import _codegen
-from ._sympy_input import (_check_request, _check_symbols, _describe, _exponents,
-                           _expression, _expressions, _symbol, _symbols, import_numba,
-                           import_sympy)
+from ._sympy_input import (_check_printable, _check_request, _check_symbols, _describe,
+                           _exponents, _expression, _expressions, _symbol, _symbols,
+                           diff_almost_everywhere, import_numba, import_sympy,
+                           numpy_printer, real_variables)
+from .taylor_mode import _taylor_jets
 from .base import _WHICH, DerivativeProvider
 from .multiindex import factorials, multi_indices
 
@@ -70,6 +84,14 @@ class SympyProvider(DerivativeProvider):
         ``"numba"`` compiles a loop over the batch with ``numba.njit`` (faster for the
         small batches of a sweep, at a one-time compilation cost of about a second per
         request). Prefer ``None`` unless a benchmark on your problem says otherwise.
+    taylor_mode : bool or None, default None
+        How Taylor coefficients are computed: ``None`` chooses by order (Taylor mode from
+        order 3 with numba installed, from order 5 without; the symbolic derivatives
+        below, whose code is fastest there); ``True`` always Taylor mode (a ValueError
+        here if an expression holds a function it does not compose, e.g. ``atan2``);
+        ``False`` always the symbolic derivatives. Both agree to rounding
+        (benchmarks/bench_taylor_mode.py). Full derivative tensors
+        (:meth:`derivative`) are always symbolic.
 
     Attributes
     ----------
@@ -88,7 +110,8 @@ class SympyProvider(DerivativeProvider):
     ValueError
         If the sizes disagree, a symbol is repeated, an expression uses a symbol that is
         not among ``t``, ``z``, ``theta`` (or ``terminal_loss`` uses ``t`` or ``theta``),
-        an expression contains an undefined function, or ``compile`` is unknown.
+        an expression contains an undefined function or one without numpy code (named),
+        or ``compile`` or ``taylor_mode`` is unknown.
     ImportError
         If sympy (``pip install invimbed[symbolic]``) or, for ``compile="numba"``, numba
         (``pip install invimbed[numba]``) is missing.
@@ -114,7 +137,7 @@ class SympyProvider(DerivativeProvider):
 
     def __init__(self, t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
                  running_loss: Any = None, terminal_loss: Any = None, *,
-                 compile: str | None = None) -> None:
+                 compile: str | None = None, taylor_mode: bool | None = None) -> None:
         sp = import_sympy()
         self._sp = sp
         if compile not in _COMPILERS:
@@ -122,6 +145,10 @@ class SympyProvider(DerivativeProvider):
         self.compile = None if compile == "numpy" else compile
         if self.compile == "numba":
             self._numba = import_numba()
+        if taylor_mode not in (None, True, False):
+            raise ValueError(f"`taylor_mode` must be None, True or False, but got "
+                             f"{_describe(taylor_mode)}")
+        self.taylor_mode = taylor_mode
         t = _symbol(sp, t, "t")
         zs = _symbols(sp, z, "z")
         ths = _symbols(sp, theta, "theta")
@@ -145,6 +172,10 @@ class SympyProvider(DerivativeProvider):
         T = sp.S.Zero if terminal_loss is None else _expression(sp, terminal_loss, "terminal_loss")
         _check_symbols(sp, T, "terminal_loss", set(zs), "z (the terminal loss is T(z(q)))")
         self.expressions = {"f": tuple(f), "R": R, "T": T}
+        _check_printable(sp, [*((f"dynamics[{i}]", e) for i, e in enumerate(f)),
+                              ("running_loss", R), ("terminal_loss", T)])
+        self._real = real_variables(sp, (t, *zs, *ths), (*f, R, T))
+        self._jets = _taylor_jets(self, taylor_mode)
         # code is printed with plain names, whatever the user's symbols are called
         self._t_arg = sp.Symbol("_t")
         self._z_args = tuple(sp.Symbol(f"_z{i}") for i in range(self.n_state))
@@ -173,11 +204,11 @@ class SympyProvider(DerivativeProvider):
         if any(beta):
             k = max(j for j, b in enumerate(beta) if b)
             parent = self._diff(which, i, alpha, beta[:k] + (beta[k] - 1,) + beta[k + 1:])
-            expr = parent.diff(self.theta[k]) if parent != 0 else self._sp.S.Zero
+            expr = diff_almost_everywhere(self._sp, parent, self.theta[k], self._real)
         elif any(alpha):
             j = max(j for j, a in enumerate(alpha) if a)
             parent = self._diff(which, i, alpha[:j] + (alpha[j] - 1,) + alpha[j + 1:], beta)
-            expr = parent.diff(self.z[j]) if parent != 0 else self._sp.S.Zero
+            expr = diff_almost_everywhere(self._sp, parent, self.z[j], self._real)
         else:
             expr = self._base(which, i)
         self._diffs[key] = expr
@@ -219,7 +250,18 @@ class SympyProvider(DerivativeProvider):
             theta = np.zeros((B, self.n_theta))
         else:
             theta = np.broadcast_to(np.asarray(theta, dtype=float), (B, self.n_theta))
+        if self._jets is not None and self._jets.use(order, dth):
+            return self._jets.taylor(which, t, z, theta, order, dth, self.out_shape(which))
         return self._request("taylor", which, order, dth)(t, z, theta)
+
+    def taylor_joint(self, which: str, t: float, z: np.ndarray, theta: np.ndarray,
+                     order: int) -> np.ndarray:
+        """Joint Taylor coefficients in ``(z, theta)`` (see
+        :meth:`DerivativeProvider.taylor_joint`), by Taylor mode where it is chosen."""
+        if self._jets is None or not self._jets.use(order, 0):
+            return super().taylor_joint(which, t, z, theta, order)
+        _check_request(which, order, 0, "order")
+        return self._jets.joint(which, t, z, theta, order, self.out_shape(which))
 
     # -- code generation --------------------------------------------------------------
     def _request(self, kind: str, which: str, order: int, dth: int) -> "_Compiled":
@@ -288,8 +330,13 @@ class SympyProvider(DerivativeProvider):
         if self.compile == "numba":
             return self._numba_module(repl, reduced)   # its kernel / kernel_rows are called
         args = (self._t_arg,) + self._z_args + self._th_args
-        return sp.lambdify(args, list(reduced), modules="numpy", cse=lambda _: (repl, reduced),
-                           **_lambdify_options(sp))
+        try:
+            return sp.lambdify(args, list(reduced), modules="numpy",
+                               cse=lambda _: (repl, reduced), printer=numpy_printer(sp),
+                               **_lambdify_options(sp))
+        except Exception as exc:  # sympy's PrintMethodNotImplementedError and friends
+            raise ValueError(f"a derivative cannot be printed as numpy code: "
+                             f"{str(exc).splitlines()[0]}") from exc
 
     def _cse(self, exprs: list[Any]) -> tuple[list, list]:
         sp = self._sp
