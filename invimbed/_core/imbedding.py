@@ -9,13 +9,14 @@ import numpy as np
 
 from .closures import CLOSURES, JetClosure, StencilClosure
 from .derivatives import DerivativeOrderError
-from .fallback import fallback_adjoint
+from .fallback import exact_options, exact_probe, fallback_adjoint
 from .integrators import (ALL_METHODS, FIXED_METHODS, SCIPY_METHODS, integrate_fixed,
                           integrate_scipy)
 from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
 from .accuracy import assess
 from .arguments import parse_tol, prepare
+from .orders import raise_order
 from .assembly import collect_results
 from .derivatives.finite_difference import relative_step
 from .validation import (STEP_BUDGET, as_bool, as_int, as_ivp_options, as_spacing,
@@ -206,29 +207,47 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     if method in SCIPY_METHODS:
         rtol, atol = _finite_difference_floor(prov, closure, order, est, setup, rtol, atol,
                                               tol_pair, warnings)
-    top = _highest_order(prov, setup, est, max_order) if tol_pair is not None else order
-    K = order
-    while True:
-        res = _sweep(setup, closure=closure, order=K, method=method, rtol=rtol, atol=atol,
-                     step=step, est=est, difference=difference, delta=delta, backend=backend,
-                     tol=tol_pair, ratio_test=ratio_test, warnings=list(warnings),
-                     options=dict(options))
-        if (tol_pair is None or res.status != -2 or K >= top
-                or (backend != "numpy" and K >= 1)):
-            break
-        K = K + 1
-    if tol_pair is not None and res.status == -2 and K < max_order:
-        why = (f"the {prov.name} serves jets up to order {top}" if top < max_order else
-               f"backend={backend!r} runs order 1 only")
-        res["warnings"].append(SolverWarning(
-            "order_limit", f"the sweep stopped at order {K} short of max_order={max_order}: "
-            f"{why}"))
-    res["order"] = K if closure in ("jet", "crop") else None
+
+    def sweep(at: Any, K: int) -> ImbeddingResult:
+        return _sweep(at, closure=closure, order=K, method=method, rtol=rtol, atol=atol,
+                      step=step, est=est, difference=difference, delta=delta,
+                      backend=backend, tol=tol_pair, ratio_test=ratio_test,
+                      warnings=list(warnings), options=dict(options))
+
+    if tol_pair is None:
+        res = sweep(setup, order)
+    else:
+        top = _highest_order(prov, setup, est, max_order) if backend == "numpy" else order
+        exact = exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET))
+        res = raise_order(setup, sweep, order=order, top=max(top, order),
+                          probe=exact_probe(setup, exact) if fallback == "adjoint" else None)
+        last = (res.get("orders_run") or [order])[-1]
+        if res.status == -2 and top < max_order and last >= top:
+            why = (f"the {prov.name} serves jets up to order {top}" if backend == "numpy"
+                   else f"backend={backend!r} does not raise the order")
+            res["warnings"].append(SolverWarning(
+                "order_limit", f"the sweep stopped at order {last} short of "
+                f"max_order={max_order}: {why}"))
+    res["order"] = res.get("order", order) if closure in ("jet", "crop") else None
     if fallback == "adjoint" and res.get("converged") is not None:
         res = fallback_adjoint(setup, res, method, rtol, atol, tol_pair,
-                                options.get("max_steps"))
-    res["exact_fallback"] = res.get("exact_fallback", None)
+                               options.get(STEP_BUDGET))
+    if res.status == 0 and res.get("converged") is None:
+        res["status"] = 1
+        res["message"] = (f"{res.message.rstrip('.')}; {_unchecked(closure, est, method)} has "
+                          f"no error estimate, so the fields were not checked against a "
+                          f"tolerance (status 1). Compare with solve_adjoint, or use "
+                          f"closure='jet' with estimate_error=True.")
+    for key in ("exact_fallback", "orders_run", "depth_order"):
+        res.setdefault(key, None)
     return res
+
+
+def _unchecked(closure: str, est: bool, method: str) -> str:
+    """What made a result have no error estimate, for its status-1 message."""
+    if closure != "jet":
+        return f"closure={closure!r}"
+    return "method='disc'" if method == "disc" else "estimate_error=False"
 
 
 #: The named arguments of `solve_imbedding`, for the hint of a misspelt keyword.
@@ -409,7 +428,8 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N),
               "param_grad": (B, setup.control.n_params), "depth_grad": (B,)}
     return collect_results(setup, outcome, per_depth, shapes, closure=clo.name, method=method,
-                           with_errors=clo.has_error_estimate, tol=tol, warnings=warnings)
+                           with_errors=clo.has_error_estimate, tol=tol, warnings=warnings,
+                           predict=tol is not None)
 
 
 def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> ImbeddingResult:

@@ -8,9 +8,13 @@ from scipy.optimize import OptimizeResult
 
 #: Status codes of every solver's result (``result.status``), in the style of scipy's
 #: ``MESSAGES``. Negative: ``success`` is False; the fields are still returned (NaN where
-#: nothing could be computed).
+#: nothing could be computed). 1: ``success`` is True (every depth reached), but the
+#: result has no error estimate, so nothing was checked against a tolerance.
 STATUS = {
     0: "success: every requested depth was reached and is within the tolerance",
+    1: "reached, not checked: every requested depth was reached with finite values, but "
+       "the result has no error estimate (closure='stencil' or 'crop', method='disc', "
+       "estimate_error=False), so the fields were not checked against a tolerance",
     -1: "integration failed: a non-finite value, a step-size underflow or the step budget "
         "(the message names the depth)",
     -2: "not converged: the error estimate exceeds the tolerance at some depth (the "
