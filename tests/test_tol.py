@@ -7,6 +7,8 @@ result into a success when the exact solve succeeds; exact zeros pass a pure rel
 tolerance; a result without an error estimate says so in its status.
 """
 
+from functools import lru_cache
+
 import numpy as np
 import pytest
 
@@ -27,7 +29,9 @@ def within(res, ref, rtol, atol):
     return ok
 
 
+@lru_cache(maxsize=None)
 def pendulum():
+    """One problem for the tests of this file: its generated code is shared."""
     t, phi, v, u = sp.symbols("t phi v u")
     return invimbed.from_sympy(t, [phi, v], [u], [v, -sp.sin(phi) - 0.1 * v + u],
                                running_loss=0.1 * (1 - sp.cos(phi)) + 0.05 * u**2 / 2,
@@ -89,12 +93,12 @@ def test_prediction_reaches_the_tolerance_where_the_series_converges():
     """A shallow depth is carried to the tolerance; a deep one whose series cannot reach it
     by max_order is stopped at once, without holding the shallow one back."""
     pb, x, w = pendulum(), [0.5, 0.5], invimbed.Constant([0.5])
-    depths = -np.array([0.1, 0.4, 3.0])
-    res = solve_imbedding(pb, x, depths, control=w, tol=1e-6, max_order=6)
+    depths = -np.array([0.1, 0.3, 3.0])
+    res = solve_imbedding(pb, x, depths, control=w, tol=1e-4, max_order=4)
     ref = solve_adjoint(pb, x, depths, control=w, rtol=1e-12, atol=1e-14)
     assert list(res.converged) == [True, True, False] and res.status == -2
-    assert within(res, ref, 1e-6, 1e-6)[:2].all()          # certified means within tol
-    assert res.orders_run == list(range(1, res.order + 1)) and res.order < 6
+    assert within(res, ref, 1e-4, 1e-4)[:2].all()          # certified means within tol
+    assert res.orders_run == list(range(1, res.order + 1)) and 1 < res.order < 4
     assert res.depth_order[2] == 1                         # stopped after the first order
     assert res.depth_order[0] <= res.depth_order[1] == res.order
     assert "depth p = -3" in res.message and "max_order" in res.message
@@ -156,17 +160,17 @@ def fake_costs(monkeypatch, sweep, probe):
 
 def test_fallback_hands_over_at_once_where_the_exact_solve_is_cheaper(monkeypatch):
     pb, x, w = pendulum(), [0.5, 0.5], invimbed.Constant([0.5])
-    depths = -np.array([0.1, 0.4, 0.8])
+    depths = -np.array([0.1, 0.3])
     ref = solve_adjoint(pb, x, depths, control=w, rtol=1e-12, atol=1e-14)
     fake_costs(monkeypatch, sweep=1.0, probe=1e-3)
-    cheap = solve_imbedding(pb, x, depths, control=w, tol=1e-6, fallback="adjoint")
+    cheap = solve_imbedding(pb, x, depths, control=w, tol=1e-5, fallback="adjoint")
     assert cheap.orders_run == [1] and cheap.success, cheap.message
-    assert cheap.exact_fallback.all() and within(cheap, ref, 1e-6, 1e-6).all()
+    assert cheap.exact_fallback.all() and within(cheap, ref, 1e-5, 1e-5).all()
     # the same call when the exact solve is dear: the sweep raises the order instead
     fake_costs(monkeypatch, sweep=1e-3, probe=1.0)
-    dear = solve_imbedding(pb, x, depths, control=w, tol=1e-6, fallback="adjoint")
+    dear = solve_imbedding(pb, x, depths, control=w, tol=1e-5, fallback="adjoint")
     assert len(dear.orders_run) > 1 and dear.success, dear.message
-    assert not dear.exact_fallback.all() and within(dear, ref, 1e-6, 1e-6).all()
+    assert not dear.exact_fallback.any() and within(dear, ref, 1e-5, 1e-5).all()
 
 
 @pytest.mark.parametrize("kw", [dict(closure="stencil"), dict(closure="crop"),

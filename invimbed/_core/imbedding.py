@@ -95,7 +95,10 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         `numpy.isclose`: ``|err| <= atol + rtol |field|``. The sweep raises the jet order
         from ``order`` to ``max_order`` until the error estimate is within ``tol`` at
         every depth, with a ratio test that refuses depths where the jet series does not
-        converge. Without it, a depth whose estimate exceeds 10% of ``max(1, |field|)``
+        converge; it raises the order only for the depths predicted to reach ``tol`` by
+        ``max_order`` (and, with ``fallback``, at less cost than the exact solve), and
+        keeps each depth's fields from the order that converged it (docs/accuracy.md).
+        Without it, a depth whose estimate exceeds 10% of ``max(1, |field|)``
         is not converged. Needs ``closure="jet"`` with the estimate.
     fallback : {None, "adjoint"}
         ``"adjoint"``: recompute the (depth, input) pairs that did not converge with the
@@ -120,10 +123,13 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     ImbeddingResult
         ``depths``, ``z``, ``value``, ``adjoint``, ``param_grad``, ``depth_grad``,
         ``success``, ``status``, ``message``, ``nfev``, ``error_estimate``, ``warnings``,
-        ``converged``, ``order``, ``exact_fallback``, ``series_ratio``. Status 0:
-        success; -1: a non-finite value ended the sweep (the message names the depth;
-        depths not reached hold NaN); -2: not converged at some depth (the message names
-        the first; the fields are still returned).
+        ``converged``, ``order``, ``exact_fallback``, ``series_ratio``, ``orders_run``,
+        ``depth_order``. Status 0: success (within the tolerance); 1: every depth
+        reached, but the result has no error estimate (``closure="stencil"`` or
+        ``"crop"``, ``method="disc"``, ``estimate_error=False``), so nothing was
+        checked (``success`` is True); -1: a non-finite value ended the sweep (the
+        message names the depth; depths not reached hold NaN); -2: not converged at
+        some depth (the message names the first; the fields are still returned).
 
     Raises
     ------
