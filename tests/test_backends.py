@@ -26,6 +26,7 @@ import invimbed
 from invimbed import BolzaProblem, Constant, PiecewiseConstant, solve_imbedding
 from invimbed._core.namespace import array_namespace, is_cupy_array, to_numpy
 from invimbed._core.arguments import prepare
+from invimbed._core.imbedding import mark_unchecked
 from invimbed._core.integrators import ALL_METHODS
 from problems import lq_closed_form, pendulum_functions, sympy_pendulum, uncompilable_dynamics
 
@@ -178,9 +179,11 @@ def solve(backend: str, problem: BolzaProblem, x, depths, **kw) -> invimbed.Imbe
                         kw.get("step"), ALL_METHODS)
         closure = kw.get("closure", "jet")
         est = kw.get("estimate_error", True) and closure == "jet" and method != "disc"
-        return sweep_xp(setup, np, closure=closure, order=kw.get("order", 1), method=method,
-                        step=kw.get("step"), difference=kw.get("difference", "central"),
-                        delta=kw.get("delta"), estimate_error=est, backend="xp-numpy")
+        res = sweep_xp(setup, np, closure=closure, order=kw.get("order", 1), method=method,
+                       step=kw.get("step"), difference=kw.get("difference", "central"),
+                       delta=kw.get("delta"), estimate_error=est, backend="xp-numpy")
+        mark_unchecked(res, closure, est, method)      # what solve_imbedding adds
+        return res
     return solve_imbedding(problem, x, depths, backend=backend, **kw)
 
 

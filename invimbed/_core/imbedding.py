@@ -238,22 +238,23 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     if fallback == "adjoint" and res.get("converged") is not None:
         res = fallback_adjoint(setup, res, method, rtol, atol, tol_pair,
                                options.get(STEP_BUDGET))
-    if res.status == 0 and res.get("converged") is None:
-        res["status"] = 1
-        res["message"] = (f"{res.message.rstrip('.')}; {_unchecked(closure, est, method)} has "
-                          f"no error estimate, so the fields were not checked against a "
-                          f"tolerance (status 1). Compare with solve_adjoint, or use "
-                          f"closure='jet' with estimate_error=True.")
+    mark_unchecked(res, closure, est, method)
     for key in ("exact_fallback", "orders_run", "depth_order"):
         res.setdefault(key, None)
     return res
 
 
-def _unchecked(closure: str, est: bool, method: str) -> str:
-    """What made a result have no error estimate, for its status-1 message."""
-    if closure != "jet":
-        return f"closure={closure!r}"
-    return "method='disc'" if method == "disc" else "estimate_error=False"
+def mark_unchecked(res: ImbeddingResult, closure: str, est: bool, method: str) -> None:
+    """Give a successful result without an error estimate status 1, "reached, not
+    checked", and a message naming what left it without one (`invimbed.STATUS`)."""
+    if res.status != 0 or res.get("converged") is not None:
+        return
+    what = (f"closure={closure!r}" if closure != "jet" else
+            "method='disc'" if method == "disc" else "estimate_error=False")
+    res["status"] = 1
+    res["message"] = (f"{res.message.rstrip('.')}; {what} has no error estimate, so the "
+                      f"fields were not checked against a tolerance (status 1). Compare "
+                      f"with solve_adjoint, or use closure='jet' with estimate_error=True.")
 
 
 #: The named arguments of `solve_imbedding`, for the hint of a misspelt keyword.
