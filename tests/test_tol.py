@@ -144,16 +144,19 @@ def test_fallback_after_a_failed_sweep_is_a_success_when_the_exact_solve_succeed
     assert "sweep_failed" in [w.code for w in res.warnings]
 
 
-def fake_costs(monkeypatch, sweep, probe):
+def fake_costs(monkeypatch, sweep, probe, probe_ok=True):
     """Make the measured cost of every sweep ``sweep`` seconds and of the exact probe
-    ``probe`` seconds (the rule, not the machine, is under test)."""
+    ``probe`` seconds (the rule, not the machine, is under test); ``probe_ok=False``
+    makes the probe's exact solve fail."""
     from invimbed._core import orders
 
     real = orders._timed
 
     def timed(kind, fn, *args, **kw):
         out, _ = real(kind, fn, *args, **kw)
-        return out, (sweep if kind == "sweep" else probe)
+        if kind == "probe":
+            return out and probe_ok, probe
+        return out, sweep
 
     monkeypatch.setattr(orders, "_timed", timed)
 
@@ -171,6 +174,10 @@ def test_fallback_hands_over_at_once_where_the_exact_solve_is_cheaper(monkeypatc
     dear = solve_imbedding(pb, x, depths, control=w, tol=1e-5, fallback="adjoint")
     assert len(dear.orders_run) > 1 and dear.success, dear.message
     assert not dear.exact_fallback.any() and within(dear, ref, 1e-5, 1e-5).all()
+    # an exact solve that fails is no reason to stop raising, however cheap
+    fake_costs(monkeypatch, sweep=1.0, probe=1e-3, probe_ok=False)
+    failing = solve_imbedding(pb, x, depths, control=w, tol=1e-5, fallback="adjoint")
+    assert failing.orders_run == dear.orders_run and failing.success
 
 
 @pytest.mark.parametrize("kw", [dict(closure="stencil"), dict(closure="crop"),

@@ -113,10 +113,11 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
                 live = np.flatnonzero(active.any(axis=1))
                 i = int(live[np.argmin(setup.depths[live])])
                 ok, t_exact = _timed("probe", probe, i, int(np.argmax(active[i])))
-                t_exact = t_exact if ok else np.inf
-            worth = _worth(need[active], K, costs, top, t_exact)
-            why[active & (need > worth)] = CHEAPER
-            active &= why == 0
+                t_exact = t_exact if ok else np.inf    # no exact solve to hand over to
+            if np.isfinite(t_exact):
+                worth = _worth(need[active], K, costs, top, t_exact)
+                why[active & (need > worth)] = CHEAPER
+                active &= why == 0
         if not active.any():
             break
         K += 1
