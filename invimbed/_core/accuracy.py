@@ -36,6 +36,7 @@ class Verdict:
     refused: np.ndarray          # (n, B) refused by the ratio test
     warnings: list
     message: str
+    more: np.ndarray | None = None   # (n, B) further orders predicted (`orders_needed`)
 
     @property
     def all_converged(self) -> bool:
@@ -53,10 +54,13 @@ def _weighted(diff: dict, fields: dict, tol: Any, n: int, B: int) -> tuple[np.nd
     the same per field."""
     per = {}
     for k, d in diff.items():
+        d = np.asarray(d, float)
         with np.errstate(divide="ignore", invalid="ignore"):
-            w = np.asarray(d, float) / _scale(np.asarray(fields[k], float), tol)
-        w = w.reshape(n, B, -1)
-        w = np.where(np.isnan(w), np.inf, w)  # an estimate that is NaN is no estimate
+            w = d / _scale(np.asarray(fields[k], float), tol)
+        # two orders that agree exactly (a zero difference) pass any tolerance, also a
+        # pure relative one at a field that is exactly zero (0 / 0); an estimate that is
+        # NaN otherwise is no estimate
+        w = np.where(d == 0, 0.0, np.where(np.isnan(w), np.inf, w)).reshape(n, B, -1)
         per[k] = np.max(w, axis=2, initial=0.0)
     total = np.max(np.stack(list(per.values())), axis=0) if per else np.zeros((n, B))
     return total, per
@@ -93,9 +97,11 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
     ratio = np.full((n, B), np.nan)
     refused = np.zeros((n, B), bool)
     bound = e.copy()
+    more = None
     chain = [d for d in (lower, errors, upper) if d is not None]
     if len(chain) > 1 and tol is not None:
         weighted = [_weighted(d, fields, tol, n, B)[1] for d in chain]
+        more = orders_needed(weighted, 1 if upper is not None else 0)
         ratio = np.zeros((n, B))
         for a, b in zip(weighted[:-1], weighted[1:]):
             for k in a:
@@ -111,6 +117,8 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
         else:
             bound = e / (1 - r)
     converged = finite & (bound <= 1.0) & ~refused
+    if more is not None:
+        more = np.where(converged, 0.0, np.maximum(more, 1.0))
     warnings: list = []
     message = ""
     bad = ~converged & finite
@@ -137,7 +145,40 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
                    f"`order` (or pass tol=... to let the sweep choose it), request shallower "
                    f"depths, or pass fallback='adjoint' for exact values there.")
         warnings.append(_warning(code, message, p))
-    return Verdict(converged, bound, ratio, refused, warnings, message)
+    return Verdict(converged, bound, ratio, refused, warnings, message, more)
+
+
+def orders_needed(chain: list, offset: int) -> np.ndarray:
+    """How many orders above the reported ``K`` the jet series needs to reach the
+    tolerance, per (depth, input), predicted from its last differences (docs/accuracy.md,
+    "How the sweep picks the jet order").
+
+    ``chain`` holds, per field, the largest weighted differences (in units of the
+    tolerance) of the series in order, the last ``d_L`` with ``L = K + offset``. The ratio
+    ``r`` is the smaller of ``d_L / d_(L-1)`` and, with three differences, the mean ratio
+    over two orders, ``(d_L / d_(L-2))^(1/2)`` (one accidentally small difference, a
+    Taylor term crossing zero, then does not pass for a growing series). Taking ``r`` as
+    constant, the geometric bound of order ``K'`` is ``d_L r^(K' - L) / (1 - r)``, within
+    the tolerance from ``K' - K = offset + log((1 - r) / d_L) / log r`` on. A field whose
+    last difference is 0, or whose last two are both below `RATIO_FLOOR`, needs nothing;
+    one whose previous difference is 0 (or not finite) gives no prediction: one more
+    order; ``r >= 1`` (a divergent series) needs infinitely many. The largest over the
+    fields is returned (a float, ``inf`` for a divergent series).
+    """
+    out = None
+    for k in chain[-1]:
+        d = [np.asarray(c[k], float) for c in chain]
+        a, b = d[-2], d[-1]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            r = b / a
+            if len(d) > 2:
+                r = np.where(d[-3] > 0, np.minimum(r, np.sqrt(b / d[-3])), r)
+            j = offset + np.log(np.clip((1 - r) / b, 1e-300, None)) / np.log(r)
+        j = np.where(r >= 1, np.inf, j)
+        j = np.where((a > 0) & np.isfinite(a) & np.isfinite(b), j, 1.0)
+        j = np.where((b == 0) | ((a <= RATIO_FLOOR) & (b <= RATIO_FLOOR)), -np.inf, j)
+        out = j if out is None else np.maximum(out, j)
+    return out
 
 
 def _warning(code: str, message: str, depth: float | None = None) -> Any:

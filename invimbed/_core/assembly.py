@@ -117,7 +117,7 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
                     shapes: dict[str, tuple[int, ...]], *, closure: str, method: str,
                     with_errors: bool, tol: tuple[float, float] | None = None,
                     warnings: list | None = None, stacked_fields: tuple | None = None,
-                    **extra: Any) -> ImbeddingResult:
+                    predict: bool = False, **extra: Any) -> ImbeddingResult:
     """Per-depth fields from an integrator's states, with failures and accuracy reported.
 
     ``per_depth(p, y)`` returns ``(fields, errors)`` or ``(fields, errors, lower, upper)``
@@ -134,6 +134,11 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
     descending-depth order, owned by the caller and overwritten with NaN at the depths
     ``outcome.ys`` marks as not reached (an accelerated sweep's outputs, used without a
     copy).
+
+    ``predict=True`` (the order loop of `invimbed._core.orders`) adds the private keys
+    ``"_bound"`` (the verdict's error bound in units of the tolerance) and ``"_more"``
+    (`invimbed._core.accuracy.orders_needed`, where the ratio test ran), which the
+    caller removes.
     """
     success, message = outcome.success, outcome.message
     warnings = list(warnings or [])
@@ -176,7 +181,8 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
     upper = ({k: np.stack([r[k] for r in up_rows]) for k in err_keys} if has_upper and with_errors
              else None)
     return _verdict(setup, outcome, stacked, errors, lower, upper, success, message,
-                    closure=closure, method=method, tol=tol, warnings=warnings, **extra)
+                    closure=closure, method=method, tol=tol, warnings=warnings,
+                    predict=predict, **extra)
 
 
 def _collect_stacked(setup: Setup, outcome: Any, stacked_fields: tuple, shapes: dict,
@@ -198,7 +204,7 @@ def _collect_stacked(setup: Setup, outcome: Any, stacked_fields: tuple, shapes: 
 
 def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
              lower: dict | None, upper: dict | None, success: bool, message: str, *,
-             closure: str, method: str, tol: Any, warnings: list,
+             closure: str, method: str, tol: Any, warnings: list, predict: bool = False,
              **extra: Any) -> ImbeddingResult:
     """Non-finite results, the accuracy verdict (`assess`) and the packed result."""
     finite = all(np.all(np.isfinite(v)) for v in stacked.values())
@@ -219,6 +225,10 @@ def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
         if success and not verdict.all_converged:
             success, status = False, -2
             message = verdict.message
+        if predict:
+            extra["_bound"] = verdict.estimate
+            if verdict.more is not None:
+                extra["_more"] = verdict.more
     return pack_result(setup, stacked, success=success, status=status, message=message,
                        nfev=outcome.nfev, closure=closure, method=method,
                        error_estimate=errors, converged=converged, series_ratio=ratio,

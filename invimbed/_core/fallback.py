@@ -18,6 +18,35 @@ from .integrators import SCIPY_METHODS
 from .results import ImbeddingResult, SolverWarning
 
 
+def exact_options(method: str, rtol: float, atol: float, tol: Any,
+                  max_steps: int | None = None) -> dict:
+    """The keyword arguments of the fallback's `solve_adjoint`: RK45 (RK23 if the sweep
+    used it); ``rtol = 0.01 tol_rtol`` in ``[1e-12, 1e-6]`` and ``atol = 1e-5 tol_atol`` in
+    ``[1e-14, 1e-9]`` (the sweep's own, capped at 1e-6 and 1e-9, without ``tol``); a
+    ``max_steps`` the user gave an adaptive sweep."""
+    if tol is not None:
+        a_rtol = min(1e-6, max(1e-12, 0.01 * (tol[0] or tol[1])))
+        a_atol = min(1e-9, max(1e-14, 1e-5 * (tol[1] or tol[0])))
+    else:
+        a_rtol, a_atol = min(rtol, 1e-6), min(atol, 1e-9)
+    out = {"method": method if method in ("RK45", "RK23") else "RK45", "rtol": a_rtol,
+           "atol": a_atol}
+    if max_steps is not None and method in SCIPY_METHODS:
+        out["max_steps"] = max_steps
+    return out
+
+
+def exact_probe(setup: Any, options: dict) -> Any:
+    """``probe(i, b)``: solve the (depth ``i``, input ``b``) pair alone with the fallback's
+    `solve_adjoint` (``options`` from `exact_options`) and say whether it succeeded: what
+    the order loop times to price the exact solve of a pair (docs/accuracy.md)."""
+    def probe(i: int, b: int) -> bool:
+        ref = solve_adjoint(setup.problem, setup.x[b], setup.depths[i:i + 1],
+                            control=setup.control, **options)
+        return bool(ref.success)
+    return probe
+
+
 def fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
                       atol: float, tol: Any, max_steps: int | None = None) -> ImbeddingResult:
     """Recompute the (depth, input) pairs that did not converge with the exact ensemble
@@ -30,19 +59,12 @@ def fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
     if not bad.any():
         res["exact_fallback"] = exact if setup.batched else exact[:, 0]
         return res
-    if tol is not None:
-        a_rtol = min(1e-6, max(1e-12, 0.01 * (tol[0] or tol[1])))
-        a_atol = min(1e-9, max(1e-14, 1e-5 * (tol[1] or tol[0])))
-    else:
-        a_rtol, a_atol = min(rtol, 1e-6), min(atol, 1e-9)
-    adj_method = method if method in ("RK45", "RK23") else "RK45"
+    options = exact_options(method, rtol, atol, tol, max_steps)
+    a_rtol, a_atol = options["rtol"], options["atol"]
     inputs = np.flatnonzero(bad.any(axis=0))
     depths_bad = np.flatnonzero(bad.any(axis=1))
-    budget = {"max_steps": max_steps} if max_steps is not None and method in SCIPY_METHODS \
-        else {}
     ref = solve_adjoint(setup.problem, setup.x[inputs], setup.depths[depths_bad],
-                        control=setup.control, method=adj_method, rtol=a_rtol, atol=a_atol,
-                        **budget)
+                        control=setup.control, **options)
     fields = ("z", "value", "adjoint", "param_grad", "depth_grad")
     for ii, di in enumerate(depths_bad):
         for jj, b in enumerate(inputs):
@@ -71,12 +93,17 @@ def fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
         f"atol={a_atol:g}); see `exact_fallback`", first))
     res["warnings"] += [w for w in ref.get("warnings", []) if w not in res["warnings"]]
     res["exact_fallback"] = exact if setup.batched else exact[:, 0]
-    if res.status == -2:
+    if res.status in (-1, -2):
         if ref.success:
+            failed = res.status == -1
+            if failed:    # the sweep's own failure, now repaired, stays on record
+                res["warnings"].append(SolverWarning("sweep_failed", res.message, first))
+            where = "the sweep failed or its jet did not converge" if failed else \
+                "its jet did not converge"
             res["success"], res["status"] = True, 0
-            res["message"] = (f"The sweep reached every requested depth; {count} (depth, "
-                              f"input) pair(s) from depth p = {first:.6g} on, where its jet "
-                              f"did not converge, are exact values of solve_adjoint "
+            res["message"] = (f"Every requested depth is within the tolerance; {count} "
+                              f"(depth, input) pair(s) from depth p = {first:.6g} on, where "
+                              f"{where}, are exact values of solve_adjoint "
                               f"(`exact_fallback`).")
         else:
             res["success"], res["status"] = False, -1

@@ -9,13 +9,14 @@ import numpy as np
 
 from .closures import CLOSURES, JetClosure, StencilClosure
 from .derivatives import DerivativeOrderError
-from .fallback import fallback_adjoint
+from .fallback import exact_options, exact_probe, fallback_adjoint
 from .integrators import (ALL_METHODS, FIXED_METHODS, SCIPY_METHODS, integrate_fixed,
                           integrate_scipy)
 from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
 from .accuracy import assess
 from .arguments import parse_tol, prepare
+from .orders import raise_order
 from .assembly import collect_results
 from .derivatives.finite_difference import relative_step
 from .validation import (STEP_BUDGET, as_bool, as_int, as_ivp_options, as_spacing,
@@ -94,7 +95,10 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         `numpy.isclose`: ``|err| <= atol + rtol |field|``. The sweep raises the jet order
         from ``order`` to ``max_order`` until the error estimate is within ``tol`` at
         every depth, with a ratio test that refuses depths where the jet series does not
-        converge. Without it, a depth whose estimate exceeds 10% of ``max(1, |field|)``
+        converge; it raises the order only for the depths predicted to reach ``tol`` by
+        ``max_order`` (and, with ``fallback``, at less cost than the exact solve), and
+        keeps each depth's fields from the order that converged it (docs/accuracy.md).
+        Without it, a depth whose estimate exceeds 10% of ``max(1, |field|)``
         is not converged. Needs ``closure="jet"`` with the estimate.
     fallback : {None, "adjoint"}
         ``"adjoint"``: recompute the (depth, input) pairs that did not converge with the
@@ -119,10 +123,13 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     ImbeddingResult
         ``depths``, ``z``, ``value``, ``adjoint``, ``param_grad``, ``depth_grad``,
         ``success``, ``status``, ``message``, ``nfev``, ``error_estimate``, ``warnings``,
-        ``converged``, ``order``, ``exact_fallback``, ``series_ratio``. Status 0:
-        success; -1: a non-finite value ended the sweep (the message names the depth;
-        depths not reached hold NaN); -2: not converged at some depth (the message names
-        the first; the fields are still returned).
+        ``converged``, ``order``, ``exact_fallback``, ``series_ratio``, ``orders_run``,
+        ``depth_order``. Status 0: success (within the tolerance); 1: every depth
+        reached, but the result has no error estimate (``closure="stencil"`` or
+        ``"crop"``, ``method="disc"``, ``estimate_error=False``), so nothing was
+        checked (``success`` is True); -1: a non-finite value ended the sweep (the
+        message names the depth; depths not reached hold NaN); -2: not converged at
+        some depth (the message names the first; the fields are still returned).
 
     Raises
     ------
@@ -206,29 +213,48 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     if method in SCIPY_METHODS:
         rtol, atol = _finite_difference_floor(prov, closure, order, est, setup, rtol, atol,
                                               tol_pair, warnings)
-    top = _highest_order(prov, setup, est, max_order) if tol_pair is not None else order
-    K = order
-    while True:
-        res = _sweep(setup, closure=closure, order=K, method=method, rtol=rtol, atol=atol,
-                     step=step, est=est, difference=difference, delta=delta, backend=backend,
-                     tol=tol_pair, ratio_test=ratio_test, warnings=list(warnings),
-                     options=dict(options))
-        if (tol_pair is None or res.status != -2 or K >= top
-                or (backend != "numpy" and K >= 1)):
-            break
-        K = K + 1
-    if tol_pair is not None and res.status == -2 and K < max_order:
-        why = (f"the {prov.name} serves jets up to order {top}" if top < max_order else
-               f"backend={backend!r} runs order 1 only")
-        res["warnings"].append(SolverWarning(
-            "order_limit", f"the sweep stopped at order {K} short of max_order={max_order}: "
-            f"{why}"))
-    res["order"] = K if closure in ("jet", "crop") else None
+
+    def sweep(at: Any, K: int) -> ImbeddingResult:
+        return _sweep(at, closure=closure, order=K, method=method, rtol=rtol, atol=atol,
+                      step=step, est=est, difference=difference, delta=delta,
+                      backend=backend, tol=tol_pair, ratio_test=ratio_test,
+                      warnings=list(warnings), options=dict(options))
+
+    if tol_pair is None:
+        res = sweep(setup, order)
+    else:
+        top = _highest_order(prov, setup, est, max_order) if backend == "numpy" else order
+        exact = exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET))
+        res = raise_order(setup, sweep, order=order, top=max(top, order),
+                          probe=exact_probe(setup, exact) if fallback == "adjoint" else None)
+        last = (res.get("orders_run") or [order])[-1]
+        if res.status == -2 and top < max_order and last >= top:
+            why = (f"the {prov.name} serves jets up to order {top}" if backend == "numpy"
+                   else f"backend={backend!r} does not raise the order")
+            res["warnings"].append(SolverWarning(
+                "order_limit", f"the sweep stopped at order {last} short of "
+                f"max_order={max_order}: {why}"))
+    res["order"] = res.get("order", order) if closure in ("jet", "crop") else None
     if fallback == "adjoint" and res.get("converged") is not None:
         res = fallback_adjoint(setup, res, method, rtol, atol, tol_pair,
-                                options.get("max_steps"))
-    res["exact_fallback"] = res.get("exact_fallback", None)
+                               options.get(STEP_BUDGET))
+    mark_unchecked(res, closure, est, method)
+    for key in ("exact_fallback", "orders_run", "depth_order"):
+        res.setdefault(key, None)
     return res
+
+
+def mark_unchecked(res: ImbeddingResult, closure: str, est: bool, method: str) -> None:
+    """Give a successful result without an error estimate status 1, "reached, not
+    checked", and a message naming what left it without one (`invimbed.STATUS`)."""
+    if res.status != 0 or res.get("converged") is not None:
+        return
+    what = (f"closure={closure!r}" if closure != "jet" else
+            "method='disc'" if method == "disc" else "estimate_error=False")
+    res["status"] = 1
+    res["message"] = (f"{res.message.rstrip('.')}; {what} has no error estimate, so the "
+                      f"fields were not checked against a tolerance (status 1). Compare "
+                      f"with solve_adjoint, or use closure='jet' with estimate_error=True.")
 
 
 #: The named arguments of `solve_imbedding`, for the hint of a misspelt keyword.
@@ -409,7 +435,8 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N),
               "param_grad": (B, setup.control.n_params), "depth_grad": (B,)}
     return collect_results(setup, outcome, per_depth, shapes, closure=clo.name, method=method,
-                           with_errors=clo.has_error_estimate, tol=tol, warnings=warnings)
+                           with_errors=clo.has_error_estimate, tol=tol, warnings=warnings,
+                           predict=tol is not None)
 
 
 def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> ImbeddingResult:

@@ -8,9 +8,13 @@ from scipy.optimize import OptimizeResult
 
 #: Status codes of every solver's result (``result.status``), in the style of scipy's
 #: ``MESSAGES``. Negative: ``success`` is False; the fields are still returned (NaN where
-#: nothing could be computed).
+#: nothing could be computed). 1: ``success`` is True (every depth reached), but the
+#: result has no error estimate, so nothing was checked against a tolerance.
 STATUS = {
     0: "success: every requested depth was reached and is within the tolerance",
+    1: "reached, not checked: every requested depth was reached with finite values, but "
+       "the result has no error estimate (closure='stencil' or 'crop', method='disc', "
+       "estimate_error=False), so the fields were not checked against a tolerance",
     -1: "integration failed: a non-finite value, a step-size underflow or the step budget "
         "(the message names the depth)",
     -2: "not converged: the error estimate exceeds the tolerance at some depth (the "
@@ -65,12 +69,15 @@ class ImbeddingResult(OptimizeResult):
         ``dJ/dp = -(Lam . Phi + R)`` at ``(p_i, x)`` (docs/theory.md, "The imbedded fields"). At a jump of a
         piecewise-constant control it is the derivative from above (``p -> p_i+``).
     success : bool
-        Whether every requested depth was reached with finite values and, where the
-        closure has an error estimate, is within the tolerance (``tol``, or 10% of
-        ``max(1, |field|)`` without it) or was recomputed exactly (``fallback``).
+        ``status >= 0``: every requested depth was reached with finite values and, where
+        the result has an error estimate (status 0), is within the tolerance (``tol``, or
+        10% of ``max(1, |field|)`` without it) or was recomputed exactly (``fallback``).
+        A result without an estimate (status 1) was not checked against any tolerance.
     status : int
-        One of `STATUS`: 0 success; -1 integration failure; -2 not converged (the error
-        estimate exceeds the tolerance). See ``message``.
+        One of `STATUS`: 0 success; 1 reached but not checked (no error estimate:
+        ``closure="stencil"`` or ``"crop"``, ``method="disc"``, ``estimate_error=False``);
+        -1 integration failure; -2 not converged (the error estimate exceeds the
+        tolerance). See ``message``.
     message : str
         Human-readable description; on failure it names the depth where it happened.
     nfev : int
@@ -89,14 +96,22 @@ class ImbeddingResult(OptimizeResult):
     warnings : list of SolverWarning
         Structured warnings (codes ``"estimate_large"``, ``"series_not_converging"``,
         ``"fallback_adjoint"``, ``"finite_differences_at_tolerance"``, ``"order_limit"``,
-        ``"ran_per_depth"``, ``"scalar_time"``: a vectorised function of the problem
-        takes a scalar ``t`` only and ran once per distinct time, see
-        `invimbed.BolzaProblem`, ...); ``message`` summarises.
+        ``"higher_order_failed"``, ``"sweep_failed"``, ``"ran_per_depth"``,
+        ``"scalar_time"``: a vectorised function of the problem takes a scalar ``t`` only
+        and ran once per distinct time, see `invimbed.BolzaProblem`, ...); ``message``
+        summarises.
     converged : ndarray of bool, shape (n,) or (n, B), or None
         `solve_imbedding` with an error estimate: whether each (depth, input) is within
         the tolerance (and, with ``tol``, passed the ratio test).
     order : int or None
-        `solve_imbedding`: the jet order used (chosen by the sweep with ``tol``).
+        `solve_imbedding`: the jet order used; with ``tol``, the highest order among the
+        fields returned (``depth_order`` says which order each pair's fields are of).
+    orders_run : list of int or None
+        `solve_imbedding` with ``tol``: the jet orders swept, in turn (docs/accuracy.md,
+        "How the sweep picks the jet order").
+    depth_order : ndarray of int, shape (n,) or (n, B), or None
+        `solve_imbedding` with ``tol``: the jet order each (depth, input) pair's fields
+        are of (the order that converged it, or the highest that reached it).
     exact_fallback : ndarray of bool or None
         `solve_imbedding` with ``fallback="adjoint"``: the (depth, input) pairs whose
         fields are the exact values of `solve_adjoint`.

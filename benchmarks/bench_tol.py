@@ -1,0 +1,143 @@
+"""How long `solve_imbedding(..., tol=1e-5)` takes from a fresh process, and whether its
+answer is within `tol` (docs/accuracy.md, "How the sweep picks the jet order").
+
+The case: a 4-state forced double pendulum written with `invimbed.from_sympy` (two links,
+unit masses and lengths, a torque `2 sin(3t)` on the first link plus the constant control
+`u = 0.3`), input `x = (1, -0.5, 0.5, 0)`, 9 depths `s = q - p` from 0.1 to 1. Each run
+is a fresh `python` process (import, sympy's code generation and the solve, all timed
+from the parent):
+
+* `fallback="adjoint"`: the target is at most 10 s, `success` True, every depth within
+  `tol` of the reference;
+* no fallback: the target is the same 10 s, with `converged` honest (every depth marked
+  converged within `tol`).
+
+The reference is `solve_adjoint(..., rtol=1e-11, atol=1e-13, strategy="per_depth")`,
+computed in its own process (not timed). "err/tol" is the largest over the fields `z`,
+`value`, `adjoint`, `param_grad` and their components of
+`|field - reference| / (atol + rtol |reference|)`: within `tol` means at most 1.
+
+Run from the repository root (timings vary with the load of the machine; compare them
+only within one run):
+
+    python benchmarks/bench_tol.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+TOL = 1e-5
+TARGET_S = 10.0
+X = [1.0, -0.5, 0.5, 0.0]
+U = 0.3
+DEPTHS = -np.linspace(0.1, 1.0, 9)
+FIELDS = ("z", "value", "adjoint", "param_grad")
+
+
+def problem():
+    import sympy as sp
+
+    import invimbed
+
+    g, amp = 3.0, 2.0
+    t, u = sp.Symbol("t"), sp.Symbol("u")
+    a, b, va, vb = sp.symbols("a b va vb")
+    d = a - b
+    den = 3 - sp.cos(2 * a - 2 * b)
+    aa = (-3 * g * sp.sin(a) - g * sp.sin(a - 2 * b)
+          - 2 * sp.sin(d) * (vb**2 + va**2 * sp.cos(d))) / den
+    bb = 2 * sp.sin(d) * (2 * va**2 + 2 * g * sp.cos(a) + vb**2 * sp.cos(d)) / den
+    f = [va, vb, aa + u + amp * sp.sin(3 * t), bb]
+    R = 0.1 * (a**2 + b**2) + 0.05 * u**2
+    T = (1 - sp.cos(a - 1)) + (1 - sp.cos(b)) + 0.05 * (va**2 + vb**2)
+    return invimbed.from_sympy(t, [a, b, va, vb], [u], f, R, T)
+
+
+def child(kind: str, out: str) -> None:
+    """One solve in this (fresh) process; its fields go to ``out`` (npz)."""
+    import invimbed
+
+    pb, ctrl = problem(), invimbed.Constant([U])
+    if kind == "reference":
+        res = invimbed.solve_adjoint(pb, X, DEPTHS, control=ctrl, rtol=1e-11, atol=1e-13,
+                                     strategy="per_depth")
+    else:
+        fb = {"fallback": "adjoint"} if kind == "fallback" else {}
+        res = invimbed.solve_imbedding(pb, X, DEPTHS, control=ctrl, tol=TOL, **fb)
+    extra = {}
+    if kind != "reference":
+        extra = dict(converged=res.converged, exact=(res.exact_fallback if
+                                                      res.exact_fallback is not None else
+                                                      np.zeros(DEPTHS.size, bool)),
+                     depth_order=res.depth_order, orders_run=np.array(res.orders_run))
+    np.savez(out, success=res.success, status=res.status, message=res.message,
+             **{k: res[k] for k in FIELDS}, **extra)
+
+
+def run(kind: str, folder: str) -> tuple[float, dict]:
+    out = os.path.join(folder, f"{kind}.npz")
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, out],
+                   check=True)
+    seconds = time.perf_counter() - t0
+    with np.load(out) as data:
+        return seconds, {k: data[k] for k in data.files}
+
+
+def err_over_tol(res: dict, ref: dict) -> np.ndarray:
+    """Per depth, the largest ``|res - ref| / (tol + tol |ref|)`` over fields and
+    components."""
+    worst = np.zeros(DEPTHS.size)
+    for k in FIELDS:
+        e = np.abs(res[k] - ref[k]) / (TOL + TOL * np.abs(ref[k]))
+        worst = np.maximum(worst, e.reshape(DEPTHS.size, -1).max(axis=1))
+    return worst
+
+
+def main() -> None:
+    from _machine import machine_info
+
+    print(machine_info("sympy"))
+    print(f"\ncase: forced double pendulum (from_sympy, N = 4), 9 depths s = "
+          f"{-DEPTHS[0]:g} .. {-DEPTHS[-1]:g}, tol = {TOL:g}; each run a fresh process\n")
+    with tempfile.TemporaryDirectory() as folder:
+        t_ref, ref = run("reference", folder)
+        print(f"reference solve_adjoint(rtol=1e-11, per_depth): {t_ref:.1f} s (not a target)")
+        for kind in ("fallback", "plain"):
+            seconds, res = run(kind, folder)
+            e = err_over_tol(res, ref)
+            conv, exact = res["converged"].astype(bool), res["exact"].astype(bool)
+            certified = conv | exact
+            honest = bool(np.all(e[certified] <= 1.0))
+            label = 'fallback="adjoint"' if kind == "fallback" else "no fallback"
+            print(f"\n{label}: {seconds:.1f} s from a fresh process (target <= {TARGET_S:g} s:"
+                  f" {'met' if seconds <= TARGET_S else 'NOT met'}, "
+                  f"{seconds / TARGET_S:.2f} x the target)")
+            print(f"  success {bool(res['success'])}, status {int(res['status'])}, orders run "
+                  f"{res['orders_run'].tolist()}")
+            print(f"  converged      {conv.astype(int).tolist()}")
+            print(f"  exact_fallback {exact.astype(int).tolist()}")
+            print(f"  depth_order    {res['depth_order'].tolist()}")
+            print("  err/tol        " + " ".join(f"{v:.2g}" for v in e))
+            print(f"  max err/tol {e.max():.3g} over all depths; "
+                  f"{e[certified].max() if certified.any() else 0.0:.3g} over the depths "
+                  f"marked converged or exact: {'honest' if honest else 'NOT honest'}")
+            if not bool(res["success"]):
+                print(f"  message: {res['message']}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3])
+    else:
+        main()

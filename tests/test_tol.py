@@ -1,0 +1,191 @@
+"""`tol` raises the jet order only while it pays, and keeps what it has certified.
+
+The order prediction (docs/accuracy.md, "How the sweep picks the jet order") stops a
+divergent series at once and carries a convergent one to the tolerance; a higher order
+that fails leaves the depths a lower order had certified; the fallback turns such a
+result into a success when the exact solve succeeds; exact zeros pass a pure relative
+tolerance; a result without an error estimate says so in its status.
+"""
+
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+import invimbed
+from invimbed import STATUS, solve_adjoint, solve_imbedding
+
+sp = pytest.importorskip("sympy")
+
+FIELDS = ("z", "value", "adjoint", "param_grad")
+
+
+def within(res, ref, rtol, atol):
+    """Per depth: every field within ``atol + rtol |ref|`` of the reference."""
+    ok = np.ones(np.shape(res.value), bool)
+    for k in FIELDS:
+        bad = np.abs(res[k] - ref[k]) > atol + rtol * np.abs(ref[k])
+        ok &= ~bad.reshape(ok.shape + (-1,)).any(-1)
+    return ok
+
+
+@lru_cache(maxsize=None)
+def pendulum():
+    """One problem for the tests of this file: its generated code is shared."""
+    t, phi, v, u = sp.symbols("t phi v u")
+    return invimbed.from_sympy(t, [phi, v], [u], [v, -sp.sin(phi) - 0.1 * v + u],
+                               running_loss=0.1 * (1 - sp.cos(phi)) + 0.05 * u**2 / 2,
+                               terminal_loss=1 - sp.cos(phi - 2.5) + v**2 / 2)
+
+
+def lorenz():
+    t = sp.Symbol("t")
+    x, y, z = sp.symbols("x y z")
+    f = [10 * (y - x), x * (28 - z) - y, x * y - sp.Rational(8, 3) * z]
+    return invimbed.from_sympy(t, [x, y, z], [], f, None, (x**2 + y**2 + z**2) / 2)
+
+
+def rough(monkeypatch):
+    """``dz/dt = -z + sin(z) / 2 + z^3 / 3`` whose derivative provider gives infinite
+    derivatives of ``f`` from order 6 on (a function that is only C^5 at ``x``): the
+    jets up to order 2 (derivatives up to order 5) are served, the sweep of order 3
+    fails at its first evaluation."""
+    t, z = sp.symbols("t z")
+    pb = invimbed.from_sympy(t, [z], [], [-z + sp.sin(z) / 2 + z**3 / 3], z**2 / 2, z**2 / 2)
+    prov = pb.provider(1, 0)
+    real = prov.taylor
+
+    def taylor(which, t, z, theta, order, dth=0):
+        out = np.array(real(which, t, z, theta, order, dth))
+        if which == "f":
+            out[..., 6:] = np.inf          # N = 1: the last axis is the degree
+        return out
+
+    monkeypatch.setattr(prov, "taylor", taylor)
+    return pb
+
+
+def test_pure_relative_tol_passes_an_exactly_zero_entry():
+    """dz = -z + u, a two-piece control on [-1, 0], depth -0.2: the first piece's gradient
+    is exactly 0 at every order, and 0 is within any relative tolerance of 0."""
+    t, z, u = sp.symbols("t z u")
+    pb = invimbed.from_sympy(t, [z], [u], [-z + u], (z**2 + u**2) / 2, z**2 / 2)
+    ctrl = invimbed.PiecewiseConstant(knots=[-1.0, -0.5, 0.0], values=[[0.3], [-0.4]])
+    res = solve_imbedding(pb, [0.7], [-0.2], control=ctrl, tol=(1e-2, 0.0), max_order=2)
+    ref = solve_adjoint(pb, [0.7], [-0.2], control=ctrl, rtol=1e-12, atol=1e-14)
+    assert ref.param_grad[0, 0] == 0.0 and res.param_grad[0, 0] == 0.0
+    assert res.success and res.status == 0 and res.converged.all(), res.message
+    assert res.order == 1 and res.orders_run == [1]
+    assert within(res, ref, 1e-2, 1e-12).all()
+
+
+def test_prediction_stops_a_divergent_series_at_once():
+    """Lorenz-63 at s = 1 (ten times its time scale): the series grows from order to
+    order. The sweep stops after the first order instead of running to max_order."""
+    res = solve_imbedding(lorenz(), [1.0, 1.0, 20.0], [-1.0], tol=1e-3, max_order=6)
+    assert res.orders_run == [1] and res.order == 1
+    assert (res.success, res.status) == (False, -2) and not res.converged[0]
+    assert "does not converge" in res.message and "depth p = -1" in res.message
+    assert np.isfinite(res.z).all()          # the fields are returned, approximate
+
+
+def test_prediction_reaches_the_tolerance_where_the_series_converges():
+    """A shallow depth is carried to the tolerance; a deep one whose series cannot reach it
+    by max_order is stopped at once, without holding the shallow one back."""
+    pb, x, w = pendulum(), [0.5, 0.5], invimbed.Constant([0.5])
+    depths = -np.array([0.1, 0.3, 3.0])
+    res = solve_imbedding(pb, x, depths, control=w, tol=1e-4, max_order=4)
+    ref = solve_adjoint(pb, x, depths, control=w, rtol=1e-12, atol=1e-14)
+    assert list(res.converged) == [True, True, False] and res.status == -2
+    assert within(res, ref, 1e-4, 1e-4)[:2].all()          # certified means within tol
+    assert res.orders_run == list(range(1, res.order + 1)) and 1 < res.order < 4
+    assert res.depth_order[2] == 1                         # stopped after the first order
+    assert res.depth_order[0] <= res.depth_order[1] == res.order
+    assert "depth p = -3" in res.message and "max_order" in res.message
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_failed_higher_order_keeps_what_a_lower_order_certified(monkeypatch):
+    pb, depths, tol = rough(monkeypatch), -np.array([0.05, 0.1, 0.2, 0.4]), 1e-6
+    low = solve_imbedding(pb, [1.0], depths, order=2, max_order=2, tol=tol)
+    assert list(low.converged) == [True, True, False, False]   # order 2 certifies two
+    high = solve_imbedding(pb, [1.0], depths, order=3, max_order=3, tol=tol)
+    assert high.status == -1 and np.isnan(high.z).all()        # order 3 fails at once
+    res = solve_imbedding(pb, [1.0], depths, order=2, max_order=3, tol=tol)
+    ref = solve_adjoint(pb, [1.0], depths, rtol=1e-12, atol=1e-14)
+    assert list(res.converged) == [True, True, False, False] and res.status == -2
+    assert res.orders_run == [2, 3] and list(res.depth_order) == [2, 2, 2, 2]
+    assert within(res, ref, tol, tol)[:2].all() and np.isfinite(res.z).all()
+    assert "higher_order_failed" in [w.code for w in res.warnings]
+    assert "depth p = -0.2" in res.message and "order 3" in res.message
+    # with the fallback (priced dear, so that order 3 is tried), the exact solve of the
+    # last depths makes it a success
+    fake_costs(monkeypatch, sweep=1e-3, probe=1.0)
+    fb = solve_imbedding(pb, [1.0], depths, order=2, max_order=3, tol=tol,
+                         fallback="adjoint")
+    assert fb.success and fb.status == 0, fb.message
+    assert list(fb.exact_fallback) == [False, False, True, True]
+    assert within(fb, ref, tol, tol).all()
+    codes = [w.code for w in fb.warnings]
+    assert "higher_order_failed" in codes and "fallback_adjoint" in codes
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_fallback_after_a_failed_sweep_is_a_success_when_the_exact_solve_succeeds(
+        monkeypatch):
+    """The sweep of the only order fails at its first evaluation; the exact ensemble
+    recomputes every depth, so the result is a success, with the failure in warnings."""
+    pb, depths = rough(monkeypatch), -np.array([0.05, 0.1])
+    res = solve_imbedding(pb, [1.0], depths, order=3, max_order=3, tol=1e-6,
+                          fallback="adjoint")
+    ref = solve_adjoint(pb, [1.0], depths, rtol=1e-12, atol=1e-14)
+    assert res.success and res.status == 0, res.message
+    assert res.exact_fallback.all() and within(res, ref, 1e-6, 1e-6).all()
+    assert "sweep_failed" in [w.code for w in res.warnings]
+
+
+def fake_costs(monkeypatch, sweep, probe, probe_ok=True):
+    """Make the measured cost of every sweep ``sweep`` seconds and of the exact probe
+    ``probe`` seconds (the rule, not the machine, is under test); ``probe_ok=False``
+    makes the probe's exact solve fail."""
+    from invimbed._core import orders
+
+    real = orders._timed
+
+    def timed(kind, fn, *args, **kw):
+        out, _ = real(kind, fn, *args, **kw)
+        if kind == "probe":
+            return out and probe_ok, probe
+        return out, sweep
+
+    monkeypatch.setattr(orders, "_timed", timed)
+
+
+def test_fallback_hands_over_at_once_where_the_exact_solve_is_cheaper(monkeypatch):
+    pb, x, w = pendulum(), [0.5, 0.5], invimbed.Constant([0.5])
+    depths = -np.array([0.1, 0.3])
+    ref = solve_adjoint(pb, x, depths, control=w, rtol=1e-12, atol=1e-14)
+    fake_costs(monkeypatch, sweep=1.0, probe=1e-3)
+    cheap = solve_imbedding(pb, x, depths, control=w, tol=1e-5, fallback="adjoint")
+    assert cheap.orders_run == [1] and cheap.success, cheap.message
+    assert cheap.exact_fallback.all() and within(cheap, ref, 1e-5, 1e-5).all()
+    # the same call when the exact solve is dear: the sweep raises the order instead
+    fake_costs(monkeypatch, sweep=1e-3, probe=1.0)
+    dear = solve_imbedding(pb, x, depths, control=w, tol=1e-5, fallback="adjoint")
+    assert len(dear.orders_run) > 1 and dear.success, dear.message
+    assert not dear.exact_fallback.any() and within(dear, ref, 1e-5, 1e-5).all()
+    # an exact solve that fails is no reason to stop raising, however cheap
+    fake_costs(monkeypatch, sweep=1.0, probe=1e-3, probe_ok=False)
+    failing = solve_imbedding(pb, x, depths, control=w, tol=1e-5, fallback="adjoint")
+    assert failing.orders_run == dear.orders_run and failing.success
+
+
+@pytest.mark.parametrize("kw", [dict(closure="stencil"), dict(closure="crop"),
+                                dict(estimate_error=False), dict(method="disc")])
+def test_a_result_without_an_estimate_says_so_in_its_status(kw):
+    pb = invimbed.BolzaProblem(lambda t, z, th: -z + 0.1 * z**2,
+                               terminal_loss=lambda z: 0.5 * np.sum(z**2, 1), vectorized=True)
+    res = solve_imbedding(pb, [1.0], [-0.1, -0.2], **kw)
+    assert res.status == 1 and 1 in STATUS and res.converged is None
+    assert res.success            # every depth reached with finite values, nothing more
+    assert "no error estimate" in res.message and "not checked" in res.message
