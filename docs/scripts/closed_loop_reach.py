@@ -10,7 +10,7 @@ converged, and the deepest horizon reached. Problems (written from the literatur
   ``x2' = -x1 + x2 (1.4 - 0.14 x2^2) + 4 u``, ``J = int x1^2 + u^2``, ``x0 = (-5, -5)``;
   published optimum 29.376 (horizon 2.5).
 * Van der Pol, tf = 5, ``-0.3 <= u <= 1``: ``x1' = x2``, ``x2' = -x1 + (1 - x1^2) x2 + u``,
-  ``J = int (x1^2 + x2^2 + u^2) / 2``, ``x0 = (1, 0)``; published optimum 2.8673.
+  ``J = int x1^2 + x2^2 + u^2``, ``x0 = (1, 0)``; published optimum 2.8673.
 * hypersensitive (Rao & Mease), ``x' = -x^3 + u``, ``J = int (x^2 + u^2) / 2``,
   ``x0 = 1.5``; the end condition ``x(tf) = 1`` as a terminal penalty ``50 (x - 1)^2``;
   published optimum 3.3621 at tf = 10^4 (horizons up to 10 here).
@@ -39,7 +39,7 @@ def rayleigh():
 def van_der_pol():
     t, x1, x2, u = sp.symbols("t x1 x2 u")
     pb = invimbed.from_sympy(t, [x1, x2], [u], [x2, -x1 + (1 - x1**2) * x2 + u],
-                             running_loss=(x1**2 + x2**2 + u**2) / 2)
+                             running_loss=x1**2 + x2**2 + u**2)
     return ("Van der Pol, -0.3 <= u <= 1", pb, [1.0, 0.0], 5.0,
             {"control_bounds": [[-0.3, 1.0]], "control_affine": True}, 2.8673)
 
@@ -78,8 +78,11 @@ def main() -> None:
     ap.add_argument("--max-time", type=float, default=120.0)
     ap.add_argument("--order", type=int, default=2)
     ap.add_argument("--depths", type=int, default=10)
+    ap.add_argument("--only", choices=("rayleigh", "van_der_pol", "hypersensitive"))
     args = ap.parse_args()
     for case in (rayleigh, van_der_pol, hypersensitive):
+        if args.only and case.__name__ != args.only:
+            continue
         run(case, args.order, args.depths, args.max_time)
 
 

@@ -34,7 +34,7 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                   step: float | None = None, estimate_error: bool = True,
                   control_affine: bool = False, linear_quadratic: bool | None = None,
                   theta0: Any = None, newton_tol: float | None = None, max_newton: int = 50,
-                  tol: Any = None, closed_loop: bool = True, max_time: float | None = None,
+                  tol: Any = None, closed_loop: bool | None = None, max_time: float | None = None,
                   progress: bool = False, **options: Any) -> ImbeddingResult:
     """Optimal feedback control of every depth by one imbedding sweep (Theorem 3).
 
@@ -102,15 +102,18 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         10% of ``max(1, |field|)``. A depth that fails is status -2. Only with ``tol``
         does the sweep carry the jet of order ``K - 1`` (the ratio test's), which is the
         first to blow up as the horizon grows.
-    closed_loop : bool, default True
+    closed_loop : bool or None, default None
         Check the value against its own feedback: simulate the sweep's feedback
         (``policy``) from ``(p_i, x)`` to ``q`` for every depth reached (`simulate`, the
         exact ensemble; RK45 after a fixed-step sweep) and report its true cost as
         ``closed_loop_value``. A depth where ``|J - V|`` exceeds the tolerance (``tol``,
         or 10% of ``max(1, |V|)`` without it) is not converged: ``success`` False,
         ``status`` -2, and the message names the depth (docs/optimal-control.md,
-        "Closed loop"). The sweep then also keeps the feedback at 64 depths spread over
-        the depth range (a fixed-step sweep: at some of its own step ends).
+        "Closed loop"). ``None`` checks the HJB sweep, whose value carries the jet's
+        truncation error, and not the Riccati path, which is exact (``True`` checks both,
+        ``False`` neither). Unless ``False``, the sweep keeps its feedback at 64 depths
+        spread over the depth range (a fixed-step sweep: at some of its own step ends)
+        for the result's ``policy``.
     max_time : float, optional
         Seconds the sweep may run. When they are spent it stops where it is and returns
         what it reached: the depths passed keep their fields, the others are NaN,
@@ -134,10 +137,10 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         (n, [B,] M, N)), ``depth_grad`` (``dV/dp = -min H``), ``error_estimate``,
         ``success``, ``status`` (`STATUS`), ``message``, ``nfev``, ``linear_quadratic``
         (whether the Riccati path ran), ``warnings`` (`SolverWarning` entries),
-        ``optimality_error``; with ``closed_loop``, ``closed_loop_value`` (the true
-        cost of the sweep's feedback from ``(p_i, x)``, shape (n, [B]), NaN where no
-        value was reached) and ``policy`` (the feedback ``u(t, z)``,
-        `SweepFeedback`, for `simulate`). A failure of the pointwise minimisation (an
+        ``optimality_error``; where the closed loop was checked, ``closed_loop_value``
+        (the true cost of the sweep's feedback from ``(p_i, x)``, shape (n, [B]), NaN
+        where no value was reached); unless ``closed_loop=False``, ``policy`` (the
+        feedback ``u(t, z)``, `SweepFeedback`, for `simulate`; None otherwise). A failure of the pointwise minimisation (an
         `OptimalityError`: the Hamiltonian not strictly convex in ``theta``, or Newton's
         method not converging) ends the sweep with ``success=False`` and a message naming
         the depth; the depths reached before it keep their fields (NaN only beyond), and
@@ -171,7 +174,8 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         raise TypeError(f"`linear_quadratic` must be None, True or False, but got "
                         f"{describe(linear_quadratic)}")
     estimate_error = as_bool(estimate_error, "estimate_error")
-    closed_loop = as_bool(closed_loop, "closed_loop")
+    if closed_loop is not None:
+        closed_loop = as_bool(closed_loop, "closed_loop")
     progress = as_bool(progress, "progress")
     max_time = as_real(max_time, "max_time", positive=True, allow_none=True)
     control_affine = as_bool(control_affine, "control_affine")
@@ -219,23 +223,27 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     rtol, atol = float(rtol), float(atol)
     step = None if step is None else float(step)
     p_min = float(setup.depths_desc[-1])
-    grid = feedback_grid(setup, method, step) if closed_loop else None
+    grid = feedback_grid(setup, method, step) if closed_loop is not False else None
     budget = SweepBudget(max_time, progress, setup.q, p_min)
     try:
-        res = _sweep(setup, problem, method, rtol, atol, step, options, estimate_error, bounds,
-                     n_controls, control_affine, theta0, newton_tol, max_newton, tol_pair,
-                     linear_quadratic, order, grid, budget)
+        res = _sweep(setup, problem, grid, budget, method=method, rtol=rtol, atol=atol,
+                     step=step, options=options, estimate_error=estimate_error, bounds=bounds,
+                     n_controls=n_controls, control_affine=control_affine, theta0=theta0,
+                     newton_tol=newton_tol, max_newton=max_newton, tol_pair=tol_pair,
+                     linear_quadratic=linear_quadratic, order=order)
     finally:
         budget.close()
-    if closed_loop and res.get("policy") is not None:
+    check = closed_loop if closed_loop is not None else not res.linear_quadratic
+    if check and res.get("policy") is not None:
         check_closed_loop(res, setup, res.policy, method, rtol, atol, options, tol_pair)
     return res
 
 
-def _sweep(setup, problem, method, rtol, atol, step, options, estimate_error, bounds,
-           n_controls, control_affine, theta0, newton_tol, max_newton, tol_pair,
-           linear_quadratic, order, grid, budget) -> ImbeddingResult:
-    """The Riccati path or the HJB sweep (`solve_optimal`'s arguments, checked)."""
+def _sweep(setup, problem, grid, budget, *, method, rtol, atol, step, options, estimate_error,
+           bounds, n_controls, control_affine, theta0, newton_tol, max_newton, tol_pair,
+           linear_quadratic, order) -> ImbeddingResult:
+    """The Riccati path or the HJB sweep (`solve_optimal`'s arguments, checked; ``grid``
+    and ``budget`` as in `invimbed._control.feedback.sweep_feedback`)."""
     p_min = float(setup.depths_desc[-1])
     if control_affine:
         riccati.check_control_affine(setup.provider, setup.q, p_min, setup.x, bounds, theta0)

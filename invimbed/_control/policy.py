@@ -33,10 +33,13 @@ GRID_SIZE = 64
 
 
 def feedback_grid(setup: Any, method: str, step: float | None,
-                  size: int = GRID_SIZE) -> np.ndarray:
-    """Depths, descending, at which the sweep keeps its feedback: ``size`` evenly spread
-    over ``[p_min, q]``, ``q`` and the requested depths. A fixed-step sweep takes them
+                  size: int | None = None) -> np.ndarray:
+    """Depths, descending, at which the sweep keeps its feedback: ``size`` (default
+    `GRID_SIZE`) spread over ``[p_min, q]``, half evenly and half clustered towards ``q``
+    (quadratically), where value functions change fastest (a value settles as the
+    horizon grows), plus ``q`` and the requested depths. A fixed-step sweep takes them
     from its own step ends, so that they do not change its grid."""
+    size = GRID_SIZE if size is None else size
     q, p_min = setup.q, float(setup.depths_desc[-1])
     if method in FIXED_METHODS:
         sched = fixed_schedule(q, setup.depths_desc, np.empty(0), setup.piece_of, method, step)
@@ -44,7 +47,9 @@ def feedback_grid(setup: Any, method: str, step: float | None,
         pick = ends[np.unique(np.linspace(0, ends.size - 1, min(size, ends.size)).astype(int))] \
             if ends.size else ends
     else:
-        pick = np.linspace(p_min, q, size)
+        half = max(2, size // 2)
+        pick = np.concatenate([np.linspace(p_min, q, half),
+                               q - (q - p_min) * np.linspace(0.0, 1.0, half) ** 2])
     return np.unique(np.concatenate([pick, setup.depths_desc, [q]]))[::-1]
 
 
