@@ -14,7 +14,7 @@ result's ``policy``) is applied for ``dt`` by `invimbed.simulate`, which also re
 running cost of that stretch. The total true cost of the loop is compared with J*; the time
 of every re-solve is measured and printed.
 
-Run:  python examples/receding_horizon.py          (4 steps, t up to 1)
+Run:  python examples/receding_horizon.py          (2 steps, t up to 0.5)
       python examples/receding_horizon.py --full   (20 steps, the whole horizon tf = 5)
 """
 
@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--dt", type=float, default=0.25, help="time between re-solves")
     ap.add_argument("--order", type=int, default=2, help="jet order of the sweep")
     args = ap.parse_args()
-    steps = int(round(5.0 / args.dt)) if args.full else 4
+    steps = int(round(5.0 / args.dt)) if args.full else 2
     pb = problem()
     print(f"Van der Pol, -0.3 <= u <= 1, x(0) = (1, 0): receding horizon H = {args.horizon}, "
           f"re-solved every dt = {args.dt} ({steps} steps), jet order {args.order}")
