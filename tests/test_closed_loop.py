@@ -146,6 +146,8 @@ def test_closed_loop_check_refuses_a_wrong_value(cubic):
     unchecked = solve_optimal(cubic, [1.5], depths, n_controls=1, order=1,
                               estimate_error=False, control_affine=True, closed_loop=False)
     assert unchecked.success and "closed_loop_value" not in unchecked
+    with pytest.raises(ValueError, match="without a feedback `policy`"):
+        simulate(cubic, [1.5], unchecked, 0.25)
 
 
 def test_closed_loop_check_batched_inputs(integrator):
@@ -165,8 +167,9 @@ def test_closed_loop_check_batched_inputs(integrator):
 # -- the order K - 1 jet, the time budget, progress -------------------------------------------
 def test_default_call_is_not_stopped_by_the_lower_order_jet():
     """dz/dt = -z^3 + u, T = z^2 at x = 0.5, jet order 2, horizon 3: the order-1 jet blows
-    up at p = -2.876, which stopped the default call (it carried order K - 1 without a
-    `tol`). Orders 2 and 3 reach the horizon in about 45 steps."""
+    up at p = -2.876, and a sweep carrying it (the ratio test's order K - 1) stops there.
+    Without a `tol` the sweep carries orders 2 and 3 only, which reach the horizon in
+    about 45 steps."""
     t, z, u = sp.symbols("t z u")
     pb = invimbed.from_sympy(t, [z], [u], [-z**3 + u], running_loss=(z**2 + u**2) / 2,
                              terminal_loss=z**2)

@@ -193,9 +193,9 @@ def _row_control(problem: BolzaProblem, control: Any, xb: np.ndarray, t_lo: floa
     B = xb.shape[0]
     policy = control.get("policy") if isinstance(control, OptimizeResult) else control
     if isinstance(control, OptimizeResult) and policy is None:
-        raise ValueError("`control` is a result without a feedback `policy`; pass the result "
-                         "of solve_optimal, a feedback callable u(t, z) or an open-loop "
-                         "control")
+        raise ValueError("`control` is a result without a feedback `policy` (solve_optimal "
+                         "keeps one unless closed_loop=False); pass such a result, a feedback "
+                         "callable u(t, z) or an open-loop control")
     if isinstance(policy, OpenLoopControl):
         ctrl = policy
         ctrl.theta(t_lo)                      # raises naming the range it covers
