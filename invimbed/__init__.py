@@ -25,6 +25,9 @@ from ._learning.regression import endpoint_loss as endpoint_loss
 from ._learning.training import fit_endpoint_dynamics as fit_endpoint_dynamics
 from ._control.residual import optimality_residual as optimality_residual
 from ._control.optimal import solve_optimal as solve_optimal
+from ._control.policy import SweepFeedback as SweepFeedback
+from ._control.simulate import SimulationResult as SimulationResult
+from ._control.simulate import simulate as simulate
 from ._control.sweep import OptimalityError as OptimalityError
 from ._control.depth import DepthResult as DepthResult
 from ._control.depth import optimal_depth as optimal_depth
@@ -53,7 +56,9 @@ __all__ = [
     "OptimalityError",
     "PiecewiseConstant",
     "STATUS",
+    "SimulationResult",
     "SolverWarning",
+    "SweepFeedback",
     "SympyProvider",
     "__version__",
     "array_namespace",
@@ -64,6 +69,7 @@ __all__ = [
     "optimal_depth",
     "optimality_residual",
     "optimize_control",
+    "simulate",
     "solve_adjoint",
     "solve_imbedding",
     "solve_optimal",

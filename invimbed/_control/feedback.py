@@ -46,6 +46,7 @@ from .._core.controls import OpenLoopControl
 from .._core.derivatives.multiindex import (compose_split, monomials, multi_indices,
                                             n_coefficients, poly_derivatives, poly_mul)
 from .._core.results import ImbeddingResult, SolverWarning
+from .policy import policy_from_outcome
 from .sweep import OptimalityError, finish, integrate
 
 #: Newton's tolerance on the feedback with exact derivatives (relative step size).
@@ -85,8 +86,8 @@ class FeedbackJetClosure(JetClosure):
     either optimal (Theorem 3) or a given feedback ``policy(p, x)``.
 
     Everything but the source of the coefficients is `JetClosure`'s: the carried orders
-    (``K`` with ``estimate_error=False``; ``K - 1``, ``K``, ``K + 1`` otherwise, for the
-    estimate and its ratio test), `initial_state`, the transport of each order
+    (``K``; ``K + 1`` too with ``estimate_error``, for the estimate; ``K - 1`` too with
+    ``ratio_test``, which the convergence test of a ``tol`` needs), `initial_state`, the transport of each order
     (`JetClosure._rhs_jet`), `fields`, `error_estimate` and `lower_difference`. What
     differs: `rhs` transports each order with its own closed-loop coefficients
     (`closed_loop`), and `lower_difference` does not ratio-test the costate. The control
@@ -98,10 +99,12 @@ class FeedbackJetClosure(JetClosure):
                  estimate_error: bool = True, bounds: np.ndarray | None = None,
                  control_affine: bool = False, theta0: np.ndarray | None = None,
                  policy: Callable | None = None, newton_tol: float | None = None,
-                 max_newton: int = 50) -> None:
-        # the open-loop jet with a control slot of size M and no parameters
+                 max_newton: int = 50, ratio_test: bool = False) -> None:
+        # the open-loop jet with a control slot of size M and no parameters; the jet of
+        # order K - 1 only where the ratio test asks for it: it is the first to blow up
+        # as the horizon grows, and would stop a sweep that orders K and K + 1 carry on
         super().__init__(provider, _Applied(np.zeros((1, n_controls))), x, q, order=order,
-                         estimate_error=estimate_error, ratio_test=estimate_error)
+                         estimate_error=estimate_error, ratio_test=ratio_test)
         self.bounds = bounds
         self.control_affine = control_affine
         self.policy = policy
@@ -118,11 +121,12 @@ class FeedbackJetClosure(JetClosure):
 
     # -- what differs from the open-loop jet ----------------------------------------------
     def carried_orders(self) -> list[int]:
-        """`JetClosure.carried_orders` with the blocks of ``K - 1`` last: ``K``, ``K + 1``,
-        ``K - 1`` (the state of the closed-loop sweep since it was written; the adaptive
-        integrator's steps, and so the results, depend on it at the level of rounding)."""
+        """`JetClosure.carried_orders` with the block of ``K - 1`` last: ``K``, ``K + 1``,
+        ``K - 1`` (the adaptive integrator's steps, and so the results, depend on the block
+        order at the level of rounding). ``K - 1`` only with the ratio test."""
         K = self.order
-        return [K] + ([K + 1, K - 1] if self.has_error_estimate else [])
+        return ([K] + ([K + 1] if self.has_error_estimate else [])
+                + ([K - 1] if self.has_ratio_test else []))
 
     def rhs(self, p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
         """`JetClosure`'s transport of every order (`JetClosure._rhs_jet`), each with the
@@ -360,16 +364,19 @@ def _dot_poly(F: np.ndarray, lam: np.ndarray, n: int, order: int) -> np.ndarray:
 
 def sweep_feedback(setup, clo: FeedbackJetClosure, method: str, rtol: float, atol: float,
                    step: float | None, options: dict[str, Any],
-                   tol: tuple[float, float] | None = None) -> ImbeddingResult:
+                   tol: tuple[float, float] | None = None, grid: np.ndarray | None = None,
+                   budget: Any = None) -> ImbeddingResult:
     """The closed-loop sweep of ``clo`` to every depth of ``setup``: a result like
     `solve_optimal`'s (``feedback``, ``feedback_jacobian`` and the core's depth gradient
     added to the jet's fields; an `OptimalityError` keeps the depths reached).
 
     Without ``tol`` the accuracy criterion is the default 10% rule of the core's
     `assess`; with it, the ratio test of the series ``K - 1``, ``K``, ``K + 1`` as well
-    (docs/accuracy.md)."""
+    (docs/accuracy.md). With ``grid`` (`sweep.integrate`) the result's ``policy`` is the
+    sweep's feedback (`invimbed._control.policy.SweepFeedback`); ``budget`` is the
+    `sweep.SweepBudget`."""
     outcome = integrate(clo.rhs, clo.initial_state(), setup, method, rtol, atol, step,
-                        options)
+                        options, grid=grid, budget=budget)
     B, N, M = clo.B, clo.N, clo.M
 
     def per_depth(p: float, y: np.ndarray):
@@ -399,4 +406,12 @@ def sweep_feedback(setup, clo: FeedbackJetClosure, method: str, rtol: float, ato
             "Newton's method for the feedback stopped at the noise level of the "
             "finite-difference derivatives (above `newton_tol`); give exact derivatives "
             "(from_sympy, or `derivatives=`) for a tighter feedback."))
+
+    def jet_at(p: float, y: np.ndarray) -> np.ndarray:
+        _, _, psi0, psi = clo.closed_loop(p, clo.layout.unpack(y)[f"V{clo.order}"], clo.order)
+        coef = np.array(psi)
+        coef[..., 0] = psi0
+        return coef
+
+    res.policy = policy_from_outcome(outcome, jet_at, clo.x, clo.order, clo.bounds)
     return finish(res, outcome, FIELDS)

@@ -24,7 +24,8 @@ from .._core.validation import (as_bool, as_float_array, as_int, as_real, check_
                                 require_finite)
 from . import riccati
 from .feedback import FeedbackJetClosure, sweep_feedback
-from .sweep import OptimalityError, check_integrator_options
+from .policy import check_closed_loop, feedback_grid
+from .sweep import OptimalityError, SweepBudget, check_integrator_options
 
 
 def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int | None = None,
@@ -33,7 +34,8 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                   step: float | None = None, estimate_error: bool = True,
                   control_affine: bool = False, linear_quadratic: bool | None = None,
                   theta0: Any = None, newton_tol: float | None = None, max_newton: int = 50,
-                  tol: Any = None, **options: Any) -> ImbeddingResult:
+                  tol: Any = None, closed_loop: bool | None = None, max_time: float | None = None,
+                  progress: bool = False, **options: Any) -> ImbeddingResult:
     """Optimal feedback control of every depth by one imbedding sweep (Theorem 3).
 
     At each ``(p, x)`` the control ``Psi(p, x)`` minimises the Hamiltonian
@@ -97,7 +99,29 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         ``(rtol, atol)`` (a float ``t`` means ``(t, t)``) the jet sweep's estimate must
         meet at every depth, with the convergence test of the series of orders ``K - 1``,
         ``K``, ``K + 1`` (docs/accuracy.md). Without it the criterion is the estimate within
-        10% of ``max(1, |field|)``. A depth that fails is status -2.
+        10% of ``max(1, |field|)``. A depth that fails is status -2. Only with ``tol``
+        does the sweep carry the jet of order ``K - 1`` (the ratio test's), which is the
+        first to blow up as the horizon grows.
+    closed_loop : bool or None, default None
+        Check the value against its own feedback: simulate the sweep's feedback
+        (``policy``) from ``(p_i, x)`` to ``q`` for every depth reached (`simulate`, the
+        exact ensemble; RK45 after a fixed-step sweep) and report its true cost as
+        ``closed_loop_value``. A depth where ``|J - V|`` exceeds the tolerance (``tol``,
+        or 10% of ``max(1, |V|)`` without it) is not converged: ``success`` False,
+        ``status`` -2, and the message names the depth (docs/optimal-control.md,
+        "Closed loop"). ``None`` checks the HJB sweep, whose value carries the jet's
+        truncation error, and not the Riccati path, which is exact (``True`` checks both,
+        ``False`` neither). Unless ``False``, the sweep keeps its feedback at 64 depths
+        spread over the depth range (a fixed-step sweep: at some of its own step ends)
+        for the result's ``policy``.
+    max_time : float, optional
+        Seconds the sweep may run. When they are spent it stops where it is and returns
+        what it reached: the depths passed keep their fields, the others are NaN,
+        ``success`` False, ``status`` -1 and the message says so. (``max_steps``, an
+        integrator option, bounds the steps the same way.)
+    progress : bool, default False
+        Show the share of the depth range swept, at most once a second (``tqdm`` when
+        installed, otherwise a line on stderr).
     **options
         Passed to the integrator: ``first_step``, ``max_step``, ``min_step`` (as in
         `scipy.integrate.solve_ivp`; ``step`` is the default ``max_step``) and
@@ -113,7 +137,10 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         (n, [B,] M, N)), ``depth_grad`` (``dV/dp = -min H``), ``error_estimate``,
         ``success``, ``status`` (`STATUS`), ``message``, ``nfev``, ``linear_quadratic``
         (whether the Riccati path ran), ``warnings`` (`SolverWarning` entries),
-        ``optimality_error``. A failure of the pointwise minimisation (an
+        ``optimality_error``; where the closed loop was checked, ``closed_loop_value``
+        (the true cost of the sweep's feedback from ``(p_i, x)``, shape (n, [B]), NaN
+        where no value was reached); unless ``closed_loop=False``, ``policy`` (the
+        feedback ``u(t, z)``, `SweepFeedback`, for `simulate`; None otherwise). A failure of the pointwise minimisation (an
         `OptimalityError`: the Hamiltonian not strictly convex in ``theta``, or Newton's
         method not converging) ends the sweep with ``success=False`` and a message naming
         the depth; the depths reached before it keep their fields (NaN only beyond), and
@@ -147,6 +174,10 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         raise TypeError(f"`linear_quadratic` must be None, True or False, but got "
                         f"{describe(linear_quadratic)}")
     estimate_error = as_bool(estimate_error, "estimate_error")
+    if closed_loop is not None:
+        closed_loop = as_bool(closed_loop, "closed_loop")
+    progress = as_bool(progress, "progress")
+    max_time = as_real(max_time, "max_time", positive=True, allow_none=True)
     control_affine = as_bool(control_affine, "control_affine")
     order = as_int(order, "order", minimum=1)
     max_newton = as_int(max_newton, "max_newton", minimum=1)
@@ -192,6 +223,28 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     rtol, atol = float(rtol), float(atol)
     step = None if step is None else float(step)
     p_min = float(setup.depths_desc[-1])
+    grid = feedback_grid(setup, method, step) if closed_loop is not False else None
+    budget = SweepBudget(max_time, progress, setup.q, p_min)
+    try:
+        res = _sweep(setup, problem, grid, budget, method=method, rtol=rtol, atol=atol,
+                     step=step, options=options, estimate_error=estimate_error, bounds=bounds,
+                     n_controls=n_controls, control_affine=control_affine, theta0=theta0,
+                     newton_tol=newton_tol, max_newton=max_newton, tol_pair=tol_pair,
+                     linear_quadratic=linear_quadratic, order=order)
+    finally:
+        budget.close()
+    check = closed_loop if closed_loop is not None else not res.linear_quadratic
+    if check and res.get("policy") is not None:
+        check_closed_loop(res, setup, res.policy, method, rtol, atol, options, tol_pair)
+    return res
+
+
+def _sweep(setup, problem, grid, budget, *, method, rtol, atol, step, options, estimate_error,
+           bounds, n_controls, control_affine, theta0, newton_tol, max_newton, tol_pair,
+           linear_quadratic, order) -> ImbeddingResult:
+    """The Riccati path or the HJB sweep (`solve_optimal`'s arguments, checked; ``grid``
+    and ``budget`` as in `invimbed._control.feedback.sweep_feedback`)."""
+    p_min = float(setup.depths_desc[-1])
     if control_affine:
         riccati.check_control_affine(setup.provider, setup.q, p_min, setup.x, bounds, theta0)
     if linear_quadratic is not False and bounds is None:
@@ -202,15 +255,17 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                              f"pass linear_quadratic=False) to run the jet sweep")
         if is_lq:
             res = riccati.solve_riccati(setup, varying, method, rtol, atol, step,
-                                        dict(options), estimate_error)
+                                        dict(options), estimate_error, grid, budget)
             res.linear_quadratic = True
             res.setdefault("warnings", [])
             return res
     clo = FeedbackJetClosure(setup.provider, setup.x, setup.q, n_controls, order=order,
                              estimate_error=estimate_error, bounds=bounds,
                              control_affine=control_affine, theta0=theta0,
-                             newton_tol=newton_tol, max_newton=max_newton)
-    res = sweep_feedback(setup, clo, method, rtol, atol, step, dict(options), tol_pair)
+                             newton_tol=newton_tol, max_newton=max_newton,
+                             ratio_test=tol_pair is not None)
+    res = sweep_feedback(setup, clo, method, rtol, atol, step, dict(options), tol_pair,
+                         grid, budget)
     if bounds is not None and res.success:
         res.message += _branch_check(setup, res, bounds, n_controls, control_affine)
     res.linear_quadratic = False

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .._core.assembly import collect_results
+from .policy import policy_from_outcome
 from .sweep import OptimalityError, failed_outcome, finish, integrate
 
 #: Relative mismatch between a function and its interpolated affine/quadratic model
@@ -331,9 +332,12 @@ class RiccatiSweep:
 
 
 def solve_riccati(setup, varying: bool, method: str, rtol: float, atol: float,
-                  step: float | None, options: dict, estimate_error: bool) -> Any:
+                  step: float | None, options: dict, estimate_error: bool,
+                  grid: np.ndarray | None = None, budget: Any = None) -> Any:
     """The Riccati sweep of every depth at once; a result like `solve_optimal`'s (an
-    `OptimalityError` keeps the depths reached before it)."""
+    `OptimalityError` keeps the depths reached before it). ``grid`` and ``budget`` as in
+    `invimbed._control.feedback.sweep_feedback` (the ``policy`` is exact: affine in
+    ``z``)."""
     prov = setup.provider
     N, M, B = prov.n_state, prov.n_theta, setup.x.shape[0]
     try:
@@ -342,7 +346,7 @@ def solve_riccati(setup, varying: bool, method: str, rtol: float, atol: float,
         outcome = failed_outcome(setup, 2 * N * N + 2 * N + 1, exc)
     else:
         outcome = integrate(sweep.rhs, sweep.initial_state(), setup, method, rtol, atol, step,
-                            options)
+                            options, grid=grid, budget=budget)
 
     def per_depth(p: float, y: np.ndarray):
         fl = sweep.fields(p, y, setup.x)
@@ -352,4 +356,10 @@ def solve_riccati(setup, varying: bool, method: str, rtol: float, atol: float,
               "feedback_jacobian": (B, M, N), "depth_grad": (B,)}
     res = collect_results(setup, outcome, per_depth, shapes, closure="riccati (linear-quadratic)",
                           method=method, with_errors=estimate_error)
+
+    def jet_at(p: float, y: np.ndarray) -> np.ndarray:
+        fl = sweep.fields(p, y, setup.x)
+        return np.concatenate([fl["feedback"][..., None], fl["feedback_jacobian"]], axis=-1)
+
+    res.policy = policy_from_outcome(outcome, jet_at, setup.x, 1)
     return finish(res, outcome, tuple(shapes))

@@ -10,9 +10,13 @@ sweep but keeps every depth reached before it.
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
+
+from .._progress import ProgressBar
 
 from .._core.integrators import (SCIPY_METHODS, NonFiniteError, Outcome, integrate_fixed,
                                  integrate_scipy)
@@ -60,6 +64,49 @@ class OptimalityError(ArithmeticError):
         self.fields = {k: np.asarray(result[k])[reached] for k in keys if k in result}
 
 
+class TimeBudgetSpent(ArithmeticError):
+    """A sweep's time budget (``max_time``) ran out at depth ``p``."""
+
+    def __init__(self, p: float, max_time: float, elapsed: float) -> None:
+        super().__init__(f"the time budget max_time = {max_time:.6g} s was spent "
+                         f"({elapsed:.3g} s) at depth p = {p:.10g}")
+        self.p = p
+
+
+class SweepBudget:
+    """The time budget and the progress display of one closed-loop sweep.
+
+    `tick` is called at every right-hand-side evaluation with its depth: past ``max_time``
+    seconds since construction it raises `TimeBudgetSpent` (the sweep then ends there
+    and keeps every depth reached, like any failure); with ``progress`` it shows the depth
+    reached and the share of the depth range covered, at most once a second
+    (`invimbed._progress.ProgressBar`)."""
+
+    def __init__(self, max_time: float | None, progress: bool, q: float, p_min: float,
+                 desc: str = "solve_optimal") -> None:
+        self.max_time = max_time
+        self.start = self.last = time.perf_counter()
+        self.q, self.span = q, max(q - p_min, np.finfo(float).tiny)
+        self.bar = ProgressBar(progress, None, desc, label="share of the depths done")
+        self.reports = 0
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def tick(self, p: float) -> None:
+        now = time.perf_counter()
+        if self.max_time is not None and now - self.start > self.max_time:
+            raise TimeBudgetSpent(p, self.max_time, now - self.start)
+        if self.bar.enabled and (self.reports == 0 or now - self.last >= 1.0):
+            self.reports += 1
+            self.last = now
+            self.bar.update(self.reports, min(1.0, (self.q - p) / self.span))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def check_integrator_options(options: dict[str, Any], where: str, named: tuple[str, ...] = (),
                              control_hint: str | None = None) -> dict[str, Any]:
     """The integrator's options of a closed-loop entry point, validated: only `OPTIONS`
@@ -79,8 +126,15 @@ def failed_outcome(setup: Any, size: int, exc: OptimalityError) -> Outcome:
 
 
 def integrate(rhs: Callable, y0: np.ndarray, setup: Any, method: str, rtol: float,
-              atol: float, step: float | None, options: dict[str, Any]) -> Outcome:
+              atol: float, step: float | None, options: dict[str, Any],
+              grid: np.ndarray | None = None, budget: SweepBudget | None = None) -> Outcome:
     """Integrate ``dy/dp = rhs(p, y, piece)`` from ``q`` to every depth of ``setup``.
+
+    With ``grid`` (depths, descending, holding every depth of ``setup``) the states are
+    taken at the grid's depths as well: ``outcome.extra["grid"]`` is ``(grid, ys)``,
+    and ``outcome.ys`` keeps the requested depths only. With ``budget`` every evaluation
+    calls `SweepBudget.tick`: a spent time budget ends the sweep where it is, keeping the
+    depths reached (``outcome.extra["time_budget"]`` is the `TimeBudgetSpent`).
 
     A scipy ``method`` takes ``step`` as its ``max_step`` (unless ``options`` gives one)
     and ``options`` (`OPTIONS`, checked by `check_integrator_options`); a fixed-step one
@@ -90,25 +144,44 @@ def integrate(rhs: Callable, y0: np.ndarray, setup: Any, method: str, rtol: floa
     the exception.
     """
     failures: list[OptimalityError] = []
+    spent: list[TimeBudgetSpent] = []
+    where = setup if grid is None else SimpleNamespace(q=setup.q, depths_desc=grid,
+                                                       piece_of=setup.piece_of)
 
     def guarded(p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
         try:
+            if budget is not None:
+                budget.tick(p)
             return rhs(p, y, piece)
         except OptimalityError as exc:
             # the integrators stop on a NonFiniteError and keep the depths reached
             failures.append(exc)
             raise NonFiniteError(exc.p, "feedback") from exc
+        except TimeBudgetSpent as exc:
+            spent.append(exc)
+            raise NonFiniteError(exc.p, "time budget") from exc
 
     if method in SCIPY_METHODS:
         opts = dict(options)
         if step is not None:
             opts.setdefault("max_step", float(step))
-        outcome = integrate_scipy(guarded, y0, setup.q, setup.depths_desc, np.empty(0),
-                                  setup.piece_of, method=method, rtol=rtol, atol=atol, **opts)
+        outcome = integrate_scipy(guarded, y0, where.q, where.depths_desc, np.empty(0),
+                                  where.piece_of, method=method, rtol=rtol, atol=atol, **opts)
     else:   # the step is fixed: of the options only the step budget applies
-        budget = {"max_steps": options["max_steps"]} if "max_steps" in options else {}
-        outcome = integrate_fixed(guarded, y0, setup.q, setup.depths_desc, np.empty(0),
-                                  setup.piece_of, method=method, step=step, **budget)
+        steps = {"max_steps": options["max_steps"]} if "max_steps" in options else {}
+        outcome = integrate_fixed(guarded, y0, where.q, where.depths_desc, np.empty(0),
+                                  where.piece_of, method=method, step=step, **steps)
+    if grid is not None:
+        outcome.extra["grid"] = (grid, outcome.ys)
+        outcome.ys = outcome.ys[np.searchsorted(-grid, -setup.depths_desc)]
+    if spent:
+        exc = spent[-1]
+        outcome.success = False
+        outcome.failed_at = exc.p
+        outcome.message = (f"Stopped: {exc}. The depths above it are returned, those beyond "
+                           f"are NaN; give a larger `max_time`, request shallower depths or "
+                           f"a lower `order`.")
+        outcome.extra["time_budget"] = exc
     if failures:
         exc = failures[-1]
         outcome.success = False
