@@ -110,7 +110,7 @@ def test_dynamics_nan_from_the_first_evaluation_stop_at_once(method):
 
 
 SQRT = BolzaProblem(lambda t, z, th: z * np.sqrt(t + 0.5), terminal_loss=quadratic_T,
-                    vectorized=True)
+                    vectorized=True, derivatives="finite-differences")  # as backend='cupy'
 
 
 @pytest.mark.parametrize("method", ["RK45", "Radau", "rk4"])
