@@ -6,7 +6,6 @@ on batches, validates what they return, and hands out the derivative provider.
 
 from __future__ import annotations
 
-import re
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
@@ -18,6 +17,7 @@ from .derivatives.symbolic import SympyProvider
 from .derivatives.traced import MODES, PENDING, traced_provider
 from .namespace import array_namespace
 from .row_times import TimeContract, per_distinct_time
+from .size_errors import index_error, theta_size_that_fits
 from .validation import (as_bool, as_real, check_callable, check_choice, describe,
                          returned_reals)
 
@@ -372,7 +372,8 @@ class BolzaProblem:
             try:
                 out = fn(z) if which == "T" else fn(t, z, th)
             except IndexError as exc:
-                blamed = self._index_error(exc, name, fn, which, t, z, th, control)
+                blamed = index_error(exc, name, fn, which, t, z, th, control,
+                                     vectorized=self.vectorized)
                 if blamed is exc:       # neither theta nor z: the user's own indexing
                     raise
                 raise blamed from exc
@@ -381,7 +382,7 @@ class BolzaProblem:
                     and out.shape[-1] != n_state):
                 batch = " (vectorized=True: with a leading batch axis)" if self.vectorized else ""
                 M = th.shape[-1]
-                right = self._theta_size_that_fits(fn, t, z, th, expected)
+                right = theta_size_that_fits(fn, t, z, th, expected)
                 if right is not None:     # e.g. theta[:, :1] of an empty theta, or f = theta
                     raise ValueError(
                         f"`{control}` {'is required' if M == 0 else f'has M = {M} value(s)'}: "
@@ -404,77 +405,6 @@ class BolzaProblem:
         if self.autonomous:
             self._check_autonomous(t, x[:1], theta[None, :])
 
-    @staticmethod
-    def _theta_size_that_fits(fn: Callable, t: float, z: np.ndarray, theta: np.ndarray,
-                              expected: tuple) -> int | None:
-        """A size of theta, other than its own, with which ``fn`` returns the
-        ``expected`` shape (None if none of those tried does): then the control, not
-        ``x``, has the wrong size."""
-        M, N = theta.shape[-1], z.shape[-1]
-        tried = [N] + list(range(M - 1, 0, -1)) + [M + 1, M + 2, M + 4, M + 16]
-        for size in dict.fromkeys(k for k in tried if k != M and k >= 1):
-            longer = np.zeros(theta.shape[:-1] + (size,))
-            k = min(size, M)
-            longer[..., :k] = theta[..., :k]
-            try:
-                with np.errstate(all="ignore"):
-                    out = np.asarray(fn(t, z, longer), dtype=float)
-            except Exception:
-                continue
-            if out.shape == expected:
-                return size
-        return None
-
-    def _index_error(self, exc: IndexError, name: str, fn: Callable, which: str, t: float,
-                     z: np.ndarray, theta: np.ndarray, control: str) -> Exception:
-        """Turn the IndexError of a user function at the first point into a ValueError
-        naming ``control`` (or ``x``) and the index the function read: the call is
-        repeated with a longer ``theta`` (then ``z``); the one whose lengthening cures
-        it is the culprit. Returns the original error where neither does."""
-        m = _INDEX_ERROR.search(str(exc))
-        index = int(m.group(1)) if m else None
-
-        def longer(a: np.ndarray) -> np.ndarray:
-            size = a.shape[-1]
-            need = size + 16 if index is None else max(size + 1, index + 1, -index)
-            pad = np.zeros(a.shape[:-1] + (need - size,))
-            return np.concatenate([a, pad], axis=-1)
-
-        def cured(zz: np.ndarray, th: np.ndarray) -> bool:
-            try:
-                with np.errstate(all="ignore"):
-                    fn(zz) if which == "T" else fn(t, zz, th)
-            except IndexError:
-                return False
-            except Exception:   # another complaint once the index is in range: cured
-                return True
-            return True
-
-        what = f"IndexError: {exc}"
-        at = "[..., " if self.vectorized else "["
-
-        def reads(var: str) -> str:
-            return f" reads {var} beyond its size" if index is None else \
-                f" reads {var}{at}{index}]"
-
-        if which != "T" and cured(z, longer(theta)):
-            M = theta.shape[-1]
-            least = "more" if index is None else f"at least {max(index + 1, -index)}"
-            if M == 0:
-                head = (f"`{control}` is required: `{name}`{reads('theta')} ({what}), but no "
-                        f"control was given (theta has size M = 0)")
-            else:
-                head = f"`{control}` has M = {M} value(s), but `{name}`{reads('theta')} ({what})"
-            return ValueError(f"{head}: pass a control with {least} value(s), e.g. "
-                              f"control=invimbed.Constant([...]), or fix `{name}`")
-        if cured(longer(z), theta):
-            N = z.shape[-1]
-            least = "a longer x" if index is None else \
-                f"an x of length at least {max(index + 1, -index)}"
-            return ValueError(f"`x` has N = {N} entries, but `{name}`{reads('z')} ({what}): "
-                              f"pass {least}, or fix `{name}`")
-        return exc
-
     def _check_autonomous(self, t: float, z: np.ndarray, theta: np.ndarray) -> None:
         """Refute ``autonomous=True`` where a function changes with ``t``."""
         for name, fn in (("dynamics", self.dynamics), ("running_loss", self.running_loss)):
@@ -493,9 +423,6 @@ class BolzaProblem:
 _FUNCTION_NAMES = {("f", 0, 0): "dynamics", ("R", 0, 0): "running_loss",
                    ("T", 0, 0): "terminal_loss"}
 
-#: numpy's message for an index out of range: "index 0 is out of bounds for axis 0 with
-#: size 0".
-_INDEX_ERROR = re.compile(r"index (-?\d+) is out of bounds for axis (\d+) with size (\d+)")
 
 
 def _symbols(prov: Any, which: str, sep: str = "") -> str:
