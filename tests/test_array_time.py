@@ -4,6 +4,7 @@ distinct time and every result says so (`invimbed._core.row_times`)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -58,6 +59,12 @@ def problem(f=dynamics, R=running_loss, **kw):
     return invimbed.BolzaProblem(f, R, terminal_loss, vectorized=True, **kw)
 
 
+@functools.lru_cache(maxsize=None)
+def reference():
+    """The README-style problem's ensemble (array t), shared by the tests."""
+    return invimbed.solve_adjoint(problem(), X, DEPTHS, control=CONTROL, **TIGHT)
+
+
 def codes(res):
     return [w.code for w in res.warnings]
 
@@ -103,9 +110,9 @@ def test_finite_differences_and_the_sweep_at_per_row_times():
         np.testing.assert_array_equal(a, c)
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
     # the sweep's depth gradients of every depth at once
-    res = invimbed.solve_imbedding(fast, X, DEPTHS, control=CONTROL, order=1,
+    res = invimbed.solve_imbedding(fast, X, DEPTHS[:3], control=CONTROL, order=1,
                                    estimate_error=False)
-    ref = invimbed.solve_imbedding(slow, X, DEPTHS, control=CONTROL, order=1,
+    ref = invimbed.solve_imbedding(slow, X, DEPTHS[:3], control=CONTROL, order=1,
                                    estimate_error=False)
     assert "scalar_time" not in codes(res) and "scalar_time" in codes(ref)
     assert_equal_fields(res, ref)
@@ -123,8 +130,9 @@ def test_scalar_t_function_is_detected_warned_and_correct(style):
         return np.stack([z[:, 1], -np.sin(z[:, 0]) - th[:, 1] * z[:, 1] + th[:, 0] + push],
                         axis=1)
 
-    res = invimbed.solve_adjoint(problem(f), X, DEPTHS, control=CONTROL, **TIGHT)
-    ref = invimbed.solve_adjoint(problem(), X, DEPTHS, control=CONTROL, **TIGHT)
+    pb = problem(f)
+    res = invimbed.solve_adjoint(pb, X, DEPTHS, control=CONTROL, **TIGHT)
+    ref = reference()
     assert res.success
     assert_equal_fields(res, ref)
     (note,) = [w for w in res.warnings if w.code == "scalar_time"]
@@ -133,9 +141,7 @@ def test_scalar_t_function_is_detected_warned_and_correct(style):
     assert "np.sin(t)" in note.message and "autonomous=True" in note.message
     assert "`dynamics` takes a scalar t only" in res.message        # never silent
     # every later result of the problem says so too, once
-    pb = problem(f)
-    invimbed.solve_adjoint(pb, X, DEPTHS[:3], control=CONTROL)
-    again = invimbed.solve_adjoint(pb, X, DEPTHS[:3], control=CONTROL)
+    again = invimbed.solve_adjoint(pb, X, DEPTHS[:2], control=CONTROL)
     assert codes(again).count("scalar_time") == 1
 
 
@@ -145,7 +151,7 @@ def test_wrong_values_for_array_t_are_not_trusted():
         return dynamics(np.asarray(t).ravel()[0], z, th)
 
     res = invimbed.solve_adjoint(problem(first_time), X, DEPTHS, control=CONTROL, **TIGHT)
-    ref = invimbed.solve_adjoint(problem(), X, DEPTHS, control=CONTROL, **TIGHT)
+    ref = reference()
     assert_equal_fields(res, ref)
     (note,) = [w for w in res.warnings if w.code == "scalar_time"]
     assert "differ from one call per time" in note.message
@@ -191,7 +197,7 @@ def test_a_user_derivative_that_takes_a_scalar_t_only_is_named():
 
     pb = problem(derivatives={"f_z": f_z})
     res = invimbed.solve_adjoint(pb, X, DEPTHS, control=CONTROL, **TIGHT)
-    ref = invimbed.solve_adjoint(problem(), X, DEPTHS, control=CONTROL, **TIGHT)
+    ref = reference()
     notes = [w.message for w in res.warnings if w.code == "scalar_time"]
     assert len(notes) == 1 and notes[0].startswith("`derivatives['f_z']` takes a scalar t")
     for k in FIELDS:       # exact f_z against its finite differences
