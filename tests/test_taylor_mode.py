@@ -238,3 +238,22 @@ def test_functions_without_numpy_code_are_refused_by_name():
     assert abs(prov.taylor("f", 0.0, [[0.5]], None, 4)[0, 0, 1] - want) < 1e-14
     with pytest.raises(ValueError, match="`taylor_mode` must be None, True or False"):
         SympyProvider(t, [x], [], [x], taylor_mode="yes")
+
+
+@pytest.mark.skipif(not _numba_available(), reason="numba not installed")
+def test_compiled_jet_contraction_equals_the_numpy_route(monkeypatch):
+    """The jet closure's high-order truncated contraction (numba from 400 pairs) gives the
+    numpy route's numbers, small and sparse-summed tables alike."""
+    from invimbed._core.closures import jet
+    from invimbed._core.derivatives.multiindex import n_coefficients as nc
+
+    rng = np.random.default_rng(7)
+    for n, oa, ob, oo, P, Q in [(4, 5, 6, 6, (2,), ()), (4, 7, 8, 8, (3,), ()),
+                                (2, 3, 4, 4, (2,), (1,))]:
+        a = rng.normal(size=(2,) + P + (n, nc(n, oa)))
+        b = rng.normal(size=(2, n) + Q + (nc(n, ob),))
+        monkeypatch.setattr(jet, "_COMPILED_FROM", 10 ** 12)
+        want = jet.contract_product(a, b, n, oa, ob, oo)
+        monkeypatch.setattr(jet, "_COMPILED_FROM", 0)
+        got = jet.contract_product(a, b, n, oa, ob, oo)
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13 * np.abs(want).max())

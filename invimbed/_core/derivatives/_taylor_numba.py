@@ -7,7 +7,7 @@ value, one of kind 1 only its polynomial (its dual parts stay zero), as the nump
 evaluator does. Products walk `invimbed._core.derivatives.multiindex.product_table`
 (the jet closure's table) grouped by the left factor's coefficient, skipping zero
 coefficients (the powers ``h^j`` of a composition have none below degree ``j``). The
-univariate series are `invimbed._core.derivatives.taylor_mode.series`, compiled.
+univariate series are `invimbed._core.derivatives._univariate.series`, compiled.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from numba import njit
 from ._tape import (ABS, ADD, AND, CMP, CONST, FUNC, INPUT, MAX, MIN, MUL, NOT, OR, POWI,
                     SELECT, STEP, TIME, Tape)
 from .multiindex import n_coefficients, product_table
-from .taylor_mode import series as _series
+from ._univariate import series as _series
 
 series = njit(cache=True)(_series)
 
@@ -165,7 +165,7 @@ def run(ops, par, kind, outputs, t, xin, order, D, C, ptr, ib, io, out):
 
 
 def evaluate(tape: Tape, t: np.ndarray, xin: np.ndarray, order: int) -> np.ndarray:
-    """`invimbed._core.derivatives.taylor_mode.evaluate`, compiled."""
+    """The numpy evaluator (`invimbed._core.derivatives.taylor_mode`), compiled."""
     n, D = tape.n_seeds, 1 + tape.n_duals
     C = n_coefficients(n, order)
     ptr, ib, io = plan(n, order)
