@@ -17,6 +17,11 @@ parent then solves the same rows as separate calls of 100 depths each (all of th
 the deepest, a middle and the shallowest with ``--check sample``) and checks that the
 child's fields are bit for bit theirs. First it prints the virtual size of bare imports
 under no limit (``ulimit -v`` counts reserved address space, not memory used).
+
+``python benchmarks/bench_memory.py peaks``: the numpy ensemble's `tracemalloc` peak
+against ``memory_budget`` (1 MB and 4 MB; 1200 rows of an N = 2 pendulum with a
+four-piece control, and of ``_pendulums.py``, N = 4, at rtol 1e-9), and the peak of one
+chunk of every row against the cost model of `invimbed._core.adjoint._row_cost`.
 """
 
 from __future__ import annotations
@@ -154,9 +159,52 @@ def ensemble(R: int, backend: str, limit: str, check: str) -> None:
           f"({time.perf_counter() - t0:.1f} s): fields bit for bit equal: {same}")
 
 
+def peaks() -> None:
+    sys.path.insert(0, HERE)
+    import sympy as sp
+
+    import _pendulums as P
+    import invimbed
+    from invimbed._core.adjoint import _row_cost
+    from invimbed._core.arguments import prepare
+    from invimbed._core.integrators import SCIPY_METHODS
+
+    t = sp.Symbol("t")
+    z1, z2, u = sp.symbols("z1 z2 u")
+    pend = invimbed.from_sympy(t, [z1, z2], [u], [z2, -sp.sin(z1) - 0.1 * z2 + u],
+                               (z1 ** 2 + z2 ** 2 + u ** 2) / 2, (z1 ** 2 + z2 ** 2) / 2)
+    pwc = invimbed.PiecewiseConstant(np.linspace(-1, 0, 5), [[0.2], [0.5], [-0.1], [0.3]])
+    cases = {"N = 2 pendulum, 4 pieces": (pend, pwc, 2),
+             "N = 4 _pendulums.py": (P.make_problem(), P.CONTROL, 4)}
+    for name, (pb, ctrl, N) in cases.items():
+        X = 0.3 * np.random.default_rng(0).standard_normal((40, N))
+        d = np.linspace(0, -1, 30)
+        kw = dict(control=ctrl, rtol=1e-9, atol=1e-11)
+        invimbed.solve_adjoint(pb, X[:2], d[:3], **kw)
+        for budget in (None, 1_000_000, 4_000_000):
+            tracemalloc.start()
+            res = invimbed.solve_adjoint(pb, X, d, memory_budget=budget or "8GiB", **kw)
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            if budget is None:
+                c = _row_cost(prepare(pb, X, d, ctrl, "RK45", 1e-9, 1e-11, None,
+                                      SCIPY_METHODS), "RK45")
+                R = X.shape[0] * d.size
+                model = R * (c.held + c.work + res.nsteps.mean() * c.step)
+                print(f"{name}: {R} rows, {res.nsteps.mean():.1f} steps a row; one chunk: "
+                      f"peak {peak / R:.0f} bytes a row, model {model / R:.0f} "
+                      f"(peak / model {peak / model:.2f})")
+            else:
+                print(f"  memory_budget {budget}: peak {peak} bytes ({peak / budget:.2f} of "
+                      f"the budget), success={res.success}")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         child(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "peaks":
+        peaks()
         return
     if len(sys.argv) > 1 and sys.argv[1] == "ensemble":
         ap = argparse.ArgumentParser(prog="bench_memory.py ensemble")

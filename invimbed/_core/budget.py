@@ -35,8 +35,8 @@ from .arguments import Setup
 from .failures import empty_fields, ensemble_failure
 from .validation import as_memory_budget
 
-#: The largest default budget: chunks of the numpy ensemble of about 10^5 rows (N = 2)
-#: already run as fast per row as one chunk of every row (docs/performance.md, "Memory
+#: The largest default budget: chunks of the numpy ensemble of about 10^4 rows (N = 2)
+#: already run as fast per row as one chunk of 10^5 rows (docs/performance.md, "Memory
 #: budget"), so a larger default would buy no speed, only memory.
 DEFAULT_CAP = 1 << 30
 #: The share of what the process can still allocate that the default budget takes.
