@@ -95,7 +95,7 @@ def child(R: int, backend: str, out: str) -> None:
     problem = oscillator()
     X, depths = rows_of(R)
     invimbed.solve_adjoint(problem, X[:2], depths[:2], backend=backend)   # codegen, compile
-    budget = default_memory_budget()
+    budget = default_memory_budget(int(X.shape[0] * depths.size * 8 * 7))   # the outputs
     t0 = time.perf_counter()
     res = invimbed.solve_adjoint(problem, X, depths, backend=backend)
     secs = time.perf_counter() - t0

@@ -160,9 +160,19 @@ def test_a_bad_budget_is_refused_naming_it(problem, bad, error, match):
     assert "`memory_budget`" in str(info.value)
 
 
-def test_default_budget_is_half_of_what_is_left_at_most_one_gib(monkeypatch):
+def test_default_budget_is_half_of_what_is_left_at_most_one_gib_beyond_outputs(monkeypatch):
     assert 0 < budget_mod.default_memory_budget() <= 2**30
     monkeypatch.setattr(budget_mod, "available_bytes", lambda: 300 * 2**20)
     assert budget_mod.default_memory_budget() == 150 * 2**20
+    monkeypatch.setattr(budget_mod, "available_bytes", lambda: 64 * 2**30)
+    assert budget_mod.default_memory_budget() == 2**30
+    # outputs that fit in what is left are not refused by the cap: it sizes the chunks
+    assert budget_mod.default_memory_budget(5 * 2**30) == 6 * 2**30
     monkeypatch.setattr(budget_mod, "available_bytes", lambda: None)
     assert budget_mod.default_memory_budget() == 2**30
+
+
+def test_default_budget_refuses_outputs_beyond_half_of_what_is_left(problem, monkeypatch):
+    monkeypatch.setattr(budget_mod, "available_bytes", lambda: 10_000)
+    with pytest.raises(MemoryError, match="memory_budget = 4.9 KiB"):
+        solve_adjoint(problem, X, DEPTHS, **KW)

@@ -86,7 +86,8 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
         solved in chunks that fit, deepest depths first; every row's numbers are those
         of one run of all rows, bit for bit (docs/performance.md, "Memory budget"). The
         default is half of what the process can still allocate (the system's available
-        memory, or the room left under ``ulimit -v``), at most 1 GiB.
+        memory, or the room left under ``ulimit -v``), and of that at most 1 GiB beyond
+        the outputs.
     **options
         ``first_step``, ``max_step`` (as in `scipy.integrate.solve_ivp`) and ``max_steps``
         (default 10,000: attempted steps per row, or per solve with ``"per_depth"``).

@@ -89,19 +89,19 @@ def available_bytes() -> int | None:
     return min(room) if room else None
 
 
-def default_memory_budget() -> int:
-    """The default ``memory_budget``: `DEFAULT_SHARE` of `available_bytes`, at most
-    `DEFAULT_CAP` (1 GiB)."""
+def default_memory_budget(outputs: int = 0) -> int:
+    """The default ``memory_budget`` of a request whose outputs take ``outputs`` bytes:
+    `DEFAULT_SHARE` of `available_bytes`, and of that at most `DEFAULT_CAP` (1 GiB) beyond
+    the outputs (the cap sizes the chunks; it never refuses outputs that fit)."""
     room = available_bytes()
-    if room is None:
-        return DEFAULT_CAP
-    return int(max(1, min(DEFAULT_CAP, DEFAULT_SHARE * room)))
+    limit = outputs + DEFAULT_CAP
+    return int(max(1, limit if room is None else min(limit, DEFAULT_SHARE * room)))
 
 
-def resolve_budget(value: Any) -> int:
-    """``memory_budget`` as bytes (`as_memory_budget`), the default for None."""
-    budget = as_memory_budget(value)
-    return default_memory_budget() if budget is None else budget
+def resolve_budget(value: Any) -> int | None:
+    """``memory_budget`` as bytes (`as_memory_budget`); None for the default, which
+    `run_in_chunks` sets from the request's outputs (`default_memory_budget`)."""
+    return as_memory_budget(value)
 
 
 def _size(nbytes: float) -> str:
@@ -136,10 +136,11 @@ def _sub_setup(setup: Setup, c: int, d: int, a: int, b: int) -> Setup:
                                order=np.arange(dep.size), depths_desc=dep)
 
 
-def run_in_chunks(run: ChunkRun, setup: Setup, budget: int, cost: RowCost,
+def run_in_chunks(run: ChunkRun, setup: Setup, budget: int | None, cost: RowCost,
                   max_steps: int, nfev_of: Callable[[list[int]], int],
                   who: str = "solve_adjoint") -> tuple[dict, int, str | None]:
-    """``run`` over row chunks that keep the peak memory under ``budget`` bytes.
+    """``run`` over row chunks that keep the peak memory under ``budget`` bytes (None:
+    `default_memory_budget` of the request's outputs).
 
     Returns ``(fields, nfev, failure)`` as ``run`` would for every row at once:
     ``nfev_of`` combines the chunks' counts (their sum for vectorised calls, the largest
@@ -159,6 +160,8 @@ def run_in_chunks(run: ChunkRun, setup: Setup, budget: int, cost: RowCost,
     held = R * cost.held
     reorder = not np.array_equal(setup.order, np.arange(n))
     need = max(held, 2 * R * output_bytes(setup) if reorder else 0)
+    if budget is None:
+        budget = default_memory_budget(need)
     if need + cost.work > budget:
         raise too_large(who, n, B, need, budget, "the outputs", "adjoint")
     room = budget - held
