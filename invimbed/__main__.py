@@ -27,6 +27,15 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
+DEMO_SECONDS_PER_DEPTH = 0.01
+"""CPU time of the demo per depth, almost all of it in the per-depth adjoint loop (one
+forward and one backward scipy solve per depth): measured 8 to 10 ms at 21 to 200 depths
+on a shared 2-core container (``time.process_time``)."""
+
+DEMO_MAX_DEPTHS = 500
+"""The most depths ``demo --depths`` takes: about 5 s of work at
+`DEMO_SECONDS_PER_DEPTH`; more would run for minutes without a word."""
+
 DEMO_AGREEMENT = 1e-6
 """Largest ``|a - b| / max(1, |b|)`` the demo accepts between imbedding, adjoint and closed
 form (its solves run at ``rtol = 1e-8``; the observed differences are about ``1e-10``)."""
@@ -75,8 +84,9 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
         ),
     )
     demo.add_argument("--depths", type=_positive_int, default=21, metavar="N",
-                      help="number of depths, evenly spaced from q = 1 down to --p-min "
-                           "(default: 21)")
+                      help=f"number of depths, evenly spaced from q = 1 down to --p-min "
+                           f"(default: 21, at most {DEMO_MAX_DEPTHS}: each costs about "
+                           f"{1e3 * DEMO_SECONDS_PER_DEPTH:g} ms)")
     demo.add_argument("--p-min", type=_finite_float, default=-1.0, metavar="P",
                       help="deepest depth, below q = 1 (default: -1)")
     demo.add_argument("--closure", choices=("jet", "stencil", "crop"), default="jet",
@@ -103,6 +113,14 @@ def _run_demo(args: argparse.Namespace) -> int:
     prog = "invimbed demo"
     if args.p_min >= 1.0:
         return _fail(prog, f"--p-min must be below q = 1, got {args.p_min:g}", EXIT_USAGE)
+    if args.depths > DEMO_MAX_DEPTHS:
+        seconds = args.depths * DEMO_SECONDS_PER_DEPTH
+        return _fail(prog, f"--depths {args.depths} is above the demo's limit of "
+                           f"{DEMO_MAX_DEPTHS} (about {seconds:.0f} s of work at "
+                           f"{1e3 * DEMO_SECONDS_PER_DEPTH:g} ms a depth, most of it in the "
+                           f"per-depth adjoint loop); use --depths {DEMO_MAX_DEPTHS} or fewer, "
+                           f"or call invimbed.solve_imbedding / invimbed.solve_adjoint from "
+                           f"Python for many depths", EXIT_USAGE)
     if args.plot:
         try:  # fail before computing rather than after
             importlib.import_module("matplotlib")

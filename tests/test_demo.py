@@ -133,6 +133,39 @@ def test_bad_option_subprocess():
     assert "invimbed demo: error:" in proc.stderr and "--depths" in proc.stderr
 
 
+def test_too_many_depths_are_refused_in_one_line_before_any_work(monkeypatch, capsys):
+    # guards `demo --depths 200000`, which would run the per-depth loop for minutes
+    def never(*args, **kwargs):
+        raise AssertionError("run_projectile called for a refused --depths")
+
+    monkeypatch.setattr("invimbed._demo.run_projectile", never)
+    assert cli.main(["demo", "--depths", "200000"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "--depths 200000" in err and f"limit of {cli.DEMO_MAX_DEPTHS}" in err
+    assert "about 2000 s" in err             # 200000 x DEMO_SECONDS_PER_DEPTH
+
+
+def test_the_depth_limit_itself_is_accepted(monkeypatch, capsys):
+    seen = []
+
+    def stub(n_depths, **kwargs):
+        seen.append(n_depths)
+        raise ValueError("stub reached")
+
+    monkeypatch.setattr("invimbed._demo.run_projectile", stub)
+    assert cli.main(["demo", "--depths", str(cli.DEMO_MAX_DEPTHS)]) == 2
+    assert seen == [cli.DEMO_MAX_DEPTHS]
+    assert "stub reached" in capsys.readouterr().err
+
+
+def test_too_many_depths_subprocess_exits_2():
+    proc = run_cli("demo", "--depths", "200000")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("invimbed demo: error: --depths 200000")
+
+
 def test_disagreement_is_a_failure(monkeypatch, capsys):
     # guards the exit code of a numerical failure: the check must not be decorative
     monkeypatch.setattr(cli, "DEMO_AGREEMENT", -1.0)

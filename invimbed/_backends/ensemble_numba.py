@@ -57,7 +57,8 @@ from typing import Any
 
 import numpy as np
 
-from .._core.failures import empty_fields, ensemble_failure
+from .._core.budget import RowCost, output_bytes
+from .._core.failures import empty_fields
 from .._core.controls import Constant, NoControl, PiecewiseConstant
 from .._core.integrators.ensemble import (DONE, MAX_FACTOR, MAX_STEPS, MIN_FACTOR, NONFINITE,
                                      RUNNING, SAFETY, TABLEAUX, UNDERFLOW)
@@ -110,9 +111,10 @@ def direct_codes(plan: Any, pieces: list[tuple[str, int, int, int]]) -> np.ndarr
 
 
 def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
-                   opts: dict) -> tuple[dict, int, str | None]:
+                   opts: dict) -> tuple[dict, int, tuple]:
     """The ensemble adjoint on the numba backend; the contract of
-    `invimbed._core.adjoint._ensemble` (see the module docstring)."""
+    `invimbed._core.adjoint._ensemble` (see the module docstring): ``(fields, nfev,
+    rows)``, ``rows`` the status of every row for `ensemble_failure`."""
     import_numba()
     ctrl = setup.control
     knots, values = control_arrays(ctrl)
@@ -174,9 +176,16 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
         x = np.tile(setup.x, (n, 1))[good]
         fields["depth_grad"].reshape(R)[good] = depth_gradient(
             dataclasses.replace(setup, provider=values), p, out_a[good], x)
-    failure = ensemble_failure(setup.batched, good, fwd_ok, status[:, 0], status[:, 1],
-                               np.repeat(depths, B), out_t, out_hl, opts["max_steps"], B)
-    return fields, nfev, failure
+    return fields, nfev, (good, fwd_ok, status[:, 0], status[:, 1], out_t, out_hl)
+
+
+def row_cost(setup: Setup) -> RowCost:
+    """Bytes per row of `ensemble_numba` (`invimbed._core.budget`): the fields and the
+    kernel's per-row arrays of a chunk, the row order and the depth gradient's arrays;
+    the dense output is per thread (see the module docstring), none per row."""
+    N, M = setup.x.shape[1], setup.control.size
+    return RowCost(held=output_bytes(setup) + 34,
+                   work=output_bytes(setup) + 8 * (24 + 6 * N + 2 * M), step=0)
 
 
 def _run(args: tuple) -> None:

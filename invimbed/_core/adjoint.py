@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from scipy.integrate import OdeSolution
 
-from .failures import empty_fields, ensemble_failure, row_failure_reason
+from .failures import empty_fields, row_failure_reason
 from .integrators import SCIPY_METHODS
 from .integrators.common import DEFAULT_MAX_STEPS, segments
 from .integrators.scipy_ivp import METHODS as _SCIPY_SOLVERS
@@ -38,6 +38,7 @@ from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
 from .arguments import Setup, prepare
 from .assembly import depth_gradient, pack_result
+from .budget import RowCost, output_bytes, resolve_budget, run_in_chunks
 from .validation import as_ivp_options, check_choice
 
 STRATEGIES = ("ensemble", "per_depth")
@@ -49,6 +50,7 @@ OPTIONS = ("first_step", "max_step", "max_steps")
 def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = None,
                   method: str = "RK45", rtol: float = 1e-6, atol: float = 1e-9,
                   strategy: str = "ensemble", backend: str = "numpy",
+                  memory_budget: int | str | None = None,
                   **options: Any) -> ImbeddingResult:
     """Exact fields of every depth by the classical adjoint method.
 
@@ -78,6 +80,14 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
         ``"numba"`` runs the ensemble as one compiled kernel, a ``prange`` loop over rows
         (``pip install invimbed[numba]``): the problem's functions must compile with numba
         (per-sample ``@njit`` functions or a `from_sympy` problem).
+    memory_budget : int, str or None, default None
+        The most memory the ensemble may hold at once: bytes (an int) or a string with a
+        unit (``"512MB"``, ``"2GiB"``; kB, MB, GB, TB and KiB, MiB, GiB, TiB). Its rows are
+        solved in chunks that fit, deepest depths first; every row's numbers are those
+        of one run of all rows, bit for bit (docs/performance.md, "Memory budget"). The
+        default is half of what the process can still allocate (the system's available
+        memory, or the room left under ``ulimit -v``), and of that at most 1 GiB beyond
+        the outputs.
     **options
         ``first_step``, ``max_step`` (as in `scipy.integrate.solve_ivp`) and ``max_steps``
         (default 10,000: attempted steps per row, or per solve with ``"per_depth"``).
@@ -89,7 +99,7 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
         ``strategy`` (what ran), ``nsteps`` (steps per depth and input, forward and
         backward together) and ``warnings`` (a list of `SolverWarning`). ``nfev`` counts
         vectorised right-hand-side calls (with ``backend="numba"``: the largest count of
-        one row). A row that fails (non-finite value, step-size underflow,
+        one row; with several chunks, the sum of their vectorised calls). A row that fails (non-finite value, step-size underflow,
         more than ``max_steps`` steps) has NaN fields and makes ``success`` False, with a
         message naming its depth and input; the other rows keep their values.
 
@@ -100,7 +110,12 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
         the wrong type (``rtol="1e-6"``, a complex ``x``), naming it.
     ValueError
         For an unknown ``strategy``, ``backend`` or ``method``, an option out of range,
-        or an ``x`` or control of the wrong size (naming ``x`` or ``control``).
+        an ``x`` or control of the wrong size (naming ``x`` or ``control``), or a
+        ``memory_budget`` that is not a positive size.
+    MemoryError
+        If the ensemble's outputs alone exceed ``memory_budget`` (before they are
+        allocated): the message names the rows, the budget and `invimbed.dask.solve_batch`,
+        which solves the rows chunk by chunk and can keep the outputs on its workers.
 
     Examples
     --------
@@ -113,6 +128,7 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
     """
     check_choice(strategy, "strategy", STRATEGIES)
     check_choice(backend, "backend", BACKENDS)
+    budget = resolve_budget(memory_budget)
     opts = _options(options)
     setup = prepare(problem, x, depths, control, method, rtol, atol, None, SCIPY_METHODS)
     rtol, atol = float(rtol), float(atol)
@@ -128,11 +144,15 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
             raise ValueError(f"`backend='numba'` runs the ensemble only (method 'RK45' or "
                              f"'RK23', strategy='ensemble'), but got strategy={strategy!r} "
                              f"and method={method!r}")
-        from .._backends.ensemble_numba import ensemble_numba
+        from .._backends.ensemble_numba import ensemble_numba, row_cost
 
-        fields, nfev, failure = ensemble_numba(setup, method, rtol, atol, opts)
+        fields, nfev, failure = run_in_chunks(
+            lambda sub: ensemble_numba(sub, method, rtol, atol, opts), setup, budget,
+            row_cost(setup), opts["max_steps"], max)
     elif strategy == "ensemble":
-        fields, nfev, failure = _ensemble(setup, method, rtol, atol, opts)
+        fields, nfev, failure = run_in_chunks(
+            lambda sub: _ensemble(sub, method, rtol, atol, opts), setup, budget,
+            _row_cost(setup, method), opts["max_steps"], sum)
     else:
         fields, nfev, failure = _per_depth(setup, method, rtol, atol, opts)
     success = failure is None
@@ -152,8 +172,22 @@ def _options(options: dict) -> dict:
 
 
 # -- strategy "ensemble" ----------------------------------------------------------------
+def _row_cost(setup: Setup, method: str) -> RowCost:
+    """Bytes per row of `_ensemble` (`invimbed._core.budget`): the working arrays of
+    `integrate_rows` and the problem's derivatives, and per step the dense output
+    (``(S (k + 2) + 3)`` floats with its row index, half again for the copies made while
+    it is sorted by row). Measured with `tracemalloc` (docs/performance.md, "Memory
+    budget"), this is 1.6 to 2.3 times a chunk's peak."""
+    N, M, nw = setup.x.shape[1], setup.control.size, setup.control.n_params
+    S = N + max(1, nw)
+    tab = TABLEAUX[method]
+    work = 8 * ((tab.n_stages + 8) * S + 2 * N * (N + M + nw) + 32)
+    step = 12 * ((N + 1) * (tab.P.shape[1] + 1) + 3)
+    return RowCost(held=output_bytes(setup) + 34, work=work, step=step)
+
+
 def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
-              opts: dict) -> tuple[dict, int, str | None]:
+              opts: dict) -> tuple[dict, int, tuple]:
     prov, ctrl, q = setup.provider, setup.control, setup.q
     B, N = setup.x.shape
     n, nw = setup.depths_desc.size, ctrl.n_params
@@ -212,10 +246,9 @@ def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
     if np.any(good):
         fields["depth_grad"].reshape(R)[good] = depth_gradient(setup, p[good], adjoint[good],
                                                                x[good])
-    failure = ensemble_failure(setup.batched, good, ok, fwd.status, bwd.status, p,
-                               np.where(ok, bwd.t, fwd.t),
-                               np.where(ok, bwd.h_lambda, fwd.h_lambda), opts["max_steps"], B)
-    return fields, nfev, failure
+    rows = (good, ok, fwd.status, bwd.status, np.where(ok, bwd.t, fwd.t),
+            np.where(ok, bwd.h_lambda, fwd.h_lambda))
+    return fields, nfev, rows
 
 
 # -- strategy "per_depth" ---------------------------------------------------------------

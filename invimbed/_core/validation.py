@@ -120,6 +120,39 @@ def as_positive_int(value: Any, name: str) -> int:
     return int(value)
 
 
+#: The units `as_memory_budget` reads: decimal (kB, MB, GB, TB) and binary (KiB ... TiB).
+BYTE_UNITS = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+              "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def as_memory_budget(value: Any, name: str = "memory_budget") -> int | None:
+    """A memory budget in bytes: a positive integer (bytes) or a string of a number and a
+    unit of `BYTE_UNITS` ("512MB", "1.5 GiB"); ``None`` passes through (the default)."""
+    if value is None:
+        return None
+    expected = (f"`{name}` must be a positive number of bytes (an int) or a string with "
+                f"a unit, such as '512MB' or '2GiB'")
+    if isinstance(value, str):
+        text = value.strip()
+        number = text.rstrip("".join(sorted({c for u in BYTE_UNITS for c in u})) + " ")
+        unit = text[len(number):].strip()
+        try:
+            amount = float(number)
+        except ValueError:
+            amount = float("nan")
+        if unit not in BYTE_UNITS or not np.isfinite(amount):
+            raise ValueError(f"{expected} (units: {', '.join(BYTE_UNITS)}), but got "
+                             f"{value!r}")
+        nbytes = int(amount * BYTE_UNITS[unit])
+    elif isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{expected}, but got {describe(value)}")
+    else:
+        nbytes = int(value)
+    if nbytes < 1:
+        raise ValueError(f"{expected}, at least 1 byte, but got {value!r}")
+    return nbytes
+
+
 def check_options(options: Mapping[str, Any], allowed: Iterable[str], where: str, *,
                   suggest: Iterable[str] = ()) -> None:
     """Refuse keyword arguments not in ``allowed``: a TypeError naming each, with the
