@@ -12,8 +12,6 @@
   latent space integrated by torchdiffeq's ``odeint_adjoint`` (dopri5).
 - :class:`ConvInImNet`: InImNet in pixel space whose layers are
   :class:`ConvAutoencoderPhi`.
-- :func:`channels_last_transposed`: the CPU's faster layout for some of their
-  convolutions, the same numbers.
 
 Every model maps ``(x0, times)`` to predicted frames: ``x0`` the conditioning frames
 ``(B, C, H, W)``, ``times`` ``(T,)``; ``forward`` returns ``(B, T, H, W)`` at the trained
@@ -29,7 +27,7 @@ from ..nn import InImNet
 from ..nn import MLP
 
 __all__ = ["ConvAutoencoderPhi", "ConvInImNet", "LatentInImNet", "LatentODE", "balls_decoder",
-           "balls_encoder", "channels_last_transposed", "mnist_decoder", "mnist_encoder"]
+           "balls_encoder", "mnist_decoder", "mnist_encoder"]
 
 
 def mnist_encoder(latent: int, n_filt: int = 16, in_channels: int = 1) -> nn.Module:
@@ -56,31 +54,6 @@ def mnist_decoder(latent: int, n_filt: int = 16) -> nn.Module:
         nn.BatchNorm2d(2 * n_filt), nn.ReLU(),
         nn.ConvTranspose2d(2 * n_filt, 1, 5, stride=1, padding=2), nn.Sigmoid(),
     )
-
-
-def _contiguous_output(module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
-    return output.contiguous()
-
-
-def channels_last_transposed(model: nn.Module) -> nn.Module:
-    """Run the stride-1 transposed convolutions of ``model`` on oneDNN's channels-last
-    kernels, and give their outputs back in the contiguous layout; in place.
-
-    On the CPU those kernels are faster for the rotating-MNIST decoder's first and last
-    layers (64 -> 128 channels at 4 x 4 and 32 -> 1 at 28 x 28; about 7 % of a training
-    step, docs/experiments.md); the strided ones are not. The outputs go back to the
-    contiguous layout because the CPU's channels-last batch norm computes its statistics
-    less accurately (errors up to 4e-3 measured where the contiguous kernel errs by 7e-7).
-    The numbers are those of the contiguous model up to rounding, and the parameters
-    (their layout apart) and checkpoints are unchanged. Returns ``model``.
-    """
-    for m in model.modules():
-        if isinstance(m, nn.ConvTranspose2d) and tuple(m.stride) == (1, 1) \
-                and not getattr(m, "_channels_last", False):
-            m.to(memory_format=torch.channels_last)
-            m.register_forward_hook(_contiguous_output)
-            m._channels_last = True
-    return model
 
 
 def _conv_encoder(in_channels: int, n_filt: int) -> list[nn.Module]:

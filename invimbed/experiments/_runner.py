@@ -28,7 +28,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._models import channels_last_transposed
 from ._options import Options
 from ._tasks import Task
 
@@ -293,8 +292,6 @@ def run_one(experiment: str, variant: str, seed: int, build: Callable[[], nn.Mod
     torch.manual_seed(seed)
     np.random.seed(seed)
     model = build().to(device)
-    if cfg.get("channels_last") and device.type == "cpu":
-        channels_last_transposed(model)
     run_dir = out / variant / f"seed-{seed}"
     history = train(model, task, cfg, run_dir, seed=seed, resume=opts.resume, device=device,
                     desc=f"{experiment} {variant} seed {seed}", progress=opts.progress)
