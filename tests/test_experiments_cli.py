@@ -42,6 +42,7 @@ BAD = [
     (["--n-test", "-1"], "`--n-test` must be an integer >= 1"),
     (["--frames-per-step", "0"], "`--frames-per-step` must be an integer >= 1"),
     (["--max-batches", "0"], "`--max-batches` must be an integer >= 1"),
+    (["--eval-every", "0"], "`--eval-every` must be an integer >= 1, but got 0"),
     (["--threads", "0"], "`--threads` must be an integer >= 1"),
     (["--seeds", "0", "-1"], "`--seeds` must be a non-empty list of integers in [0, 2**32 - 1]"),
     (["--seeds", str(2 ** 32)], "`--seeds` must be a non-empty list of integers"),

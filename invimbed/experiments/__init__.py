@@ -52,8 +52,8 @@ def run(name: str, **options: Any) -> dict:
         The command-line options by their Python names: ``quick``, ``epochs``,
         ``seeds`` (list of int), ``out``, ``resume``, ``n_train``, ``n_test``,
         ``batch_size``, ``lr``, ``p_min`` (list), ``layers`` (list), ``jacobian``,
-        ``dataset`` (list), ``frames_per_step``, ``max_batches``, ``mat``, ``cache_dir``,
-        ``device``, ``threads``, ``figures``, ``progress``.
+        ``dataset`` (list), ``frames_per_step``, ``max_batches``, ``eval_every``, ``mat``,
+        ``cache_dir``, ``device``, ``threads``, ``figures``, ``progress``.
 
     Returns
     -------

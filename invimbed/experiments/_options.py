@@ -51,6 +51,7 @@ class Options:
     dataset: list | None = None
     frames_per_step: int | None = None
     max_batches: int | None = None
+    eval_every: int | None = None
     mat: str | None = None
     cache_dir: str | None = None
     device: str | None = None
@@ -114,7 +115,7 @@ def check_options(opts: Options, *, cli: bool = False) -> Options:
     ValueError
         For the first unusable value, as "`name` must be ..., but got ...": a count
         (``epochs``, ``n_train``, ``n_test``, ``batch_size``, ``frames_per_step``,
-        ``max_batches``, ``threads``) below 1, a learning rate that is not a finite
+        ``max_batches``, ``eval_every``, ``threads``) below 1, a learning rate that is not a finite
         positive number, seeds outside ``[0, 2**32 - 1]``, depths ``p_min`` that are not
         finite and negative, ``layers`` below 1, an unknown ``jacobian`` or ``dataset``,
         a ``mat`` file that does not exist, an ``out`` or ``cache_dir`` that is a file.
@@ -123,7 +124,7 @@ def check_options(opts: Options, *, cli: bool = False) -> Options:
         raise ValueError(f"{_name(field, cli)} must be {what}, but got {got!r}.")
 
     for field in ("epochs", "n_train", "n_test", "batch_size", "frames_per_step",
-                  "max_batches", "threads"):
+                  "max_batches", "eval_every", "threads"):
         v = getattr(opts, field)
         if v is not None and not (_is_int(v) and v >= 1):
             fail(field, "an integer >= 1", v)

@@ -140,7 +140,13 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
     minibatches of ``cfg["batch_size"]`` sequences, ``cfg["epochs"]`` epochs; a
     checkpoint after every epoch. Returns the history: ``loss`` (mean training loss per
     epoch), ``epoch_time`` (seconds of training per epoch, evaluation excluded),
-    ``objective_before`` / ``objective_after`` (:func:`objective` on a fixed subset)."""
+    ``objective_before`` / ``objective_after`` (:func:`objective` on a fixed subset).
+    With ``cfg["eval_every"] = k``, also the test set's score every ``k`` epochs and at
+    the last (:func:`evaluate` at the trained depth, in eval mode, which draws no random
+    numbers and so leaves the training unchanged): ``test_epoch`` (1-based epochs),
+    ``test_mse`` (the reported number, :meth:`Task.score`) and ``test_mse_all_frames``
+    (the mean over every frame). A checkpoint written without them resumes; the epochs
+    before it have no test score."""
     from tqdm.auto import tqdm
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -196,8 +202,10 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
         history["epoch_time"].append(time.perf_counter() - t0)
         history["loss"].append(total / max(count, 1))
         history["batches_per_epoch"] = len(batches)
+        scored = _evaluate_epoch(model, task, cfg, history, epoch + 1, device)
         tqdm.write(f"{desc} epoch {epoch + 1}/{cfg['epochs']}: loss {history['loss'][-1]:.5f}, "
-                   f"{history['epoch_time'][-1]:.1f} s")
+                   f"{history['epoch_time'][-1]:.1f} s"
+                   + (f", test MSE {history['test_mse'][-1]:.5f}" if scored else ""))
         _save_checkpoint(ckpt, {
             "model": model.state_dict(), "optimizer": opt.state_dict(),
             "scheduler": sched.state_dict() if sched is not None else None,
@@ -206,6 +214,21 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
     if "objective_after" not in history or start < cfg["epochs"]:
         history["objective_after"] = objective(model, task, probe, device, cfg["batch_size"])
     return history
+
+
+def _evaluate_epoch(model: nn.Module, task: Task, cfg: dict, history: dict, epoch: int,
+                    device: torch.device) -> bool:
+    """Append the test score after ``epoch`` (1-based) to ``history`` every
+    ``cfg["eval_every"]`` epochs and at the last; whether it did."""
+    every = cfg.get("eval_every")
+    if not every or (epoch % every and epoch != cfg["epochs"]):
+        return False
+    per_frame = evaluate(model, task, device, cfg.get("eval_batch_size", cfg["batch_size"]),
+                         all_depths=False)["per_frame"]
+    history.setdefault("test_epoch", []).append(epoch)
+    history.setdefault("test_mse", []).append(task.score(per_frame))
+    history.setdefault("test_mse_all_frames", []).append(float(np.mean(per_frame)))
+    return True
 
 
 @torch.no_grad()
