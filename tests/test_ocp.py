@@ -158,3 +158,143 @@ def test_not_optimal_is_not_success():
     assert res.solver_status != 0
     assert res.kkt["stationarity"] > 1e-6
     assert "Not optimal" in res.message
+
+
+# -- what engineers pose --------------------------------------------------------------
+def double_integrator(q=1.0, running=None):
+    sp = pytest.importorskip("sympy")
+    t, z1, z2, u = sp.symbols("t z1 z2 u")
+    return invimbed.from_sympy(t, [z1, z2], [u], [z2, u],
+                               u ** 2 / 2 if running is None else running, q=q)
+
+
+def _simulate(problem, x0, res, points=400, fractions=None):
+    """The returned control simulated by scipy alone: z on a fine grid (or at the given
+    fractions of every interval)."""
+    from scipy.integrate import solve_ivp
+    prov = problem.provider(len(x0), res.controls.shape[1])
+    ts, zs, z = [], [], np.asarray(x0, dtype=float)
+    for k in range(len(res.controls)):
+        a, b = res.times[k], res.times[k + 1]
+        sol = solve_ivp(lambda t, y: prov.derivative("f", t, y[None], res.controls[k][None])[0],
+                        (a, b), z, rtol=1e-11, atol=1e-12, dense_output=True)
+        tt = (np.linspace(a, b, max(2, points // len(res.controls))) if fractions is None
+              else a + np.asarray(fractions) * (b - a))
+        ts.append(tt)
+        zs.append(sol.sol(tt).T)
+        z = sol.y[:, -1]
+    return np.concatenate(ts), np.concatenate(zs)
+
+
+@pytest.mark.parametrize("solver", ["slsqp", pytest.param("ipopt", marks=needs_ipopt)])
+def test_state_bound_terminal_state_and_path_points(solver):
+    """Bryson-Denham on a coarse grid: x1 <= 1/9 at the nodes and, with path_points, inside
+    the intervals, checked by simulating the returned control with scipy."""
+    problem = double_integrator()
+    limit = 1 / 9
+    res = invimbed.solve_ocp(problem, [0.0, 1.0], p=0.0, intervals=8, final_state=[0, -1],
+                             state_bounds=(None, [limit, np.inf]), path_points=3,
+                             solver=solver)
+    assert res.success, res.message
+    t, z = _simulate(problem, [0.0, 1.0], res, fractions=[0.0, 0.25, 0.5, 0.75, 1.0])
+    assert np.max(z[:, 0]) <= limit + 1e-6          # at the nodes and the 3 inner points
+    assert np.allclose(z[-1], [0, -1], atol=1e-6)
+    assert np.max(res.states[:, 0]) <= limit + 1e-6
+    # the unconstrained optimum (J = 2, x1 up to 1/4) is cut off: J rises towards 4
+    assert 3.9 < res.fun < 4.5
+
+
+def test_path_constraint_and_terminal_inequality():
+    problem = double_integrator()
+    res = invimbed.solve_ocp(
+        problem, [0.0, 1.0], p=0.0, intervals=8, solver="slsqp",
+        path_constraints=lambda t, z, u: np.array([z[0] - 0.1 - 0.05 * t]), path_points=1,
+        terminal_inequality=lambda z: np.array([z[0] ** 2 + (z[1] + 1) ** 2 - 0.01]))
+    assert res.success, res.message
+    t, z = _simulate(problem, [0.0, 1.0], res, fractions=[0.0, 0.5])
+    assert np.max(z[:, 0] - 0.1 - 0.05 * t) <= 1e-6
+    assert res.states[-1, 0] ** 2 + (res.states[-1, 1] + 1) ** 2 <= 0.01 + 1e-6
+
+
+@pytest.mark.parametrize("solver", ["slsqp", pytest.param("ipopt", marks=needs_ipopt)])
+def test_free_horizon_minimum_time(solver):
+    """Bang-bang minimum time from (1, 0) to rest: H = 2, exact on an even grid."""
+    sp = pytest.importorskip("sympy")
+    problem = double_integrator(q=0.0, running=sp.Integer(1))
+    res = invimbed.solve_ocp(problem, [1.0, 0.0], p=-1.5, intervals=6, final_state=[0, 0],
+                             control_bounds=(-1, 1), free_horizon=True, solver=solver)
+    assert res.success, res.message
+    assert abs(res.horizon - 2.0) <= 1e-6 and abs(res.fun - 2.0) <= 1e-6
+    assert res.p == pytest.approx(-2.0, abs=1e-6)
+    assert np.allclose(res.controls[:3, 0], -1, atol=1e-6)
+    assert np.allclose(res.controls[3:, 0], 1, atol=1e-6)
+
+
+def test_warm_start_from_a_previous_solution():
+    problem = lq_problem(**LQ, q=1.0)
+    coarse = invimbed.solve_ocp(problem, [1.0, 0.0], p=0.0, intervals=5, n_controls=1,
+                                solver="slsqp")
+    cold = invimbed.solve_ocp(problem, [1.0, 0.0], p=0.0, intervals=5, n_controls=1,
+                              solver="slsqp", initial_guess={"states": np.zeros((6, 2))})
+    warm = invimbed.solve_ocp(problem, [1.0, 0.0], p=0.0, intervals=5, n_controls=1,
+                              solver="slsqp", initial_guess=coarse)
+    assert warm.success and warm.nit <= 2 < cold.nit
+    assert abs(warm.fun - coarse.fun) <= 1e-9
+    finer = invimbed.solve_ocp(problem, [1.0, 0.0], p=0.0, intervals=10, solver="slsqp",
+                               initial_guess=coarse)     # M from the guess's controls
+    assert finer.success and finer.fun <= coarse.fun + 1e-9
+
+
+def test_misuse_raises_clear_errors():
+    problem = lq_problem(**LQ, q=1.0)
+    x = [1.0, 0.0]
+    with pytest.raises(ValueError, match="`p` .* is required"):
+        invimbed.solve_ocp(problem, x, n_controls=1)
+    with pytest.raises(ValueError, match="`grid` must end at the problem's q"):
+        invimbed.solve_ocp(problem, x, grid=[0, 0.5, 0.9], n_controls=1)
+    with pytest.raises(ValueError, match="control size M is unknown"):
+        invimbed.solve_ocp(problem, x, p=0.0)
+    with pytest.raises(ValueError, match="`control_bounds` is infeasible"):
+        invimbed.solve_ocp(problem, x, p=0.0, control_bounds=(1, -1))
+    with pytest.raises(ValueError, match="`horizon_bounds` is given but `free_horizon`"):
+        invimbed.solve_ocp(problem, x, p=0.0, n_controls=1, horizon_bounds=(0.5, 2))
+    with pytest.raises(ValueError, match="`final_state` must have shape"):
+        invimbed.solve_ocp(problem, x, p=0.0, n_controls=1, final_state=[0.0])
+    with pytest.raises(ValueError, match="`p` must be < q"):
+        invimbed.solve_ocp(problem, x, p=2.0, n_controls=1)
+    with pytest.raises(ValueError, match="`solver` must be one of"):
+        invimbed.solve_ocp(problem, x, p=0.0, n_controls=1, solver="snopt")
+    with pytest.raises(ValueError, match="`x` must be one initial state"):
+        invimbed.solve_ocp(problem, [[1.0, 0.0]], p=0.0, n_controls=1)
+    with pytest.raises(TypeError, match="`path_constraints` must be callable"):
+        invimbed.solve_ocp(problem, x, p=0.0, n_controls=1, path_constraints=3)
+
+
+# -- the gallery on its full grids (the coarse grids run in tests/test_examples.py) -----
+def _example(name):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ocp_rayleigh", "ocp_vanderpol", "ocp_min_time",
+                                  "ocp_bryson_denham"])
+def test_gallery_full_grid_against_published_optimum(name):
+    ex = _example(name)
+    res = ex.solve(100)
+    assert res.success, res.message
+    tol = ex.TOLERANCE[100] if isinstance(ex.TOLERANCE, dict) else ex.TOLERANCE
+    assert abs(res.fun - ex.PUBLISHED) <= tol * ex.PUBLISHED
+
+
+@pytest.mark.slow
+def test_gallery_lq_tracking_against_riccati():
+    ex = _example("ocp_lq_tracking")
+    res = ex.solve(40)
+    assert res.success, res.message
+    assert abs(res.fun - ex.riccati_discrete(40)) <= 1e-7 * res.fun

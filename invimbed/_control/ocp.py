@@ -21,7 +21,7 @@ from .._core.validation import (as_float_array, as_int, as_positive_int, as_real
                                 check_choice, describe)
 from .ocp_constraints import Defects, FinalState, Path, Terminal, as_pair
 from .ocp_nlp import ShootingNLP, kkt_check
-from .ocp_solvers import SOLVERS, have_ipopt, run_solver
+from .ocp_solvers import HESSIANS, SOLVERS, have_ipopt, run_solver
 from .options import SolverFailure
 from .shooting import Shooting
 
@@ -43,7 +43,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
               final_state: Any = None, terminal_equality: Callable | None = None,
               terminal_inequality: Callable | None = None, free_horizon: bool = False,
               horizon_bounds: Any = None, initial_guess: Any = None,
-              solver: str = "auto", tol: float = 1e-6, constraint_tol: float = 1e-6,
+              solver: str = "auto", hessian: str = "limited-memory", tol: float = 1e-6, constraint_tol: float = 1e-6,
               max_iter: int = 1000, solver_options: dict | None = None,
               callback: Callable | None = None, rtol: float = 1e-8, atol: float = 1e-10,
               method: str = "RK45", max_steps: int = 10_000,
@@ -111,6 +111,12 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         the sparse Jacobian and an L-BFGS Hessian. ``"trust-constr"``, ``"slsqp"``:
         ``scipy.optimize.minimize`` (SLSQP works on dense matrices: for up to a few
         hundred variables). ``"auto"``: IPOPT where installed, otherwise SLSQP.
+    hessian : {"limited-memory", "finite-differences"}, default "limited-memory"
+        IPOPT's Hessian of the Lagrangian: L-BFGS (one ensemble solve per iteration), or
+        colored central differences of the exact Lagrangian gradient (block diagonal,
+        ``2 (n + m)`` more ensemble solves per iteration, far fewer iterations on hard
+        problems such as the hypersensitive one). The scipy solvers use their own
+        quasi-Newton updates.
     tol : float, default 1e-6
         The KKT tolerance of our check: ``||grad J + A^T y||_inf <= tol max(1,
         ||grad J||_inf)`` with multipliers ``y`` fitted to the active constraints, and
@@ -145,6 +151,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         - ``kkt``: dict with ``stationarity`` and ``complementarity`` (our check);
           ``constraint_violation`` (largest, absolute) and ``violations`` (per kind);
         - ``x``: the decision vector; ``nsolve`` (ensemble solves), ``nfev``;
+        - ``defects`` (K, N): the continuity defects ``s_(k+1) - z(t_(k+1); t_k, s_k, u_k)``;
         - ``trajectory``: ``t``, ``z``, ``u`` from the dense output of the intervals.
 
     Raises
@@ -176,6 +183,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     M = _control_size(problem, n_controls, control_bounds, initial_guess)
     problem.check_sizes(N, M)
     check_choice(solver, "solver", SOLVERS)
+    check_choice(hessian, "hessian", HESSIANS)
     check_choice(method, "method", tuple(TABLEAUX))
     tol = as_real(tol, "tol", positive=True)
     constraint_tol = as_real(constraint_tol, "constraint_tol", positive=True)
@@ -253,7 +261,8 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         raise ValueError(f"the initial guess cannot be integrated: {exc}; give a better "
                          f"`initial_guess`") from exc
     run = run_solver(name, nlp, w0, tol=tol, constraint_tol=constraint_tol,
-                     max_iter=max_iter, options=solver_options, callback=callback)
+                     max_iter=max_iter, options=solver_options, callback=callback,
+                     hessian=hessian)
     return _result(nlp, run, tol, constraint_tol, trajectory_points)
 
 
@@ -268,7 +277,8 @@ def _result(nlp: ShootingNLP, run, tol: float, constraint_tol: float,
                          solver_message=run.message, nit=run.nit)
     try:
         fun = nlp.objective(w)
-        kkt = kkt_check(nlp, w, tol=tol, constraint_tol=constraint_tol)
+        kkt = kkt_check(nlp, w, tol=tol, constraint_tol=constraint_tol,
+                        multipliers=run.multipliers)
     except SolverFailure as exc:
         res.update(success=False, status=-1, fun=np.nan, kkt=None, constraint_violation=np.nan,
                    violations={}, message=f"{exc}. {run.message}", nsolve=nlp.n_solves,
@@ -297,6 +307,7 @@ def _result(nlp: ShootingNLP, run, tol: float, constraint_tol: float,
     sol = sh.solve(w, record=True)
     nlp.n_solves += 1
     if sol.failure is None:
+        res["defects"] = S[1:] - sol.F
         frac = np.linspace(0.0, 1.0, trajectory_points)
         tt, z, *_ = sh.interior(w, sol, frac)
         res["trajectory"] = OptimizeResult(t=tt.ravel(), z=z.reshape(-1, sh.n),

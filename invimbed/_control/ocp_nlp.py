@@ -119,62 +119,81 @@ class KKT:
     ok: bool
 
 
-def kkt_check(nlp: ShootingNLP, w: np.ndarray, *, tol: float, constraint_tol: float) -> KKT:
+def kkt_check(nlp: ShootingNLP, w: np.ndarray, *, tol: float, constraint_tol: float,
+              multipliers: tuple[np.ndarray, np.ndarray] | None = None) -> KKT:
     """First-order optimality of ``w``, judged by us.
 
-    The active set: every equality, and every inequality or bound within ``active`` of
-    its limit, ``active = max(constraint_tol, 1e-8 * scale)``. Multipliers for them are
-    fitted by bounded least squares (`scipy.optimize.lsq_linear`): free for equalities,
-    of the sign that pushes back into the feasible set for the others. Then
+    With the Lagrangian ``J + y^T c + zb^T w`` (``y_i >= 0`` where ``c_i`` is at its
+    upper limit, ``<= 0`` at its lower limit, free for equalities; the same for the bound
+    multipliers ``zb``):
 
-    - ``stationarity = ||grad J + A^T y||_inf / max(1, ||grad J||_inf)``,
-    - ``complementarity = max |y_i| * slack_i`` over the active inequalities,
+    - ``stationarity = ||grad J + A^T y + zb||_inf / max(1, ||grad J||_inf)``,
+    - ``complementarity = max |y_i| slack_i`` (and the same for the bounds), scaled alike,
 
-    and ``ok`` is ``stationarity <= tol``, ``complementarity <= tol`` and
-    ``violation <= constraint_tol``.
+    and ``ok`` is both ``<= tol`` and ``violation <= constraint_tol``. The multipliers are
+    the solver's (``multipliers = (y, zb)``, IPOPT), with any entry of the wrong sign set
+    to zero, or, without them, fitted by us by bounded least squares
+    (`scipy.optimize.lsq_linear`) to the constraints and bounds within ``constraint_tol``
+    of their limits.
     """
     w = np.asarray(w, dtype=float)
     g = nlp.gradient(w)
     c = nlp.constraints(w)
     Jc = nlp.jacobian(w)
     viol = nlp.violation(w)
-    act = max(constraint_tol, 0.0)
-    eq = nlp.cl == nlp.cu
-    # inequalities: lower active (multiplier <= 0 in grad + A^T y = 0 convention: the
-    # gradient of the Lagrangian J + y^T c vanishes with y <= 0 at an active lower bound)
-    lo_act = ~eq & np.isfinite(nlp.cl) & (c - nlp.cl <= act)
-    up_act = ~eq & np.isfinite(nlp.cu) & (nlp.cu - c <= act)
-    blo_act = np.isfinite(nlp.lb) & (w - nlp.lb <= act)
-    bup_act = np.isfinite(nlp.ub) & (nlp.ub - w <= act)
-    fixed = blo_act & bup_act
-    sel_c = eq | lo_act | up_act
-    rows_c = np.flatnonzero(sel_c)
-    A_parts = [Jc[rows_c]]
-    lo_b = [np.where(eq[rows_c], -np.inf, np.where(up_act[rows_c], 0.0, -np.inf))]
-    hi_b = [np.where(eq[rows_c], np.inf, np.where(lo_act[rows_c] & ~up_act[rows_c], 0.0,
-                                                  np.inf))]
-    idx_b = np.flatnonzero(blo_act | bup_act)
-    if idx_b.size:
-        A_parts.append(identity(nlp.n, format="csr")[idx_b])
-        lo_b.append(np.where(fixed[idx_b], -np.inf, np.where(bup_act[idx_b], 0.0, -np.inf)))
-        hi_b.append(np.where(fixed[idx_b], np.inf, np.where(blo_act[idx_b], 0.0, np.inf)))
-    A = vstack(A_parts).tocsr()
     scale = max(1.0, float(np.max(np.abs(g), initial=0.0)))
-    if A.shape[0]:
-        lo_all, hi_all = np.concatenate(lo_b), np.concatenate(hi_b)
-        fit = lsq_linear(A.T.tocsr(), -g, bounds=(lo_all, hi_all), lsmr_tol="auto",
-                         tol=1e-14, max_iter=2000)
-        y = fit.x
-        resid = g + A.T @ y
-        slack = np.concatenate([
-            np.where(eq[rows_c], 0.0, np.minimum(np.abs(c[rows_c] - nlp.cl[rows_c]),
-                                                 np.abs(nlp.cu[rows_c] - c[rows_c]))),
-            np.where(fixed[idx_b], 0.0, np.minimum(np.abs(w[idx_b] - nlp.lb[idx_b]),
-                                                   np.abs(nlp.ub[idx_b] - w[idx_b])))])
-        comp = float(np.max(np.abs(y) * np.where(np.isfinite(slack), slack, 0.0), initial=0.0))
+    eq = nlp.cl == nlp.cu
+    fixed = nlp.lb == nlp.ub
+    # the sign each multiplier may take: [lo, hi] per constraint and per bound
+    y_lo = np.where(eq | np.isfinite(nlp.cl), -np.inf, 0.0)
+    y_hi = np.where(eq | np.isfinite(nlp.cu), np.inf, 0.0)
+    z_lo = np.where(fixed | np.isfinite(nlp.lb), -np.inf, 0.0)
+    z_hi = np.where(fixed | np.isfinite(nlp.ub), np.inf, 0.0)
+    c_slack = np.where(eq, 0.0, np.minimum(np.where(np.isfinite(nlp.cl), c - nlp.cl, np.inf),
+                                           np.where(np.isfinite(nlp.cu), nlp.cu - c, np.inf)))
+    w_slack = np.where(fixed, 0.0, np.minimum(np.where(np.isfinite(nlp.lb), w - nlp.lb, np.inf),
+                                              np.where(np.isfinite(nlp.ub), nlp.ub - w, np.inf)))
+    c_slack, w_slack = np.abs(c_slack), np.abs(w_slack)
+    if multipliers is not None:
+        y = np.clip(multipliers[0], y_lo, y_hi)
+        zb = np.clip(multipliers[1], z_lo, z_hi)
+        # at a lower limit only a multiplier <= 0 is right, at an upper one >= 0
+        y = np.where(~eq & np.isfinite(nlp.cl) & np.isfinite(nlp.cu),
+                     np.where(c - nlp.cl < nlp.cu - c, np.minimum(y, 0), np.maximum(y, 0)), y)
+        zb = np.where(~fixed & np.isfinite(nlp.lb) & np.isfinite(nlp.ub),
+                      np.where(w - nlp.lb < nlp.ub - w, np.minimum(zb, 0), np.maximum(zb, 0)), zb)
     else:
-        resid, comp = g, 0.0
+        act_c = np.flatnonzero(c_slack <= constraint_tol)
+        act_w = np.flatnonzero(w_slack <= constraint_tol)
+        A = vstack([Jc[act_c], identity(nlp.n, format="csr")[act_w]]).tocsr()
+        lo = np.concatenate([y_lo[act_c], z_lo[act_w]])
+        hi = np.concatenate([y_hi[act_c], z_hi[act_w]])
+        y, zb = np.zeros(nlp.m), np.zeros(nlp.n)
+        if A.shape[0]:
+            bounds = _sided(lo, hi, act_c, act_w, c, nlp, w)
+            if A.shape[0] * A.shape[1] <= 4_000_000:     # dense: the exact active-set method
+                fit = lsq_linear(A.T.toarray(), -g, bounds=bounds, method="bvls", tol=1e-14)
+            else:
+                fit = lsq_linear(A.T.tocsr(), -g, bounds=bounds, lsmr_tol="auto", tol=1e-14,
+                                 max_iter=2000)
+            y[act_c], zb[act_w] = fit.x[:act_c.size], fit.x[act_c.size:]
+    resid = g + Jc.T @ y + zb
     stat = float(np.max(np.abs(resid), initial=0.0)) / scale
-    return KKT(stationarity=stat, complementarity=comp / scale, violation=viol,
-               ok=bool(stat <= tol and comp / scale <= tol and viol <= constraint_tol))
+    comp = max(float(np.max(np.abs(y) * np.where(np.isfinite(c_slack), c_slack, 0.0), initial=0.0)),
+               float(np.max(np.abs(zb) * np.where(np.isfinite(w_slack), w_slack, 0.0),
+                            initial=0.0))) / scale
+    return KKT(stationarity=stat, complementarity=comp, violation=viol,
+               ok=bool(stat <= tol and comp <= tol and viol <= constraint_tol))
 
+
+def _sided(lo: np.ndarray, hi: np.ndarray, act_c: np.ndarray, act_w: np.ndarray,
+           c: np.ndarray, nlp: ShootingNLP, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sign bounds of the fitted multipliers: an inequality with both limits finite takes
+    the sign of the limit it is at."""
+    near_lo = np.concatenate([c[act_c] - nlp.cl[act_c] < nlp.cu[act_c] - c[act_c],
+                              w[act_w] - nlp.lb[act_w] < nlp.ub[act_w] - w[act_w]])
+    eq = np.concatenate([nlp.cl[act_c] == nlp.cu[act_c], nlp.lb[act_w] == nlp.ub[act_w]])
+    both = np.isinf(lo) & np.isinf(hi) & ~eq
+    lo = np.where(both & ~near_lo, 0.0, lo)
+    hi = np.where(both & near_lo, 0.0, hi)
+    return lo, hi

@@ -20,10 +20,14 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import BFGS, Bounds, NonlinearConstraint, minimize
 
+from .ocp_hessian import ColoredHessian
 from .ocp_nlp import ShootingNLP
 from .options import SolverFailure
 
 SOLVERS = ("auto", "ipopt", "trust-constr", "slsqp")
+#: IPOPT's Hessians: L-BFGS, or colored differences of the exact Lagrangian gradient
+#: (`invimbed._control.ocp_hessian`).
+HESSIANS = ("limited-memory", "finite-differences")
 
 
 def have_ipopt() -> bool:
@@ -45,28 +49,34 @@ class Run:
     message: str
     nit: int
     failure: str | None = None             # an integration that failed and stopped it
+    multipliers: tuple | None = None       # (y, zb) of the constraints and bounds, if given
     history: list = field(default_factory=list)
 
 
 def run_solver(name: str, nlp: ShootingNLP, w0: np.ndarray, *, tol: float,
                constraint_tol: float, max_iter: int, options: dict | None,
-               callback: Callable | None) -> Run:
-    """Run the solver ``name`` (``"ipopt"``, ``"trust-constr"`` or ``"slsqp"``)."""
+               callback: Callable | None, hessian: str = "limited-memory") -> Run:
+    """Run the solver ``name`` (``"ipopt"``, ``"trust-constr"`` or ``"slsqp"``); IPOPT
+    with the ``hessian`` of `HESSIANS`."""
     if name == "ipopt":
-        return _ipopt(nlp, w0, tol, constraint_tol, max_iter, options or {}, callback)
+        return _ipopt(nlp, w0, tol, constraint_tol, max_iter, options or {}, callback,
+                      hessian)
     return _scipy(name, nlp, w0, tol, constraint_tol, max_iter, options or {}, callback)
 
 
-def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callback) -> Run:
+def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callback,
+           hessian) -> Run:
     import cyipopt
+
+    colored = ColoredHessian(nlp) if hessian == "finite-differences" else None
 
     last: dict[str, Any] = {"w": np.array(w0, dtype=float), "failure": None}
     history: list = []
 
     def guard(fn):
-        def call(w):
+        def call(w, *args):
             try:
-                out = fn(w)
+                out = fn(w, *args)
             except SolverFailure as exc:
                 last["failure"] = str(exc)
                 raise cyipopt.CyIpoptEvaluationError(str(exc)) from exc
@@ -83,6 +93,10 @@ def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callbac
         def jacobianstructure():
             return nlp.rows, nlp.cols
 
+        if colored is not None:
+            hessianstructure = staticmethod(colored.structure)
+            hessian = staticmethod(guard(colored.values))
+
         @staticmethod
         def intermediate(alg_mod, iter_count, obj_value, inf_pr, inf_du, *rest):
             history.append((int(iter_count), float(obj_value), float(inf_pr), float(inf_du)))
@@ -94,7 +108,8 @@ def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callbac
                            cl=nlp.cl, cu=nlp.cu)
     settings = {"print_level": 0, "sb": "yes", "tol": tol,
                 "constr_viol_tol": constraint_tol, "max_iter": max_iter,
-                "hessian_approximation": "limited-memory", "mu_strategy": "adaptive"}
+                "hessian_approximation": "limited-memory" if colored is None else "exact",
+                "mu_strategy": "adaptive"}
     settings.update(options)
     for key, value in settings.items():
         prob.add_option(key, value)
@@ -104,8 +119,11 @@ def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callbac
     msg = msg.decode() if isinstance(msg, bytes) else str(msg)
     nit = history[-1][0] if history else 0
     failure = last["failure"] if status not in (0, 1) else None
+    mult = (np.asarray(info["mult_g"], dtype=float),
+            np.asarray(info["mult_x_U"], dtype=float) - np.asarray(info["mult_x_L"], dtype=float))
     return Run(w=np.asarray(w, dtype=float), solver="ipopt", status=status,
-               message=f"IPOPT: {msg}", nit=nit, failure=failure, history=history)
+               message=f"IPOPT: {msg}", nit=nit, failure=failure, history=history,
+               multipliers=mult)
 
 
 def _scipy(name, nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callback) -> Run:
