@@ -293,6 +293,15 @@ def test_gallery_full_grid_against_published_optimum(name):
 
 
 @pytest.mark.slow
+def test_gallery_hypersensitive_against_published_optimum():
+    ex = _example("ocp_hypersensitive")
+    res = ex.solve()
+    assert res.success, res.message
+    assert abs(res.fun - ex.PUBLISHED) <= ex.TOLERANCE * ex.PUBLISHED
+    assert abs(res.states[-1, 0] - 1.5) <= 1e-6
+
+
+@pytest.mark.slow
 def test_gallery_lq_tracking_against_riccati():
     ex = _example("ocp_lq_tracking")
     res = ex.solve(40)
