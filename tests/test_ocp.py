@@ -293,6 +293,7 @@ def test_gallery_full_grid_against_published_optimum(name):
 
 
 @pytest.mark.slow
+@needs_ipopt
 def test_gallery_hypersensitive_against_published_optimum():
     ex = _example("ocp_hypersensitive")
     res = ex.solve()
