@@ -32,6 +32,8 @@ from ._control.sweep import OptimalityError as OptimalityError
 from ._control.depth import DepthResult as DepthResult
 from ._control.depth import optimal_depth as optimal_depth
 from ._control.optimize import optimize_control as optimize_control
+from ._control.ocp import OCP_STATUS as OCP_STATUS
+from ._control.ocp import solve_ocp as solve_ocp
 from ._core.problem import BolzaProblem as BolzaProblem
 from ._core.results import STATUS as STATUS
 from ._core.results import ImbeddingResult as ImbeddingResult
@@ -52,6 +54,7 @@ __all__ = [
     "FiniteDifferences",
     "ImbeddingResult",
     "MLPDynamics",
+    "OCP_STATUS",
     "OpenLoopControl",
     "OptimalityError",
     "PiecewiseConstant",
@@ -72,5 +75,6 @@ __all__ = [
     "simulate",
     "solve_adjoint",
     "solve_imbedding",
+    "solve_ocp",
     "solve_optimal",
 ]

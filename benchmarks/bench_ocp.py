@@ -1,0 +1,202 @@
+"""The optimal-control gallery: `invimbed.solve_ocp` against CasADi + IPOPT, same grids.
+
+For each gallery problem (examples/ocp_*.py: Rayleigh, Van der Pol with bounds, minimum
+time, Bryson-Denham, LQ tracking, hypersensitive) both tools solve the same transcription: K intervals
+with the control constant on each.
+
+- invimbed: multiple shooting on the exact ensemble (`solve_ocp`, IPOPT through cyipopt,
+  the Hessian each example chooses: L-BFGS, finite differences for the hypersensitive
+  problem), rtol 1e-8, atol 1e-10;
+- CasADi 3.8 (benchmark-only) + IPOPT, exact derivatives and exact Hessian by CasADi's
+  algorithmic differentiation: multiple shooting with RK4 (10 steps per interval) or
+  Radau collocation of degree 3 (``--casadi collocation``, and always for the
+  hypersensitive problem).
+
+Printed per problem: both objectives and their relative difference (target <= 1e-4),
+both wall times (best of ``--repeats``, invimbed's including the sympy code generation
+of its first call only in the first repeat) and their ratio (target <= 3), IPOPT
+iterations, and for Bryson-Denham the largest excess of x1 over 1/9 at the nodes
+(target <= 1e-6). The wall time of CasADi counts ``opti.solve()`` only (its expression
+graph is built before), that of invimbed the whole ``solve_ocp`` call on a problem whose
+derivatives were generated before.
+
+Run:  python benchmarks/bench_ocp.py [--quick] [--repeats R] [--casadi collocation]
+      [--hessian finite-differences] [--only NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _machine import machine_info
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+GALLERY = [("Rayleigh", "ocp_rayleigh", 100), ("Van der Pol", "ocp_vanderpol", 100),
+           ("minimum time", "ocp_min_time", 100), ("Bryson-Denham", "ocp_bryson_denham", 100),
+           ("LQ tracking", "ocp_lq_tracking", 40), ("hypersensitive", "ocp_hypersensitive", None)]
+#: CasADi's RK4 shooting is unstable on the hypersensitive grid's long intervals (an
+#: explicit method with steps of 10 where the state leaves 0): collocation there.
+COLLOCATION_ONLY = ("ocp_hypersensitive",)
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def casadi_model(ex, K: int, scheme: str):
+    """CasADi's Opti for the example's SPEC on its grid (multiple shooting or collocation)."""
+    import casadi as ca
+    spec = ex.SPEC
+    n, m = spec["n"], spec["m"]
+    grid = np.asarray(spec["grid"](K), dtype=float)
+    K = grid.size - 1
+    tau = (grid - grid[0]) / (grid[-1] - grid[0])
+    opti = ca.Opti()
+    X, U = opti.variable(n, K + 1), opti.variable(m, K)
+    free = spec.get("free_horizon", False)
+    H = opti.variable() if free else grid[-1] - grid[0]
+    t, z, u = ca.SX.sym("t"), ca.SX.sym("z", n), ca.SX.sym("u", m)
+    running = spec.get("running")
+    if running is None:                     # the LQ tracking problem reads t
+        f_expr = ca.vertcat(*spec["dynamics"](z, u))
+        r_expr = (z[0] - ca.sin(t)) ** 2 + ex.RHO * u[0] ** 2
+    else:
+        f_expr, r_expr = ca.vertcat(*spec["dynamics"](z, u)), running(z, u) + 0 * t
+    F = ca.Function("F", [t, z, u], [f_expr, r_expr])
+    # one SX function per interval: 10 RK4 steps of the state and the running cost
+    hs = ca.SX.sym("h")
+    zz, c, tt, dt = z, 0, t, hs / 10
+    for _ in range(10):
+        k1, q1 = F(tt, zz, u)
+        k2, q2 = F(tt + dt / 2, zz + dt / 2 * k1, u)
+        k3, q3 = F(tt + dt / 2, zz + dt / 2 * k2, u)
+        k4, q4 = F(tt + dt, zz + dt * k3, u)
+        zz = zz + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        c = c + dt / 6 * (q1 + 2 * q2 + 2 * q3 + q4)
+        tt = tt + dt
+    step = ca.Function("step", [t, z, u, hs], [zz, c])
+    J = 0
+    opti.subject_to(X[:, 0] == spec["x0"])
+    t0 = grid[-1] - H if free else grid[0]
+    if scheme == "collocation":
+        d = 3
+        cp = np.append(0, ca.collocation_points(d, "radau"))
+        C, D, W = np.zeros((d + 1, d + 1)), np.zeros(d + 1), np.zeros(d + 1)
+        for j in range(d + 1):
+            poly = np.poly1d([1.0])
+            for r in range(d + 1):
+                if r != j:
+                    poly *= np.poly1d([1, -cp[r]]) / (cp[j] - cp[r])
+            D[j], W[j] = poly(1.0), np.polyint(poly)(1.0)
+            C[j] = np.polyder(poly)(cp)
+    for k in range(K):
+        h = H * (tau[k + 1] - tau[k])
+        tk = t0 + H * tau[k]
+        if scheme == "collocation":
+            Xc = opti.variable(n, d)
+            opti.set_initial(Xc, np.tile(np.asarray(spec["x0"], float)[:, None], (1, d)))
+            end = D[0] * X[:, k]
+            for j in range(1, d + 1):
+                slope = C[0, j] * X[:, k]
+                for r in range(d):
+                    slope = slope + C[r + 1, j] * Xc[:, r]
+                fj, qj = F(tk + cp[j] * h, Xc[:, j - 1], U[:, k])
+                opti.subject_to(h * fj == slope)
+                end = end + D[j] * Xc[:, j - 1]
+                J = J + W[j] * qj * h
+            opti.subject_to(X[:, k + 1] == end)
+        else:
+            zz, c = step(tk, X[:, k], U[:, k], h)
+            J = J + c
+            opti.subject_to(X[:, k + 1] == zz)
+        if "control_bounds" in spec:
+            lo, hi = spec["control_bounds"]
+            opti.subject_to(opti.bounded(lo, U[:, k], hi))
+        for i, b in enumerate(spec.get("state_upper") or []):
+            if b is not None:
+                opti.subject_to(X[i, k + 1] <= b)
+    if spec.get("final_state") is not None:
+        opti.subject_to(X[:, -1] == spec["final_state"])
+    if free:
+        opti.subject_to(H >= 1e-3)
+        opti.set_initial(H, grid[-1] - grid[0])
+    opti.minimize(J)
+    opti.solver("ipopt", {"print_time": False}, {"print_level": 0, "sb": "yes"})
+    return opti, J, X
+
+
+def run_casadi(ex, K, scheme, repeats):
+    best, out = np.inf, None
+    for _ in range(repeats):
+        opti, J, X = casadi_model(ex, K, scheme)
+        t0 = time.perf_counter()
+        sol = opti.solve()
+        best = min(best, time.perf_counter() - t0)
+        out = (float(sol.value(J)), int(sol.stats()["iter_count"]), np.asarray(sol.value(X)))
+    return out, best
+
+
+def run_invimbed(ex, K, repeats, hessian):
+    best, res = np.inf, None
+    kw = {} if hessian is None else {"hessian": hessian}
+    ex.solve(K, **kw)                                 # generate the derivative code once
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        res = ex.solve(K, **kw)
+        best = min(best, time.perf_counter() - t0)
+    return res, best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="K = 20 for every problem")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--casadi", choices=("shooting", "collocation"), default="shooting")
+    ap.add_argument("--hessian", choices=("limited-memory", "finite-differences"),
+                    default=None, help="default: each example's own choice")
+    ap.add_argument("--only", default=None, help="run the problems whose name contains this")
+    args = ap.parse_args()
+    print(machine_info("casadi", "cyipopt", "sympy"))
+    print(f"\ncasadi scheme: {args.casadi}; invimbed hessian: {args.hessian}; "
+          f"repeats: {args.repeats}\n")
+    rows = []
+    head = (f"{'problem':<14} {'K':>4} {'J casadi':>12} {'J invimbed':>12} {'rel diff':>9} "
+            f"{'t casadi':>9} {'t invimbed':>10} {'ratio':>6} {'it c/i':>8}  note")
+    print(head)
+    for title, name, K in GALLERY:
+        if args.only and args.only not in name:
+            continue
+        K = 20 if args.quick and K else K
+        ex = load(name)
+        scheme = "collocation" if name in COLLOCATION_ONLY else args.casadi
+        (Jc, itc, Xc), tc = run_casadi(ex, K, scheme, args.repeats)
+        K = len(np.asarray(ex.SPEC["grid"](K))) - 1
+        res, ti = run_invimbed(ex, K, args.repeats, args.hessian)
+        rel = abs(res.fun - Jc) / abs(Jc)
+        note = "" if res.success else f"NOT SUCCESS: {res.message[:60]}"
+        if name == "ocp_bryson_denham":
+            note += f"max x1 - 1/9 at nodes: {np.max(res.states[:, 0]) - 1 / 9:.1e}"
+        if name == "ocp_min_time":
+            note += f"H = {res.horizon:.8f}"
+        line = (f"{title:<14} {K:>4} {Jc:>12.7f} {res.fun:>12.7f} {rel:>9.1e} {tc:>8.2f}s "
+                f"{ti:>9.2f}s {ti / tc:>6.1f} {itc:>3}/{res.nit:<4}  {note}")
+        print(line, flush=True)
+        rows.append((title, rel, ti / tc))
+    print("\ntargets: rel diff <= 1e-4, ratio <= 3 (invimbed / casadi wall time)")
+    for title, rel, ratio in rows:
+        print(f"  {title:<14} objective {'ok' if rel <= 1e-4 else 'MISSED'}, "
+              f"time {'ok' if ratio <= 3 else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Linear-quadratic tracking of a sine, by multiple shooting, against Riccati.
+
+    dz1/dt = z2,   dz2/dt = -z1 - 0.5 z2 + u,   z(0) = (0, 0),
+    J = int_0^5 ((z1 - sin t)^2 + 0.1 u^2) dt.
+
+The reference is exact for the same discretisation (K equal intervals, u constant on
+each): the sine comes from the exosystem ``dw/dt = (w2, -w1)``, ``w(0) = (0, 1)``, so
+the augmented state ``(z, w)`` is linear; Van Loan's matrix exponential
+(``scipy.linalg.expm``) gives the exact sampled dynamics and cost of an interval, and a
+discrete Riccati recursion their optimum. The continuous Riccati equation
+(``scipy.integrate.solve_ivp``) gives the limit K -> infinity. Grid: K = 20 equal
+intervals (more than the 10 asked for), J within 1e-7 relative of the discrete Riccati
+optimum.
+
+Run: ``python examples/ocp_lq_tracking.py [--intervals K] [--plot PATH]``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import sympy as sp
+from scipy.integrate import solve_ivp
+from scipy.linalg import expm
+
+import invimbed
+
+X0, TF, RHO = [0.0, 0.0], 5.0, 0.1
+# the augmented linear system (z1, z2, w1, w2), u; cost xi' Q xi + u' R u
+A = np.array([[0.0, 1.0, 0.0, 0.0], [-1.0, -0.5, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0],
+              [0.0, 0.0, -1.0, 0.0]])
+B = np.array([[0.0], [1.0], [0.0], [0.0]])
+E = np.array([1.0, 0.0, -1.0, 0.0])                  # z1 - w1 = z1 - sin t
+Q, R = np.outer(E, E), np.array([[RHO]])
+XI0 = np.array(X0 + [0.0, 1.0])
+
+
+def dynamics(z, u):
+    return [z[1], -z[0] - 0.5 * z[1] + u[0]]
+
+
+def riccati_discrete(K: int) -> float:
+    """The exact optimum over controls constant on K equal intervals."""
+    n, m = B.shape
+    h = TF / K
+    Ah = np.zeros((n + m, n + m))
+    Ah[:n, :n], Ah[:n, n:] = A, B
+    Qh = np.zeros((n + m, n + m))
+    Qh[:n, :n], Qh[n:, n:] = Q, R
+    big = np.zeros((2 * (n + m), 2 * (n + m)))
+    big[:n + m, :n + m], big[:n + m, n + m:], big[n + m:, n + m:] = -Ah.T, Qh, Ah
+    M = expm(big * h)
+    Phi = M[n + m:, n + m:]
+    W = Phi.T @ M[:n + m, n + m:]                   # int_0^h e^(Ah' s) Qh e^(Ah s) ds
+    Ad, Bd, Qd, Nd, Rd = Phi[:n, :n], Phi[:n, n:], W[:n, :n], W[:n, n:], W[n:, n:]
+    P = np.zeros((n, n))
+    for _ in range(K):
+        G = Rd + Bd.T @ P @ Bd
+        Hm = Nd.T + Bd.T @ P @ Ad
+        P = Qd + Ad.T @ P @ Ad - Hm.T @ np.linalg.solve(G, Hm)
+    return float(XI0 @ P @ XI0)
+
+
+def riccati_continuous() -> float:
+    """The optimum over all controls: -dP/dt = A'P + PA - P B R^-1 B' P + Q, P(TF) = 0."""
+    def rhs(t, p):
+        P = p.reshape(4, 4)
+        return -(A.T @ P + P @ A - P @ B @ np.linalg.solve(R, B.T @ P) + Q).ravel()
+    sol = solve_ivp(rhs, (TF, 0.0), np.zeros(16), rtol=1e-11, atol=1e-12)
+    return float(XI0 @ sol.y[:, -1].reshape(4, 4) @ XI0)
+
+
+SPEC = dict(n=2, m=1, x0=X0, grid=lambda K: np.linspace(0.0, TF, K + 1), dynamics=dynamics)
+
+
+def problem() -> invimbed.BolzaProblem:
+    t, z1, z2, u = sp.symbols("t z1 z2 u")
+    return invimbed.from_sympy(t, [z1, z2], [u], dynamics([z1, z2], [u]),
+                               (z1 - sp.sin(t)) ** 2 + RHO * u ** 2, q=TF)
+
+
+def solve(intervals: int = 20, **kwargs):
+    # a quadratic program: with the Hessian of the Lagrangian IPOPT needs one iteration
+    kwargs.setdefault("hessian", "finite-differences")
+    return invimbed.solve_ocp(problem(), X0, grid=SPEC["grid"](intervals), **kwargs)
+
+
+def plot(res, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
+    t = res.trajectory.t
+    ax[0].plot(t, res.trajectory.z, lw=1.2)
+    ax[0].plot(t, np.sin(t), "k--", lw=1)
+    ax[0].set(title="state z1, z2; reference sin t (dashed)", xlabel="t")
+    ax[1].step(res.times[:-1], res.controls[:, 0], where="post")
+    ax[1].set(title="control u", xlabel="t")
+    ax[2].semilogy(res.times[1:], np.abs(res.defects).max(axis=1) + 1e-17, ".")
+    ax[2].set(title="constraint: continuity defects |s_k+1 - F_k|", xlabel="t")
+    fig.suptitle(f"LQ tracking: J = {res.fun:.6f} (discrete Riccati "
+                 f"{riccati_discrete(len(res.controls)):.6f}), K = {len(res.controls)}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str]) -> None:
+    K = int(argv[argv.index("--intervals") + 1]) if "--intervals" in argv else 20
+    res = solve(K)
+    ref, limit = riccati_discrete(K), riccati_continuous()
+    err = abs(res.fun - ref) / ref
+    print(f"LQ tracking, K = {K}: J = {res.fun:.8f}, discrete Riccati {ref:.8f} (relative "
+          f"{err:.1e}); continuous Riccati {limit:.8f}; {res.message}")
+    assert res.success, res.message
+    assert err <= 1e-7, err
+    assert limit <= ref                  # more controls can only lower the optimum
+    if "--plot" in argv:
+        plot(res, argv[argv.index("--plot") + 1])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,406 @@
+"""`solve_ocp`: optimal control by multiple shooting on the exact ensemble.
+
+The transcription is `invimbed._control.shooting` (every shooting interval one row of one
+ensemble solve, exact sensitivities), the constraints `invimbed._control.ocp_constraints`,
+the NLP and our optimality check `invimbed._control.ocp_nlp`, the solvers
+`invimbed._control.ocp_solvers`. This module checks the arguments, builds the NLP, runs it
+and packs the result (docs/optimization.md, "Optimal control problems").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+from scipy.optimize import OptimizeResult
+
+from .._core.controls import PiecewiseConstant
+from .._core.integrators.ensemble import TABLEAUX
+from .._core.problem import BolzaProblem
+from .._core.validation import (as_float_array, as_int, as_positive_int, as_real, check_callable,
+                                check_choice, describe)
+from .ocp_constraints import Defects, FinalState, Path, Terminal, as_pair
+from .ocp_nlp import ShootingNLP, kkt_check
+from .ocp_solvers import HESSIANS, SOLVERS, have_ipopt, run_solver
+from .options import SolverFailure
+from .shooting import Shooting
+
+#: ``status`` of a `solve_ocp` result.
+OCP_STATUS = {
+    0: "optimal: our check of the KKT residual and of the constraint violation passed "
+       "(`tol`, `constraint_tol`)",
+    1: "not optimal: the NLP solver stopped (its status and message are in "
+       "`solver_status`, `solver_message`) at a point that fails our KKT check; `kkt` and "
+       "`constraint_violation` say by how much",
+    -1: "an integration of a shooting interval failed (the message names the interval)",
+}
+
+
+def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
+              intervals: int = 20, grid: Any = None, n_controls: int | None = None,
+              control_bounds: Any = None, state_bounds: Any = None,
+              path_constraints: Callable | None = None, path_points: int = 0,
+              final_state: Any = None, terminal_equality: Callable | None = None,
+              terminal_inequality: Callable | None = None, free_horizon: bool = False,
+              horizon_bounds: Any = None, initial_guess: Any = None,
+              solver: str = "auto", hessian: str = "limited-memory", tol: float = 1e-6, constraint_tol: float = 1e-6,
+              max_iter: int = 1000, solver_options: dict | None = None,
+              callback: Callable | None = None, rtol: float = 1e-8, atol: float = 1e-10,
+              method: str = "RK45", max_steps: int = 10_000,
+              trajectory_points: int = 10) -> OptimizeResult:
+    r"""Solve an optimal-control problem by multiple shooting with an NLP solver.
+
+    Minimises ``J = int_p^q R(t, z, u) dt + T(z(q))`` subject to ``dz/dt = f(t, z, u)``,
+    ``z(p) = x``, over controls constant on each interval of a grid on ``[p, q]``
+    (docs/theory.md, "The Bolza problem", eq. (4)). Every interval starts from its own
+    node state; all intervals are integrated as the rows of ONE ensemble solve with
+    their forward sensitivities, so the objective, the continuity defects
+    ``s_(k+1) - z(t_(k+1); t_k, s_k, u_k)`` and their sparse Jacobians are exact to the
+    integration tolerances ``rtol``, ``atol``.
+
+    Parameters
+    ----------
+    problem : BolzaProblem
+        Its ``f``, ``R``, ``T`` and first derivatives ``f_z``, ``f_theta``, ``R_z``,
+        ``R_theta``, ``T_z`` are used; give them (``derivatives=`` or `from_sympy`) for
+        exact gradients, otherwise they are finite differences. A vectorised problem
+        declared ``autonomous`` is fastest (one call per stage for all intervals).
+    x : array_like, shape (N,)
+        The initial state ``z(p)``.
+    p : float, optional
+        The start time (``p < q``). Required unless ``grid`` is given.
+    intervals : int, default 20
+        ``K``, the number of equal shooting intervals (ignored with ``grid``).
+    grid : array_like, shape (K + 1,), optional
+        The node times, strictly increasing from ``p`` to ``problem.q``: a nonuniform
+        grid (e.g. dense near boundary layers).
+    n_controls : int, optional
+        ``M``, the control size, where nothing else tells it (a `from_sympy` problem,
+        ``control_bounds`` or ``initial_guess`` does).
+    control_bounds : (low, high), optional
+        Bounds on ``u``: scalars or arrays of length ``M``; ``None`` for no bound.
+    state_bounds : (low, high), optional
+        Bounds on the state at the nodes ``t_1..t_K`` (scalars or length ``N``, ``None``
+        or ``inf`` for none); with ``path_points > 0`` also at that many times inside
+        each interval.
+    path_constraints : callable ``g(t, z, u) -> array (n_g,)``, optional
+        Path constraints ``g <= 0`` at the nodes ``t_0..t_K`` (with the control of the
+        interval that starts there, the last one at ``t_K``) and at ``path_points`` times
+        inside each interval.
+    path_points : int, default 0
+        Points inside each interval where ``state_bounds`` and ``path_constraints`` are
+        also imposed (from the dense output of the ensemble, with exact sensitivities).
+    final_state : array_like, shape (N,), optional
+        ``z(q) = final_state``; NaN entries are free.
+    terminal_equality, terminal_inequality : callable ``h(z) -> array``, optional
+        ``h(z(q)) = 0`` and ``h(z(q)) <= 0``.
+    free_horizon : bool, default False
+        Make the horizon ``H = q - p`` a decision variable (the node times scale with
+        it, ``t_k = q - H (1 - tau_k)``); ``p`` (or ``grid``) gives its initial value.
+        For a problem that does not depend on ``t`` this is a free final time.
+    horizon_bounds : (low, high), optional
+        Bounds on ``H`` (default ``(1e-6 H0, inf)``); only with ``free_horizon``.
+    initial_guess : OptimizeResult or dict, optional
+        A previous `solve_ocp` result, or a dict with ``"states"`` (K' + 1, N),
+        ``"controls"`` (K', M) and ``"horizon"``: a warm start. A guess on another grid
+        is interpolated (states linearly, controls piecewise constant, in fractions of
+        the horizon). Default: states on the straight line from ``x`` to
+        ``final_state`` (``x`` where free), controls 0 clipped to their bounds.
+    solver : {"auto", "ipopt", "trust-constr", "slsqp"}, default "auto"
+        ``"ipopt"``: IPOPT through ``cyipopt`` (optional: ``pip install cyipopt``), with
+        the sparse Jacobian and an L-BFGS Hessian. ``"trust-constr"``, ``"slsqp"``:
+        ``scipy.optimize.minimize`` (SLSQP works on dense matrices: for up to a few
+        hundred variables). ``"auto"``: IPOPT where installed, otherwise SLSQP.
+    hessian : {"limited-memory", "finite-differences"}, default "limited-memory"
+        IPOPT's Hessian of the Lagrangian: L-BFGS (one ensemble solve per iteration), or
+        colored central differences of the exact Lagrangian gradient (block diagonal,
+        ``2 (n + m)`` more ensemble solves per iteration, far fewer iterations on hard
+        problems such as the hypersensitive one). The scipy solvers use their own
+        quasi-Newton updates.
+    tol : float, default 1e-6
+        The KKT tolerance of our check: ``||grad J + A^T y||_inf <= tol max(1,
+        ||grad J||_inf)`` with multipliers ``y`` fitted to the active constraints, and
+        the complementarity as large. Also passed to the solver.
+    constraint_tol : float, default 1e-6
+        The largest constraint or bound violation accepted (absolute).
+    max_iter : int, default 1000
+        Iterations of the NLP solver.
+    solver_options : dict, optional
+        Passed to the solver (IPOPT options, or scipy's ``options``).
+    callback : callable ``callback(iteration, objective, infeasibility)``, optional
+        Called after each iteration; returning ``True`` stops the solver.
+    rtol, atol : float, default 1e-8, 1e-10
+        Tolerances of the ensemble solve (per interval, with the sensitivities).
+    method : {"RK45", "RK23"}, default "RK45"
+    max_steps : int, default 10000
+        Attempted steps per interval.
+    trajectory_points : int, default 10
+        Points per interval in the returned ``trajectory``.
+
+    Returns
+    -------
+    OptimizeResult
+        - ``success``: True only if our check passed: ``kkt`` within ``tol`` and
+          ``constraint_violation <= constraint_tol`` (never the solver's word alone);
+          ``status`` (`OCP_STATUS`) and ``message``;
+        - ``fun``: ``J`` at the solution; ``horizon``, ``p`` (``q - horizon``);
+        - ``times`` (K + 1,), ``states`` (K + 1, N), ``controls`` (K, M), and
+          ``control``: the `PiecewiseConstant` of ``controls`` on ``times``;
+        - ``solver``, ``solver_status``, ``solver_message``, ``nit``: what the solver
+          reported, passed through;
+        - ``kkt``: dict with ``stationarity`` and ``complementarity`` (our check);
+          ``constraint_violation`` (largest, absolute) and ``violations`` (per kind);
+        - ``x``: the decision vector; ``nsolve`` (ensemble solves), ``nfev``;
+        - ``defects`` (K, N): the continuity defects ``s_(k+1) - z(t_(k+1); t_k, s_k, u_k)``;
+        - ``trajectory``: ``t``, ``z``, ``u`` from the dense output of the intervals.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For invalid arguments, naming the argument.
+
+    Examples
+    --------
+    >>> import numpy as np, invimbed
+    >>> problem = invimbed.BolzaProblem(          # x' = u, J = int u^2/2 + x^2/2
+    ...     lambda t, z, u: u, lambda t, z, u: 0.5 * (u[:, 0]**2 + z[:, 0]**2),
+    ...     q=1.0, vectorized=True, autonomous=True)
+    >>> res = invimbed.solve_ocp(problem, [1.0], p=0.0, intervals=10, n_controls=1,
+    ...                          solver="slsqp")
+    >>> bool(res.success), res.controls.shape
+    (True, (10, 1))
+    """
+    if not isinstance(problem, BolzaProblem):
+        raise TypeError(f"`problem` must be an invimbed.BolzaProblem, but got {describe(problem)}")
+    x0 = as_float_array(x, "x")
+    if x0.ndim != 1 or x0.size == 0:
+        raise ValueError(f"`x` must be one initial state, shape (N,), but got shape {x0.shape}")
+    if not np.all(np.isfinite(x0)):
+        raise ValueError("`x` must be finite")
+    N, q = x0.size, problem.q
+    tau, p0 = _grid(grid, p, intervals, q)
+    K = tau.size - 1
+    M = _control_size(problem, n_controls, control_bounds, initial_guess)
+    problem.check_sizes(N, M)
+    check_choice(solver, "solver", SOLVERS)
+    check_choice(hessian, "hessian", HESSIANS)
+    check_choice(method, "method", tuple(TABLEAUX))
+    tol = as_real(tol, "tol", positive=True)
+    constraint_tol = as_real(constraint_tol, "constraint_tol", positive=True)
+    rtol = as_real(rtol, "rtol", positive=True)
+    atol = as_real(atol, "atol", positive=True)
+    max_iter = as_positive_int(max_iter, "max_iter")
+    max_steps = as_positive_int(max_steps, "max_steps")
+    trajectory_points = as_int(trajectory_points, "trajectory_points", minimum=2)
+    path_points = as_int(path_points, "path_points", minimum=0)
+    check_callable(path_constraints, "path_constraints", allow_none=True)
+    check_callable(terminal_equality, "terminal_equality", allow_none=True)
+    check_callable(terminal_inequality, "terminal_inequality", allow_none=True)
+    check_callable(callback, "callback", allow_none=True)
+    if not isinstance(free_horizon, (bool, np.bool_)):
+        raise TypeError(f"`free_horizon` must be True or False, but got {describe(free_horizon)}")
+    if horizon_bounds is not None and not free_horizon:
+        raise ValueError("`horizon_bounds` is given but `free_horizon` is False: the horizon "
+                         "is fixed; pass free_horizon=True to optimise it")
+    if solver_options is not None and not isinstance(solver_options, dict):
+        raise TypeError(f"`solver_options` must be a dict, but got {describe(solver_options)}")
+    if solver == "ipopt" and not have_ipopt():
+        raise ValueError("solver='ipopt' needs cyipopt (pip install cyipopt; it builds against "
+                         "the system IPOPT: apt-get install coinor-libipopt-dev liblapack-dev "
+                         "libblas-dev pkg-config); or use solver='slsqp' or 'trust-constr'")
+    name = ("ipopt" if have_ipopt() else "slsqp") if solver == "auto" else solver
+
+    H0 = q - p0
+    u_lo, u_hi = (as_pair(control_bounds, M, "control_bounds") if control_bounds is not None
+                  else (np.full(M, -np.inf), np.full(M, np.inf)))
+    x_lo, x_hi = (as_pair(state_bounds, N, "state_bounds") if state_bounds is not None
+                  else (np.full(N, -np.inf), np.full(N, np.inf)))
+    target = None
+    if final_state is not None:
+        target = as_float_array(final_state, "final_state")
+        if target.shape != (N,):
+            raise ValueError(f"`final_state` must have shape ({N},) (NaN for a free entry), "
+                             f"but got shape {target.shape}")
+        if np.all(np.isnan(target)):
+            raise ValueError("`final_state` has no entry that is not NaN")
+    sh = Shooting(problem.provider(N, M), x0, q, tau, free_horizon=bool(free_horizon),
+                  horizon=H0, m=M, method=method, rtol=rtol, atol=atol, max_steps=max_steps)
+    S_guess, U_guess, H_guess = _initial_guess(initial_guess, sh, target, u_lo, u_hi)
+    problem.check_shapes(float(sh.times(H_guess)[0]), x0[None, :], U_guess[0], control="u")
+
+    lb = np.full(sh.n_vars, -np.inf)
+    ub = np.full(sh.n_vars, np.inf)
+    for k in range(K):
+        lb[sh.u_index(k)], ub[sh.u_index(k)] = u_lo, u_hi
+        lb[sh.s_index(k + 1)], ub[sh.s_index(k + 1)] = x_lo, x_hi
+    if free_horizon:
+        h_lo, h_hi = (as_pair(horizon_bounds, 1, "horizon_bounds")
+                      if horizon_bounds is not None else (np.array([1e-6 * H0]), np.array([np.inf])))
+        if h_hi[0] <= 0:
+            raise ValueError(f"`horizon_bounds` must allow a positive horizon, but got "
+                             f"high = {h_hi[0]}")
+        lb[-1], ub[-1] = max(h_lo[0], 1e-12 * H0), h_hi[0]
+    blocks = [Defects(sh)]
+    if target is not None:
+        blocks.append(FinalState(sh, target))
+    for fn, eq, label in ((terminal_equality, True, "terminal_equality"),
+                          (terminal_inequality, False, "terminal_inequality")):
+        if fn is not None:
+            blocks.append(Terminal(sh, fn, eq, label, S_guess[-1]))
+    if path_constraints is not None:
+        blocks.append(Path(sh, path_constraints, path_points, "path_constraints",
+                           u_guess=U_guess[0]))
+    if path_points and (np.any(np.isfinite(x_lo)) or np.any(np.isfinite(x_hi))):
+        blocks.append(Path(sh, None, path_points, "state_bounds", nodes=False, lo=x_lo,
+                           hi=x_hi))
+    nlp = ShootingNLP(sh, blocks, lb, ub)
+    w0 = np.clip(sh.pack(S_guess, U_guess, H_guess), lb, ub)
+    try:
+        nlp.objective(w0)
+    except SolverFailure as exc:
+        raise ValueError(f"the initial guess cannot be integrated: {exc}; give a better "
+                         f"`initial_guess`") from exc
+    run = run_solver(name, nlp, w0, tol=tol, constraint_tol=constraint_tol,
+                     max_iter=max_iter, options=solver_options, callback=callback,
+                     hessian=hessian)
+    return _result(nlp, run, tol, constraint_tol, trajectory_points)
+
+
+def _result(nlp: ShootingNLP, run, tol: float, constraint_tol: float,
+            trajectory_points: int) -> OptimizeResult:
+    sh = nlp.sh
+    w = run.w
+    S, U, H = sh.unpack(w)
+    times = sh.times(H)
+    res = OptimizeResult(x=w, states=S, controls=U.copy(), times=times, horizon=H,
+                         p=float(times[0]), solver=run.solver, solver_status=run.status,
+                         solver_message=run.message, nit=run.nit)
+    try:
+        fun = nlp.objective(w)
+        kkt = kkt_check(nlp, w, tol=tol, constraint_tol=constraint_tol,
+                        multipliers=run.multipliers)
+    except SolverFailure as exc:
+        res.update(success=False, status=-1, fun=np.nan, kkt=None, constraint_violation=np.nan,
+                   violations={}, message=f"{exc}. {run.message}", nsolve=nlp.n_solves,
+                   nfev=nlp.nfev)
+        return res
+    res["fun"] = fun
+    res["kkt"] = {"stationarity": kkt.stationarity, "complementarity": kkt.complementarity}
+    res["constraint_violation"] = kkt.violation
+    res["violations"] = nlp.violation_by_block(w)
+    if run.failure is not None and not kkt.ok:
+        res.update(success=False, status=-1,
+                   message=f"The solver stopped after {run.nit} iterations when {run.failure}. "
+                           f"{run.message}")
+    elif kkt.ok:
+        res.update(success=True, status=0,
+                   message=f"Optimal: KKT residual {max(kkt.stationarity, kkt.complementarity):.1e}"
+                           f" <= tol = {tol:g}, constraint violation {kkt.violation:.1e} <= "
+                           f"constraint_tol = {constraint_tol:g}. {run.message}")
+    else:
+        res.update(success=False, status=1,
+                   message=f"Not optimal: KKT residual (stationarity {kkt.stationarity:.1e}, "
+                           f"complementarity {kkt.complementarity:.1e}; tol = {tol:g}), "
+                           f"constraint violation {kkt.violation:.1e} (constraint_tol = "
+                           f"{constraint_tol:g}) after {run.nit} iterations. {run.message}")
+    res["control"] = PiecewiseConstant(times, U.copy())
+    sol = sh.solve(w, record=True)
+    nlp.n_solves += 1
+    if sol.failure is None:
+        res["defects"] = S[1:] - sol.F
+        frac = np.linspace(0.0, 1.0, trajectory_points)
+        tt, z, *_ = sh.interior(w, sol, frac)
+        res["trajectory"] = OptimizeResult(t=tt.ravel(), z=z.reshape(-1, sh.n),
+                                           u=np.repeat(U, trajectory_points, axis=0))
+    res["nsolve"] = nlp.n_solves
+    res["nfev"] = nlp.nfev
+    return res
+
+
+def _grid(grid: Any, p: Any, intervals: Any, q: float) -> tuple[np.ndarray, float]:
+    """``(tau, p)``: the nodes as fractions of the horizon, and the start time."""
+    if grid is not None:
+        g = as_float_array(grid, "grid")
+        if g.ndim != 1 or g.size < 2:
+            raise ValueError(f"`grid` must be the node times, a 1-d array of at least 2, but "
+                             f"got shape {g.shape}")
+        if not np.all(np.isfinite(g)) or not np.all(np.diff(g) > 0):
+            raise ValueError("`grid` must be finite and strictly increasing")
+        if abs(g[-1] - q) > 1e-12 * max(1.0, abs(q)):
+            raise ValueError(f"`grid` must end at the problem's q = {q}, but ends at {g[-1]}")
+        if p is not None and abs(as_real(p, "p") - g[0]) > 1e-12 * max(1.0, abs(g[0])):
+            raise ValueError(f"`p` = {p} and `grid[0]` = {g[0]} disagree; give one of them")
+        return (g - g[0]) / (g[-1] - g[0]), float(g[0])
+    if p is None:
+        raise ValueError("`p` (the start time) is required unless `grid` is given")
+    p = as_real(p, "p")
+    if p >= q:
+        raise ValueError(f"`p` must be < q = {q}, but got p = {p}")
+    K = as_positive_int(intervals, "intervals")
+    return np.linspace(0.0, 1.0, K + 1), p
+
+
+def _control_size(problem: BolzaProblem, n_controls: Any, bounds: Any, guess: Any) -> int:
+    prov = problem.derivative_provider
+    if n_controls is not None:
+        return as_positive_int(n_controls, "n_controls")
+    if prov is not None and getattr(prov, "n_theta", None):
+        return int(prov.n_theta)
+    if guess is not None and _get(guess, "controls") is not None:
+        return int(np.shape(_get(guess, "controls"))[-1])
+    if bounds is not None:
+        try:
+            lo, hi = bounds
+            sizes = {np.size(b) for b in (lo, hi) if b is not None}
+        except (TypeError, ValueError):
+            sizes = set()
+        if len(sizes) == 1:
+            return int(sizes.pop())
+    raise ValueError("the control size M is unknown: pass `n_controls=M` (or "
+                     "`control_bounds`, or an `initial_guess` with controls)")
+
+
+def _get(guess: Any, key: str) -> Any:
+    if isinstance(guess, dict):
+        return guess.get(key)
+    return getattr(guess, key, None)
+
+
+def _initial_guess(guess: Any, sh: Shooting, target: np.ndarray | None, u_lo: np.ndarray,
+                   u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    K, N, M = sh.K, sh.n, sh.m
+    H = sh.horizon
+    end = sh.x if target is None else np.where(np.isnan(target), sh.x, target)
+    S = sh.x[None, :] + sh.tau[:, None] * (end - sh.x)[None, :]
+    U = np.tile(np.clip(0.0, u_lo, u_hi), (K, 1))
+    if guess is None:
+        return S, U, H
+    if not isinstance(guess, dict) and not hasattr(guess, "states"):
+        raise TypeError(f"`initial_guess` must be a solve_ocp result or a dict with 'states', "
+                        f"'controls', 'horizon', but got {describe(guess)}")
+    gH = _get(guess, "horizon")
+    if gH is not None and sh.free_horizon:
+        H = as_real(gH, "initial_guess['horizon']", positive=True)
+    gS, gU = _get(guess, "states"), _get(guess, "controls")
+    gt = _get(guess, "times")
+    if gS is not None:
+        gS = as_float_array(gS, "initial_guess['states']")
+        if gS.ndim != 2 or gS.shape[1] != N or gS.shape[0] < 2:
+            raise ValueError(f"`initial_guess['states']` must have shape (K' + 1, {N}), but got "
+                             f"shape {gS.shape}")
+        gtau = (np.linspace(0, 1, gS.shape[0]) if gt is None
+                else (np.asarray(gt) - gt[0]) / (gt[-1] - gt[0]))
+        S = np.stack([np.interp(sh.tau, gtau, gS[:, i]) for i in range(N)], axis=1)
+    if gU is not None:
+        gU = as_float_array(gU, "initial_guess['controls']")
+        if gU.ndim == 1 and M == 1:
+            gU = gU[:, None]
+        if gU.ndim != 2 or gU.shape[1] != M:
+            raise ValueError(f"`initial_guess['controls']` must have shape (K', {M}), but got "
+                             f"shape {gU.shape}")
+        gtau = (np.linspace(0, 1, gU.shape[0] + 1) if gt is None
+                else (np.asarray(gt) - gt[0]) / (gt[-1] - gt[0]))
+        mid = 0.5 * (sh.tau[:-1] + sh.tau[1:])
+        idx = np.clip(np.searchsorted(gtau, mid, side="right") - 1, 0, gU.shape[0] - 1)
+        U = np.clip(gU[idx], u_lo, u_hi)
+    return S, U, float(H)
