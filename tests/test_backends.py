@@ -161,7 +161,8 @@ def lq_vectorized() -> BolzaProblem:
         xp = array_namespace(z)
         return 0.5 * xp.sum(z * (z @ LQ_P), axis=1)
 
-    return BolzaProblem(f, R, T, vectorized=True)
+    # finite differences: what the array-namespace (cupy) sweep runs on the functions
+    return BolzaProblem(f, R, T, vectorized=True, derivatives="finite-differences")
 
 
 # -- running a backend -------------------------------------------------------------------------
@@ -279,7 +280,7 @@ def test_no_running_loss_unbatched(backend):
         problem = BolzaProblem(lq_f, terminal_loss=lq_T)
     else:
         problem = BolzaProblem(lq_vectorized().dynamics, terminal_loss=lq_vectorized().terminal_loss,
-                               vectorized=True)
+                               vectorized=True, derivatives="finite-differences")
     kw = dict(control=Constant([0.0]), method="rk4", step=0.1)
     ref = solve_imbedding(problem, X[1], DEPTHS, **kw)
     res = solve(backend, problem, X[1], DEPTHS, **kw)
@@ -296,7 +297,8 @@ def test_without_any_control(backend, closure):
         problem = BolzaProblem(f, terminal_loss=pend_T)
     else:
         problem = BolzaProblem(lambda t, z, th: -z ** 3 + z[:, ::-1],
-                               terminal_loss=pendulum_functions().T, vectorized=True)
+                               terminal_loss=pendulum_functions().T, vectorized=True,
+                               derivatives="finite-differences")
     kw = dict(method="rk4", step=0.1, closure=closure)
     ref = solve_imbedding(problem, X, DEPTHS, **kw)
     res = solve(backend, problem, X, DEPTHS, **kw)
