@@ -28,7 +28,7 @@ compiled, batch-vectorised function, generated once:
    (`invimbed._core.derivatives._codegen`): a later process compiles nothing.
 
 5. **High orders: Taylor mode.** Symbolic derivatives and their code grow exponentially
-   with the order. From order 3 (order 5 without numba) :meth:`SympyProvider.taylor` and
+   with the order. From degree 4 (degree 5 without numba) :meth:`SympyProvider.taylor` and
    :meth:`SympyProvider.taylor_joint` propagate truncated polynomials through the
    expression DAG instead (`invimbed._core.derivatives.taylor_mode`): nothing is
    differentiated, and the cost grows polynomially with the order. ``taylor_mode``
@@ -86,7 +86,7 @@ class SympyProvider(DerivativeProvider):
         request). Prefer ``None`` unless a benchmark on your problem says otherwise.
     taylor_mode : bool or None, default None
         How Taylor coefficients are computed: ``None`` chooses by order (Taylor mode from
-        order 3 with numba installed, from order 5 without; the symbolic derivatives
+        degree 4 with numba installed, from degree 5 without; the symbolic derivatives
         below, whose code is fastest there); ``True`` always Taylor mode (a ValueError
         here if an expression holds a function it does not compose, e.g. ``atan2``);
         ``False`` always the symbolic derivatives. Both agree to rounding

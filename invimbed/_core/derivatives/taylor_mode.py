@@ -241,9 +241,11 @@ class TaylorJets:
     `invimbed._core.derivatives._tape.Unsupported` for a function it does not know.
     """
 
-    #: the lowest jet order at which ``taylor_mode=None`` chooses Taylor mode over the
-    #: symbolic derivatives, per engine (benchmarks/bench_taylor_mode.py)
-    FROM_ORDER = {"numba": 3, "numpy": 5}
+    #: the lowest Taylor degree at which ``taylor_mode=None`` chooses Taylor mode over the
+    #: symbolic derivatives, per engine (benchmarks/bench_taylor_mode.py). Degree 3 (what
+    #: jet order 1 asks) stays symbolic: the default sweep must not pay the one-time
+    #: compilation of the numba tape kernel (tens of seconds on a fresh install).
+    FROM_ORDER = {"numba": 4, "numpy": 5}
 
     def __init__(self, sp, t, z, theta, expressions: dict, engine: str | None = None,
                  always: bool = False) -> None:
