@@ -133,7 +133,7 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
     None) of every depth at once instead of ``per_depth``: arrays (n, B, ...) in
     descending-depth order, owned by the caller and overwritten with NaN at the depths
     ``outcome.ys`` marks as not reached (an accelerated sweep's outputs, used without a
-    copy).
+    copy); ``(fields, errors, lower, upper)`` adds the differences of the ratio test.
 
     ``predict=True`` (the order loop of `invimbed._core.orders`) adds the private keys
     ``"_bound"`` (the verdict's error bound in units of the tolerance) and ``"_more"``
@@ -147,7 +147,7 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
     if stacked_fields is not None:
         return _collect_stacked(setup, outcome, stacked_fields, shapes, err_keys,
                                 closure=closure, method=method, with_errors=with_errors,
-                                tol=tol, warnings=warnings, **extra)
+                                tol=tol, warnings=warnings, predict=predict, **extra)
     rows, err_rows, low_rows, up_rows = [], [], [], []
     has_lower = has_upper = False
     stopped = False
@@ -187,19 +187,23 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
 
 def _collect_stacked(setup: Setup, outcome: Any, stacked_fields: tuple, shapes: dict,
                      err_keys: tuple, *, closure: str, method: str, with_errors: bool,
-                     tol: Any, warnings: list, **extra: Any) -> ImbeddingResult:
+                     tol: Any, warnings: list, predict: bool = False,
+                     **extra: Any) -> ImbeddingResult:
     """`collect_results` for fields given stacked (``stacked_fields``)."""
-    fields, errs = stacked_fields
+    fields, errs, lower, upper = (tuple(stacked_fields) + (None, None))[:4]
     reached = np.array([bool(np.all(np.isfinite(y))) for y in outcome.ys], dtype=bool)
     stacked = {k: fields[k] for k in shapes if k in fields}
     errors = {k: errs[k] for k in err_keys} if with_errors and errs is not None else None
-    for arr in list(stacked.values()) + list((errors or {}).values()):
+    if errors is None:
+        lower = upper = None
+    for arr in (list(stacked.values()) + list((errors or {}).values())
+                + list((lower or {}).values()) + list((upper or {}).values())):
         arr[~reached] = np.nan
     if "depth_grad" in shapes and "depth_grad" not in stacked:
         stacked["depth_grad"] = _depth_gradients(setup, stacked["adjoint"])
-    return _verdict(setup, outcome, stacked, errors, None, None, outcome.success,
+    return _verdict(setup, outcome, stacked, errors, lower, upper, outcome.success,
                     outcome.message, closure=closure, method=method, tol=tol,
-                    warnings=warnings, **extra)
+                    warnings=warnings, predict=predict, **extra)
 
 
 def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,

@@ -202,7 +202,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         from .._backends import BACKENDS
 
         check_choice(backend, "backend", ("numpy",) + tuple(BACKENDS))
-        if tol_pair is not None and ratio_test:
+        if tol_pair is not None and ratio_test and not _compiled_adaptive(backend, method):
             raise ValueError(
                 f"`tol` with backend={backend!r}: the accelerated backends carry the jets of "
                 f"orders 1 and 2 only, so the ratio test that keeps the estimate honest "
@@ -223,7 +223,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     if tol_pair is None:
         res = sweep(setup, order)
     else:
-        top = _highest_order(prov, setup, est, max_order) if backend == "numpy" else order
+        top = (_highest_order(prov, setup, est, max_order)
+               if backend == "numpy" or _compiled_adaptive(backend, method) else order)
         exact = exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET))
         res = raise_order(setup, sweep, order=order, top=max(top, order),
                           probe=exact_probe(setup, exact) if fallback == "adjoint" else None)
@@ -376,6 +377,15 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
            step: Any, est: bool, difference: str, delta: Any, backend: str, tol: Any,
            ratio_test: bool, warnings: list, options: dict) -> ImbeddingResult:
     """One sweep at jet order ``order``."""
+    if _compiled_adaptive(backend, method) and closure == "jet":
+        from .._backends.sweep_adaptive import sweep_numba_adaptive
+
+        if step is not None:
+            options.setdefault("max_step", float(step))
+        return sweep_numba_adaptive(
+            setup, order=order, method=method, rtol=rtol, atol=atol, est=est,
+            ratio_test=ratio_test, tol=tol, warnings_=warnings, **options,
+            look_ahead=_serves(setup.provider, order + 2, est, setup.control.n_params))
     if backend != "numpy":
         from .._backends import sweep_backend
 
@@ -437,6 +447,11 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
     return collect_results(setup, outcome, per_depth, shapes, closure=clo.name, method=method,
                            with_errors=clo.has_error_estimate, tol=tol, warnings=warnings,
                            predict=tol is not None)
+
+
+def _compiled_adaptive(backend: str, method: str) -> bool:
+    """Whether the sweep runs on the compiled adaptive kernel (numba, RK45 or RK23)."""
+    return backend == "numba" and method in ("RK45", "RK23")
 
 
 def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> ImbeddingResult:

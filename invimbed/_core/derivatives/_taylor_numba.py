@@ -90,78 +90,87 @@ def _compose(code, r, x, kx, out, order, D, ptr, ib, io):
 @njit(cache=True)
 def run(ops, par, kind, outputs, t, xin, order, D, C, ptr, ib, io, out):
     """Evaluate the tape for every row of ``xin`` into ``out`` (B, n_out, D, C)."""
-    n_nodes = ops.shape[0]
-    W = np.zeros((n_nodes, D, C))
+    W = np.zeros((ops.shape[0], D, C))
     tmp = np.zeros((D, C))
     for row in range(xin.shape[0]):
-        for i in range(n_nodes):
-            op, a, b, c = ops[i, 0], ops[i, 1], ops[i, 2], ops[i, 3]
-            k = kind[i]
-            Dk = D if k == 2 else 1
-            Ck = 1 if k == 0 else C
-            w = W[i]
-            if op == CONST:
-                w[0, 0] = par[i]
-            elif op == TIME:
-                w[0, 0] = t[row]
-            elif op == INPUT:
-                w[0, 0] = xin[row, a]
-                if b >= 0 and order >= 1:
-                    w[0, 1 + b] = 1.0
-                if c >= 0:
-                    w[1 + c, 0] = 1.0
-            elif op == ADD:
-                w[:Dk, :Ck] = W[a, :Dk, :Ck] + W[b, :Dk, :Ck]
-            elif op == MUL:
-                if kind[a] == 0:
-                    w[:Dk, :Ck] = W[a, 0, 0] * W[b, :Dk, :Ck]
-                elif kind[b] == 0:
-                    w[:Dk, :Ck] = W[b, 0, 0] * W[a, :Dk, :Ck]
-                else:
-                    _jmul(W[a], W[b], kind[a], kind[b], w, Dk, ptr, ib, io)
-            elif op == POWI:
-                if k == 0:
-                    w[0, 0] = W[a, 0, 0] ** b
-                else:
-                    w[:, :] = W[a]
-                    for _ in range(b - 1):
-                        _jmul(w, W[a], k, k, tmp, Dk, ptr, ib, io)
-                        w[:, :] = tmp
-            elif op == FUNC:
-                if k == 0:
-                    c0 = np.empty(1)
-                    c0[0] = W[a, 0, 0]
-                    w[0, 0] = series(b, c0, par[i], 0)[0, 0]
-                else:
-                    _compose(b, par[i], W[a], kind[a], w, order, D, ptr, ib, io)
-            elif op == ABS:
-                w[:Dk, :Ck] = np.sign(W[a, 0, 0]) * W[a, :Dk, :Ck]
-            elif op == MAX or op == MIN:
-                pa, pb = W[a, 0, 0], W[b, 0, 0]
-                src = a if (pa >= pb if op == MAX else pa <= pb) else b
-                w[:Dk, :Ck] = W[src, :Dk, :Ck]
-            elif op == STEP:
-                p = W[a, 0, 0]
-                if b == 1:
-                    w[0, 0] = np.sign(p)
-                else:
-                    w[0, 0] = 1.0 if p > 0 else (0.0 if p < 0 else par[i])
-            elif op == CMP:
-                p, q = W[a, 0, 0], W[c, 0, 0]
-                res = ((p < q) if b == 0 else (p <= q) if b == 1 else (p > q) if b == 2
-                       else (p >= q) if b == 3 else (p == q) if b == 4 else (p != q))
-                w[0, 0] = 1.0 if res else 0.0
-            elif op == AND:
-                w[0, 0] = 1.0 if (W[a, 0, 0] != 0 and W[b, 0, 0] != 0) else 0.0
-            elif op == OR:
-                w[0, 0] = 1.0 if (W[a, 0, 0] != 0 or W[b, 0, 0] != 0) else 0.0
-            elif op == NOT:
-                w[0, 0] = 1.0 if W[a, 0, 0] == 0 else 0.0
-            elif op == SELECT:
-                src = b if W[a, 0, 0] != 0 else c
-                w[:Dk, :Ck] = W[src, :Dk, :Ck]
-        for j in range(outputs.shape[0]):
-            out[row, j] = W[outputs[j]]
+        run_row(ops, par, kind, outputs, t[row], xin[row], order, D, ptr, ib, io, W, tmp,
+                out[row])
+
+
+@njit(cache=True)
+def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out):
+    """One row of `run`: the tape at time ``t`` and inputs ``x`` into ``out`` (n_out, D,
+    C), with the node storage ``W`` (n_nodes, D, C) and ``tmp`` (D, C) of the caller (the
+    compiled imbedding sweep keeps them for a whole sweep)."""
+    n_nodes, C = ops.shape[0], W.shape[2]
+    for i in range(n_nodes):
+        op, a, b, c = ops[i, 0], ops[i, 1], ops[i, 2], ops[i, 3]
+        k = kind[i]
+        Dk = D if k == 2 else 1
+        Ck = 1 if k == 0 else C
+        w = W[i]
+        if op == CONST:
+            w[0, 0] = par[i]
+        elif op == TIME:
+            w[0, 0] = t
+        elif op == INPUT:
+            w[0, 0] = x[a]
+            if b >= 0 and order >= 1:
+                w[0, 1 + b] = 1.0
+            if c >= 0:
+                w[1 + c, 0] = 1.0
+        elif op == ADD:
+            w[:Dk, :Ck] = W[a, :Dk, :Ck] + W[b, :Dk, :Ck]
+        elif op == MUL:
+            if kind[a] == 0:
+                w[:Dk, :Ck] = W[a, 0, 0] * W[b, :Dk, :Ck]
+            elif kind[b] == 0:
+                w[:Dk, :Ck] = W[b, 0, 0] * W[a, :Dk, :Ck]
+            else:
+                _jmul(W[a], W[b], kind[a], kind[b], w, Dk, ptr, ib, io)
+        elif op == POWI:
+            if k == 0:
+                w[0, 0] = W[a, 0, 0] ** b
+            else:
+                w[:, :] = W[a]
+                for _ in range(b - 1):
+                    _jmul(w, W[a], k, k, tmp, Dk, ptr, ib, io)
+                    w[:, :] = tmp
+        elif op == FUNC:
+            if k == 0:
+                c0 = np.empty(1)
+                c0[0] = W[a, 0, 0]
+                w[0, 0] = series(b, c0, par[i], 0)[0, 0]
+            else:
+                _compose(b, par[i], W[a], kind[a], w, order, D, ptr, ib, io)
+        elif op == ABS:
+            w[:Dk, :Ck] = np.sign(W[a, 0, 0]) * W[a, :Dk, :Ck]
+        elif op == MAX or op == MIN:
+            pa, pb = W[a, 0, 0], W[b, 0, 0]
+            src = a if (pa >= pb if op == MAX else pa <= pb) else b
+            w[:Dk, :Ck] = W[src, :Dk, :Ck]
+        elif op == STEP:
+            p = W[a, 0, 0]
+            if b == 1:
+                w[0, 0] = np.sign(p)
+            else:
+                w[0, 0] = 1.0 if p > 0 else (0.0 if p < 0 else par[i])
+        elif op == CMP:
+            p, q = W[a, 0, 0], W[c, 0, 0]
+            res = ((p < q) if b == 0 else (p <= q) if b == 1 else (p > q) if b == 2
+                   else (p >= q) if b == 3 else (p == q) if b == 4 else (p != q))
+            w[0, 0] = 1.0 if res else 0.0
+        elif op == AND:
+            w[0, 0] = 1.0 if (W[a, 0, 0] != 0 and W[b, 0, 0] != 0) else 0.0
+        elif op == OR:
+            w[0, 0] = 1.0 if (W[a, 0, 0] != 0 or W[b, 0, 0] != 0) else 0.0
+        elif op == NOT:
+            w[0, 0] = 1.0 if W[a, 0, 0] == 0 else 0.0
+        elif op == SELECT:
+            src = b if W[a, 0, 0] != 0 else c
+            w[:Dk, :Ck] = W[src, :Dk, :Ck]
+    for j in range(outputs.shape[0]):
+        out[j] = W[outputs[j]]
 
 
 def evaluate(tape: Tape, t: np.ndarray, xin: np.ndarray, order: int) -> np.ndarray:

@@ -1,0 +1,360 @@
+"""Numba kernel of the adaptive imbedding sweep (``backend="numba"``, ``method="RK45"`` or
+``"RK23"``): one input's sweep from ``q`` down to the deepest depth, stepped as
+`invimbed._core.integrators.scipy_ivp.integrate_scipy` steps scipy's ``RK45``/``RK23``.
+
+The decisions are scipy's, in scipy's order: one solver per interval between the
+control's breakpoints (a fresh first evaluation and ``select_initial_step`` at each), the
+step-size rule of ``RungeKutta._step_impl`` with the constants of the ensemble
+(`invimbed._core.integrators.ensemble`: ``SAFETY``, ``MIN_FACTOR``, ``MAX_FACTOR``, passed
+in at run time), the tableaux of `ensemble.TABLEAUX`, the states at requested depths
+from the step's continuous extension (scipy's ``RkDenseOutput``: ``y_old + h Q p(x)``,
+``Q = K^T P``), a non-finite state or derivative ending the sweep where it appears (as
+`invimbed._core.integrators.common.CountingRHS` ends it), the step budget and
+``min_step``. The error norm is numpy's pairwise RMS (`_ensemble_parts._rms`), where
+scipy calls BLAS's ``nrm2``: the two agree to rounding.
+
+The jet's right-hand side is `invimbed._backends._numba_kernels.jet_rhs` (the numba
+backend's, on the tables of `invimbed._core.derivatives.multiindex` that the numpy
+closure uses), of every carried order (``K - 1`` for the ratio test, ``K``, ``K + 1``
+for the estimate, ``K + 2`` for the look-ahead: `JetClosure.carried_orders`, blocks in
+that order). Taylor coefficients of ``f``, ``R``, ``T`` come from the problem's
+Taylor-mode tapes (`invimbed._core.derivatives._taylor_numba.run_row`, a ``from_sympy``
+problem: any order, nothing compiled per problem) or, for per-sample user functions,
+from a derivative plan (`invimbed._backends._numba_kernels._jet_coefficients`).
+
+With ``cap > 0`` the first ``cap`` accepted steps of each input are kept for a dense
+output: ``t_old``, ``h``, the state at the step's start and ``Q`` (see
+`invimbed._backends.sweep_adaptive.SweepSteps`). Compiled once per machine
+(``cache=True``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .._core.derivatives._taylor_numba import run_row
+from ._ensemble_parts import _finite, _fmax, _fmin, _rms
+from ._numba_calls import _IDS, _plan_scratch
+from ._numba_kernels import _jet_coefficients, jet_rhs
+
+_jit = njit(cache=True, error_model="numpy")
+
+#: Status codes of an input's sweep (`invimbed._backends.sweep_adaptive` words them).
+S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = 0, 1, 2, 3, 4, 5
+
+
+@_jit
+def _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
+    """Taylor coefficients of ``f`` and ``R`` (with the ``w``-gradients ``G``, ``Rw``) by
+    the tapes, at ``xin = [x, theta]``; the layout of `JetClosure.coefficients_at`."""
+    ptr, ib, io = tplan
+    Wf, Tf, fo, Wr, Tr, ro = W
+    ft = tapes[0]
+    rt = tapes[1]
+    run_row(ft[0], ft[1], ft[2], ft[3], t, xin, F, Df, ptr, ib, io, Wf, Tf, fo)
+    run_row(rt[0], rt[1], rt[2], rt[3], t, xin, F, Df, ptr, ib, io, Wr, Tr, ro)
+    for i in range(N):
+        for c in range(CF):
+            Phi[i, c] = fo[i, 0, c]
+    for c in range(CF):
+        Rc[c] = ro[0, 0, c]
+    for i in range(N):
+        for w in range(nw):
+            for c in range(CF):
+                s = 0.0
+                for m in range(M):
+                    s += fo[i, 1 + m, c] * J[m, w]
+                G[i, w, c] = s
+    for w in range(nw):
+        for c in range(CF):
+            s = 0.0
+            for m in range(M):
+                s += ro[0, 1 + m, c] * J[m, w]
+            Rw[w, c] = s
+
+
+@_jit
+def _rhs(t, y, dy, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, CW, xin,
+         J, cZs, cVs, offs, tabs, sc, W):
+    """``dy/dp`` of every carried jet at depth ``t``; False where ``y`` or ``dy`` is not
+    finite (where `CountingRHS` raises)."""
+    if not _finite(y):
+        return False
+    pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, tZ, tV, Lam, Sw, tW = sc
+    if use_tape:
+        _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw)
+    else:
+        _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, xin[:N], xin[N:], J, pz, pt,
+                          hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw)
+    for o in range(cZs.shape[0]):
+        jet_rhs(N, nw, cZs[o], cVs[o], tabs[o], Phi, Rc, G, Rw, y, offs[o], dy, tZ, tV, Lam,
+                Sw, tW)
+    return _finite(dy)
+
+
+@_jit
+def _record(y, out, d, b, N, nw, cZs, cVs, offs):
+    """The fields of every carried order at depth row ``d`` of input ``b``:
+    ``out[d, b, o] = [z (N), value, adjoint (N), param_grad (nw)]``."""
+    for o in range(cZs.shape[0]):
+        cZ = cZs[o]
+        cV = cVs[o]
+        oV = offs[o] + N * cZ
+        oW = oV + cV
+        row = out[d, b, o]
+        for i in range(N):
+            row[i] = y[offs[o] + i * cZ]
+            row[N + 1 + i] = y[oV + 1 + i]
+        row[N] = y[oV]
+        for w in range(nw):
+            row[2 * N + 1 + w] = y[oW + w * cV]
+
+
+@_jit
+def _dense_state(Q, y_old, t_old, h, p, out):
+    """scipy's ``RkDenseOutput`` at ``p``: ``y_old + h Q [x, x^2, ...]``, ``x = (p -
+    t_old) / h``."""
+    x = (p - t_old) / h
+    for i in range(y_old.shape[0]):
+        acc = 0.0
+        pw = 1.0
+        for j in range(Q.shape[1]):
+            pw = pw * x
+            acc += Q[i, j] * pw
+        out[i] = h * acc + y_old[i]
+
+
+def sweep_rows(one, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N, M, nw, CF, CW,
+               cZs, cVs, offs, size, tab0, tab1, tab2, tab3, seg, seg_th, seg_J, depths, dep_seg, rk, num,
+               ints, out, info, where_out, d_t, d_h, d_y, d_Q):
+    """Every input's sweep in a ``prange`` loop (compiled by
+    `invimbed._backends.sweep_adaptive`)."""
+    for b in prange(x.shape[0]):
+        one(np.int64(b), ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N,
+            M, nw, CF,
+            CW, cZs, cVs, offs, size, tab0, tab1, tab2, tab3, seg, seg_th, seg_J, depths, dep_seg, rk, num,
+            ints, out, info, where_out, d_t, d_h, d_y, d_Q)
+
+
+@_jit
+def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N, M, nw, CF,
+              CW,
+              cZs, cVs, offs, size, tab0, tab1, tab2, tab3, seg, seg_th, seg_J, depths, dep_seg, rk, num,
+              ints, out, info, where_out, d_t, d_h, d_y, d_Q):
+    """The sweep of input ``b`` (see the module docstring); ``tab0`` ... ``tab3`` are
+    the tables of the carried orders (`invimbed._backends._numba._jet_tables`, the last
+    repeated), ``tape_f``, ``tape_r``, ``tape_t`` the tapes of ``f``, ``R``, ``T``."""
+    tabs = (tab0, tab1, tab2, tab3)
+    tapes = (tape_f, tape_r, tape_t)
+    A, Bw, C, E, P = rk
+    rtol, atol, first_step, max_step, min_step, safety, min_factor, max_factor = num
+    max_steps, err_order, cap = ints
+    ns = Bw.shape[0]
+    kq = P.shape[1]
+    exponent = -1.0 / (err_order + 1)
+    n = depths.shape[0]
+    # scratch
+    pz, pt, hs, vals = _plan_scratch(plan, N, M)
+    cmax = cVs[cVs.shape[0] - 1]
+    sc = (pz, pt, hs, vals, np.empty(N * CF), np.empty(CF), np.empty(N * M * CW),
+          np.empty(M * CW), np.empty((N, CF)), np.empty(CF), np.empty((N, nw, CF)),
+          np.empty((nw, CF)), np.empty((N, cmax)), np.empty((1, cmax)), np.empty((N, cmax)),
+          np.empty((nw, cmax)), np.empty((nw, cmax)))
+    nf = tapes[0][0].shape[0]
+    nr = tapes[1][0].shape[0]
+    W = (np.zeros((nf, Df, CF)), np.zeros((Df, CF)), np.zeros((N, Df, CF)),
+         np.zeros((nr, Df, CF)), np.zeros((Df, CF)), np.zeros((1, Df, CF)))
+    xin = np.zeros(N + M)
+    for i in range(N):
+        xin[i] = x[b, i]
+    y = np.zeros(size)
+    y_new = np.empty(size)
+    ys = np.empty(size)
+    f = np.empty(size)
+    err = np.empty(size)
+    K = np.empty((ns + 1, size))
+    Q = np.empty((size, kq))
+    # initial state: Z = x + delta, V = Taylor coefficients of T, W = 0
+    tbuf = np.zeros(CF)
+    if use_tape:
+        tt = tapes[2]
+        Wt = np.zeros((tt[0].shape[0], 1, CF))
+        to = np.zeros((1, 1, CF))
+        run_row(tt[0], tt[1], tt[2], tt[3], q, xin, F, 1, tplan[0], tplan[1], tplan[2], Wt,
+                np.zeros((1, CF)), to)
+        for c in range(CF):
+            tbuf[c] = to[0, 0, c]
+    else:
+        ev(fns, plan, _IDS[4], q, xin[:N], xin[N:], pz, pt, hs, vals, tbuf)
+    for o in range(cZs.shape[0]):
+        cZ = cZs[o]
+        off = offs[o]
+        for i in range(N):
+            y[off + i * cZ] = x[b, i]
+            if cZ > 1:
+                y[off + i * cZ + 1 + i] = 1.0
+        for c in range(cVs[o]):
+            y[off + N * cZ + c] = tbuf[c]
+    nxt = 0
+    while nxt < n and dep_seg[nxt] < 0:      # depths at q
+        _record(y, out, nxt, b, N, nw, cZs, cVs, offs)
+        nxt += 1
+    evals = 0
+    steps = 0
+    h_abs = 0.0
+    code = S_DONE
+    where = q
+    for s in range(seg.shape[0]):
+        a = seg[s, 0]
+        bnd = seg[s, 1]
+        for m in range(M):
+            xin[N + m] = seg_th[s, m]
+        J = seg_J[s]
+        t = a
+        evals += 1
+        if not _rhs(t, y, f, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, CW,
+                    xin, J, cZs, cVs, offs, tabs, sc, W):
+            code = S_FIRST if (a == q and evals <= 1) else S_NONFINITE
+            where = t
+            break
+        span = a - bnd
+        if first_step > 0:
+            h_abs = _fmin(first_step, span)
+        else:       # scipy's select_initial_step
+            for i in range(size):
+                err[i] = y[i] / (atol + abs(y[i]) * rtol)
+            d0 = _rms(err)
+            for i in range(size):
+                err[i] = f[i] / (atol + abs(y[i]) * rtol)
+            d1 = _rms(err)
+            h0 = 1e-6 if (d0 < 1e-5 or d1 < 1e-5) else 0.01 * d0 / d1
+            h0 = min(h0, span)
+            for i in range(size):
+                ys[i] = y[i] + (h0 * -1.0) * f[i]
+            evals += 1
+            if not _rhs(t - h0, ys, K[1], ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M,
+                        nw, CF, CW, xin, J, cZs, cVs, offs, tabs, sc, W):
+                code = S_NONFINITE
+                where = t - h0
+                break
+            for i in range(size):
+                err[i] = (K[1, i] - f[i]) / (atol + abs(y[i]) * rtol)
+            d2 = _rms(err) / h0
+            if d1 <= 1e-15 and d2 <= 1e-15:
+                h1 = max(1e-6, h0 * 1e-3)
+            else:
+                h1 = (0.01 / max(d1, d2)) ** (1.0 / (err_order + 1))
+            h_abs = min(min(min(100 * h0, h1), span), max_step)
+        while code == S_DONE:
+            if steps >= max_steps:
+                code = S_MAX_STEPS
+                where = t
+                break
+            spacing = 10.0 * abs(np.nextafter(t, -np.inf) - t)
+            if h_abs > max_step:
+                h_abs = max_step
+            elif h_abs < spacing:
+                h_abs = spacing
+            accepted = False
+            rejected = False
+            while not accepted:
+                if h_abs < spacing:
+                    code = S_UNDERFLOW
+                    where = t
+                    break
+                t_new = t - h_abs
+                if t_new < bnd:
+                    t_new = bnd
+                h = t_new - t
+                h_abs = abs(h)
+                for i in range(size):
+                    K[0, i] = f[i]
+                for st in range(1, ns):
+                    for i in range(size):
+                        acc = K[0, i] * A[st, 0]
+                        for j in range(1, st):
+                            acc += K[j, i] * A[st, j]
+                        ys[i] = y[i] + acc * h
+                    evals += 1
+                    if not _rhs(t + C[st] * h, ys, K[st], ev, fns, plan, use_tape, tapes,
+                                tplan, F, Df, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, tabs,
+                                sc, W):
+                        code = S_NONFINITE
+                        where = t + C[st] * h
+                        break
+                if code != S_DONE:
+                    break
+                for i in range(size):
+                    acc = K[0, i] * Bw[0]
+                    for j in range(1, ns):
+                        acc += K[j, i] * Bw[j]
+                    y_new[i] = y[i] + h * acc
+                evals += 1
+                if not _rhs(t + h, y_new, K[ns], ev, fns, plan, use_tape, tapes, tplan, F,
+                            Df, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, tabs, sc, W):
+                    code = S_NONFINITE
+                    where = t + h
+                    break
+                for i in range(size):
+                    acc = K[0, i] * E[0]
+                    for j in range(1, ns + 1):
+                        acc += K[j, i] * E[j]
+                    err[i] = (acc * h) / (atol + max(abs(y[i]), abs(y_new[i])) * rtol)
+                norm = _rms(err)
+                if norm < 1:
+                    if norm == 0:
+                        factor = max_factor
+                    else:
+                        factor = _fmin(max_factor, safety * norm ** exponent)
+                    if rejected:
+                        factor = _fmin(1.0, factor)
+                    h_abs *= factor
+                    accepted = True
+                else:
+                    h_abs *= _fmax(min_factor, safety * norm ** exponent)
+                    rejected = True
+            if code != S_DONE:
+                break
+            steps += 1
+            t_old = t
+            want = nxt < n and dep_seg[nxt] == s and depths[nxt] >= t_new
+            keep = steps <= cap
+            if want or keep:
+                for i in range(size):
+                    for c in range(kq):
+                        acc = K[0, i] * P[0, c]
+                        for j in range(1, ns + 1):
+                            acc += K[j, i] * P[j, c]
+                        Q[i, c] = acc
+            if keep:
+                d_t[b, steps - 1] = t_old
+                d_h[b, steps - 1] = h
+                for i in range(size):
+                    d_y[b, steps - 1, i] = y[i]
+                    for c in range(kq):
+                        d_Q[b, steps - 1, i, c] = Q[i, c]
+            while nxt < n and dep_seg[nxt] == s and depths[nxt] >= t_new:
+                if depths[nxt] == t_new:
+                    _record(y_new, out, nxt, b, N, nw, cZs, cVs, offs)
+                else:
+                    _dense_state(Q, y, t_old, h, depths[nxt], ys)
+                    _record(ys, out, nxt, b, N, nw, cZs, cVs, offs)
+                nxt += 1
+            t = t_new
+            for i in range(size):
+                y[i] = y_new[i]
+                f[i] = K[ns, i]
+            if t == bnd:
+                break
+            if min_step > 0 and h_abs < min_step:
+                code = S_MIN_STEP
+                where = t
+                break
+        if code != S_DONE:
+            break
+    info[b, 0] = code
+    info[b, 1] = evals
+    info[b, 2] = steps
+    where_out[b, 0] = where
+    where_out[b, 1] = h_abs if code == S_MIN_STEP else np.nan

@@ -1,0 +1,315 @@
+"""``solve_imbedding(..., backend="numba", method="RK45" | "RK23")``: the jet sweep with
+scipy's adaptive step control, compiled with numba, one sweep per input.
+
+What it computes is the numpy sweep's (`invimbed._core.imbedding`, ``closure="jet"``):
+the jets of the carried orders (`JetClosure.carried_orders`: ``K - 1`` for the ratio
+test, ``K``, ``K + 1`` for the error estimate, ``K + 2`` for the look-ahead), stepped as
+`integrate_scipy` steps scipy's solvers (`invimbed._backends._sweep_kernels`), and the
+result assembled by the core (`invimbed._core.assembly.collect_results`: depth
+gradient, error estimate, ratio test, ``tol``). So ``tol``, ``fallback`` and the order
+loop work as with ``backend="numpy"``.
+
+One difference, on purpose: each input is stepped on its own (a ``prange`` over the
+batch), where the numpy sweep steps the whole batch as one system. Input ``b``'s fields
+are those of the numpy sweep of ``x[b]`` alone (``tests/test_sweep_numba.py``: 1e-10), and
+a failing input (a non-finite value, the step budget) leaves the others untouched: its
+fields are NaN from where it stopped, ``success`` is False and the message names it.
+
+Derivatives: a ``from_sympy`` problem runs on its Taylor-mode tapes
+(`invimbed._core.derivatives.taylor_mode`; any jet order, nothing compiled per
+problem); per-sample ``numba.njit`` functions (``derivatives=`` as for the fixed-step
+numba sweep) on a derivative plan (`invimbed._backends._plans`: the user's derivatives,
+finite differences beyond them), as far as the plan serves the order.
+Controls: ``None``, `Constant`, `PiecewiseConstant`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._core.arguments import Setup
+from .._core.assembly import collect_results
+from .._core.derivatives.multiindex import n_coefficients
+from .._core.failures import (below_min_step, budget_exhausted, first_evaluation,
+                              step_collapsed, sweep_stopped)
+from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, segments
+from .._core.integrators.ensemble import MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
+from ._numba import (_fingerprint, _jet_tables, _types, eval_signature, function_tuple,
+                     import_numba)
+from ._plans import Request, build_plan
+from . import _sweep_kernels as kern
+
+#: The methods of the compiled adaptive sweep.
+ADAPTIVE_METHODS = tuple(TABLEAUX)
+_KEYS = ("z", "value", "adjoint", "param_grad")
+
+
+@dataclass
+class SweepSteps:
+    """The accepted steps of a compiled adaptive sweep, for a dense output.
+
+    Input ``b`` took ``n_steps[b]`` steps; step ``k < n_steps[b]`` went from depth
+    ``t_old[b, k]`` to ``t_old[b, k] + h[b, k]`` (``h < 0``: the sweep runs from ``q``
+    down) and its continuous extension (scipy's ``RkDenseOutput``) is
+    ``y(p) = y_old[b, k] + h[b, k] * Q[b, k] @ [x, x^2, ..., x^kq]``,
+    ``x = (p - t_old[b, k]) / h[b, k]``.
+
+    Shapes: ``t_old``, ``h`` (B, S); ``y_old`` (B, S, size); ``Q`` (B, S, size, kq), with
+    ``S = max(n_steps)``, ``kq = 4`` (RK45) or 3 (RK23). A state ``y`` (size,) holds the
+    jets of ``orders`` side by side: order ``orders[o]`` from ``offsets[o]``, ``Z`` (N,
+    ``cZ[o]``) then ``V`` (``cV[o]``) then ``W`` (n_w, ``cV[o]``), Taylor coefficients in
+    the graded order of `invimbed._core.derivatives.multiindex`; `step_fields` reads the
+    fields off it.
+    """
+
+    t_old: np.ndarray
+    h: np.ndarray
+    y_old: np.ndarray
+    Q: np.ndarray
+    n_steps: np.ndarray
+    orders: np.ndarray
+    offsets: np.ndarray
+    cZ: np.ndarray
+    cV: np.ndarray
+    N: int
+    nw: int
+
+    def state(self, b: int, p: float) -> np.ndarray:
+        """The state of input ``b`` at depth ``p`` (in the swept interval)."""
+        n = int(self.n_steps[b])
+        lo = self.t_old[b, :n] + self.h[b, :n]          # step k covers [lo_k, t_old_k]
+        k = int(np.clip(np.searchsorted(-lo, -p, side="left"), 0, n - 1))
+        x = (p - self.t_old[b, k]) / self.h[b, k]
+        pw = np.cumprod(np.full(self.Q.shape[-1], x))
+        return self.y_old[b, k] + self.h[b, k] * (self.Q[b, k] @ pw)
+
+    def step_fields(self, y: np.ndarray, o: int) -> dict[str, np.ndarray]:
+        """``z``, ``value``, ``adjoint``, ``param_grad`` of carried order ``orders[o]``."""
+        N, cZ, cV, off = self.N, int(self.cZ[o]), int(self.cV[o]), int(self.offsets[o])
+        oV = off + N * cZ
+        return {"z": y[off:oV:cZ].copy(), "value": y[oV].copy(),
+                "adjoint": y[oV + 1:oV + 1 + N].copy(),
+                "param_grad": y[oV + cV:oV + cV + self.nw * cV:cV].copy()}
+
+
+def carried_orders(order: int, est: bool, ratio: bool, look_ahead: bool) -> list[int]:
+    """`JetClosure.carried_orders` for these flags (the same blocks in the same order)."""
+    ratio = ratio and est
+    return (([order - 1] if ratio else []) + [order] + ([order + 1] if est else [])
+            + ([order + 2] if ratio and look_ahead else []))
+
+
+def _segments(setup: Setup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The intervals between breakpoints, theta and ``dtheta/dw`` on each, and each
+    depth's interval (-1 at ``q``)."""
+    from .._core.controls import Constant, NoControl, PiecewiseConstant
+
+    ctrl = setup.control
+    if type(ctrl) not in (Constant, NoControl, PiecewiseConstant):
+        raise ValueError(
+            f"backend='numba' with an adaptive method runs `control` None, Constant or "
+            f"PiecewiseConstant, but got control={ctrl!r} ({type(ctrl).__name__}); use "
+            f"backend='numpy', which runs any control")
+    q, d = float(setup.q), setup.depths_desc
+    segs = segments(q, float(d[-1]), ctrl.breakpoints)
+    M, nw = ctrl.size, ctrl.n_params
+    th = np.zeros((max(len(segs), 1), M))
+    J = np.zeros((max(len(segs), 1), M, nw))
+    for s, (a, b) in enumerate(segs):
+        piece = setup.piece_of(a, b)
+        th[s] = ctrl.theta(0.5 * (a + b), piece)
+        if nw:
+            J[s] = ctrl.jacobian(0.5 * (a + b), piece)
+    where = np.full(d.size, -1, dtype=np.int64)
+    for s, (a, b) in enumerate(segs):
+        where[(d >= b) & (d < a)] = s
+    return (np.array(segs, dtype=float).reshape(-1, 2), np.ascontiguousarray(th),
+            np.ascontiguousarray(J), where)
+
+
+def _tapes(setup: Setup, nw: int) -> tuple | None:
+    """The Taylor-mode tapes of ``f``, ``R``, ``T`` of a ``from_sympy`` problem (None
+    for other problems, or a function the tapes do not know)."""
+    from .._core.derivatives._tape import Unsupported
+    from .._core.derivatives.symbolic import SympyProvider
+    from .._core.derivatives.taylor_mode import TaylorJets
+
+    prov = setup.problem.derivative_provider
+    if not isinstance(prov, SympyProvider):
+        return None
+    jets = TaylorJets(prov._sp, prov.t, prov.z, prov.theta, prov.expressions)
+    mode = "dual" if nw else "z"
+    try:
+        tapes = [jets.tape("f", mode), jets.tape("R", mode), jets.tape("T", "z")]
+    except Unsupported:
+        return None
+    return tuple((t.ops, t.par, t.kind, t.outputs) for t in tapes)
+
+
+_KERNELS: dict[tuple, Any] = {}
+
+
+def _kernel(args: tuple) -> Any:
+    """The compiled ``prange`` loop for the types of ``args`` (cached on disk)."""
+    key = _fingerprint(args[1:])
+    hit = _KERNELS.get(key)
+    if hit is None:
+        numba = _types()["numba"]
+        from numba import types
+
+        from ._numba_calls import eval_request
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
+            argtypes, ev_sig, ev_type = eval_signature(args)
+            eval_request.compile(ev_sig.args)
+            one_sig = types.void(types.int64, ev_type, *argtypes)
+            kern.sweep_one.compile(one_sig.args)
+            loop = numba.njit(types.void(types.FunctionType(one_sig), ev_type, *argtypes),
+                              cache=True, parallel=True)(kern.sweep_rows)
+        hit = _KERNELS[key] = (loop.overloads[loop.signatures[0]].entry_point,
+                               kern.sweep_one, eval_request)
+    return hit
+
+
+def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, atol: float,
+                         est: bool, ratio_test: bool, look_ahead: bool, tol: Any,
+                         warnings_: list, keep_steps: int = 0, max_steps: int | None = None,
+                         first_step: float | None = None, max_step: float | None = None,
+                         min_step: float | None = None) -> Any:
+    """One adaptive jet sweep at order ``order`` on numba (see the module docstring):
+    the `ImbeddingResult` of `collect_results`, with ``tol`` and the order loop's
+    predictions (``predict``). ``keep_steps > 0`` also returns the `SweepSteps` (the
+    first ``keep_steps`` steps are kept; the sweep is rerun with room for all of them
+    where an input took more)."""
+    import_numba()
+    ctrl, prov = setup.control, setup.provider
+    B, N = setup.x.shape
+    M, nw = ctrl.size, ctrl.n_params
+    orders = carried_orders(order, est, ratio_test and tol is not None, look_ahead)
+    F = max(orders) + 1
+    CF = n_coefficients(N, F)
+    tapes = _tapes(setup, nw)
+    use_tape = tapes is not None
+    if use_tape:
+        plan = build_plan(prov, [Request("f", 0, 0)])
+        fns = function_tuple(setup, frozenset())
+    else:
+        reqs = [Request("f", 0, F), Request("R", 0, F), Request("f", 1, F if nw else 0),
+                Request("R", 1, F if nw else 0), Request("T", 0, F)]
+        plan = build_plan(prov, reqs)
+        fns = function_tuple(setup, plan.used)
+        empty = (np.zeros((0, 4), np.int64), np.zeros(0), np.zeros(0, np.int8),
+                 np.zeros(0, np.int64))
+        tapes = (empty, empty, empty)
+    from .._core.derivatives._taylor_numba import plan as tape_plan
+
+    tplan = tape_plan(N, F)
+    Df = 1 + M if (use_tape and nw) else 1
+    cZs = np.array([n_coefficients(N, K) for K in orders], dtype=np.int64)
+    cVs = np.array([n_coefficients(N, K + 1) for K in orders], dtype=np.int64)
+    sizes = N * cZs + cVs * (1 + nw)
+    offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    size = int(sizes.sum())
+    tabs = [_jet_tables(N, K) for K in orders]
+    tabs = tuple(tabs + [tabs[-1]] * (4 - len(tabs)))
+    seg, seg_th, seg_J, dep_seg = _segments(setup)
+    tab = TABLEAUX[method]
+    rk = tuple(np.ascontiguousarray(a, dtype=float) for a in (tab.A, tab.B, tab.C, tab.E, tab.P))
+    num = (float(rtol), float(atol), float(first_step or 0.0),
+           float(np.inf if max_step is None else max_step), float(min_step or 0.0),
+           float(SAFETY), float(MIN_FACTOR), float(MAX_FACTOR))
+    budget = int(DEFAULT_MAX_STEPS if max_steps is None else max_steps)
+    depths = np.ascontiguousarray(setup.depths_desc, dtype=float)
+    n, width, kq = depths.size, 2 * N + 1 + nw, tab.P.shape[1]
+    cap = int(keep_steps)
+    while True:
+        out = np.full((n, B, len(orders), width), np.nan)
+        info = np.zeros((B, 3), dtype=np.int64)
+        where = np.full((B, 2), np.nan)
+        d_t, d_h = np.zeros((B, cap)), np.zeros((B, cap))
+        d_y, d_Q = np.zeros((B, cap, size)), np.zeros((B, cap, size, kq))
+        args = (fns, plan.arrays(), use_tape, *tapes, tplan, F, Df, setup.x, float(setup.q),
+                N, M, nw, CF, CF, cZs, cVs, offs, size, *tabs, seg, seg_th, seg_J, depths,
+                dep_seg, rk, num, (budget, int(tab.error_order), cap), out, info, where,
+                d_t, d_h, d_y, d_Q)
+        loop, one, ev = _kernel(args)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
+            loop(one, ev, *args)
+        if not cap or int(info[:, 2].max()) <= cap:
+            break
+        cap = int(info[:, 2].max())
+    res = _assemble(setup, out, info, where, orders, order, est, method, tol, warnings_,
+                    budget, N, nw, min_step)
+    if not keep_steps:
+        return res
+    S = int(info[:, 2].max()) if B else 0
+    steps = SweepSteps(d_t[:, :S], d_h[:, :S], d_y[:, :S], d_Q[:, :S], info[:, 2].copy(),
+                       np.array(orders), offs, cZs, cVs, N, nw)
+    return res, steps
+
+
+def _assemble(setup: Setup, out: np.ndarray, info: np.ndarray, where: np.ndarray,
+              orders: list[int], order: int, est: bool, method: str, tol: Any,
+              warnings_: list, budget: int, N: int, nw: int, min_step: Any) -> Any:
+    """The result of the kernel's outputs, by `collect_results`."""
+    sl = {"z": slice(0, N), "value": N, "adjoint": slice(N + 1, 2 * N + 1),
+          "param_grad": slice(2 * N + 1, 2 * N + 1 + nw)}
+    by_order = {K: {k: out[:, :, o, s] for k, s in sl.items()} for o, K in enumerate(orders)}
+
+    def diff(lo: int, hi: int) -> dict | None:
+        if lo not in by_order or hi not in by_order:
+            return None
+        return {k: np.abs(by_order[hi][k] - by_order[lo][k]) for k in _KEYS}
+
+    fields = {k: np.ascontiguousarray(v) for k, v in by_order[order].items()}
+    errors = diff(order, order + 1) if est else None
+    lower = diff(order - 1, order) if errors is not None else None
+    upper = diff(order + 1, order + 2) if errors is not None else None
+    outcome = Outcome(ys=np.zeros((setup.depths_desc.size, 1)), nfev=int(info[:, 1].max()))
+    bad = np.flatnonzero(info[:, 0] != kern.S_DONE)
+    if bad.size:
+        b = int(bad[0])
+        outcome.success = False
+        outcome.failed_at = float(where[b, 0])
+        outcome.message = _failure(setup, int(info[b, 0]), where[b], budget, min_step,
+                                   method, b, bad.size)
+    outcome.extra["nsteps"] = int(info[:, 2].max())
+    return collect_results(setup, outcome, None, _shapes(setup), closure="jet",
+                           method=method, with_errors=errors is not None, tol=tol,
+                           warnings=warnings_, predict=tol is not None,
+                           stacked_fields=(fields, errors, lower, upper), backend="numba")
+
+
+def _shapes(setup: Setup) -> dict:
+    B, N = setup.x.shape
+    return {"z": (B, N), "value": (B,), "adjoint": (B, N),
+            "param_grad": (B, setup.control.n_params), "depth_grad": (B,)}
+
+
+def _failure(setup: Setup, code: int, where: np.ndarray, budget: int, min_step: Any,
+             method: str, b: int, count: int) -> str:
+    """The message of input ``b``'s failure (the words of the numpy sweep), naming the
+    input and how many failed."""
+    p = float(where[0])
+    if code == kern.S_FIRST:
+        text = first_evaluation(NonFiniteError(p, "right-hand side"), float(setup.q))
+    elif code == kern.S_NONFINITE:
+        text = sweep_stopped(NonFiniteError(p, "imbedded fields"), fixed_step=False)
+    elif code == kern.S_MAX_STEPS:
+        text = budget_exhausted(p, budget)
+    elif code == kern.S_UNDERFLOW:
+        text = step_collapsed(p, "Required step size is less than spacing between numbers.",
+                              explicit=True)
+    else:
+        text = below_min_step(p, float(where[1]), float(min_step), explicit=True)
+    B = setup.x.shape[0]
+    if not setup.batched:
+        return text
+    return (f"Input x[{b}]: {text} {count} of {B} inputs failed (NaN fields from where "
+            f"each stopped); the others reached every depth.")
