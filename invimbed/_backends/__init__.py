@@ -1,7 +1,8 @@
 """Accelerated backends of the imbedding sweep: numba (CPU) and cupy (GPU).
 
 `invimbed.solve_imbedding` hands a validated `Setup` to `sweep_backend` when
-``backend != "numpy"``. Both backends run the fixed-step sweeps (``"euler"``,
+``backend != "numpy"`` (numba's adaptive jet sweep, ``method="RK45"`` or ``"RK23"``, is
+`invimbed._backends.sweep_adaptive`). Both backends run the fixed-step sweeps (``"euler"``,
 ``"midpoint"``, ``"rk4"``; ``"disc"`` for the jet) of the jet closure of order 1 (with
 its error estimate); cupy also runs the stencil closure (numba does not: it lost to
 vectorised numpy, docs/performance.md). They step the numpy sweep's schedule
@@ -56,9 +57,11 @@ def sweep_backend(backend: str, setup: Setup, *, closure: str, order: int, metho
         ``backend="numba"``: a user function numba cannot compile.
     """
     if method not in SUPPORTED_METHODS:
+        extra = (" and, for closure='jet', the adaptive 'RK45' and 'RK23'"
+                 if backend == "numba" else "")
         raise ValueError(
             f"backend={backend!r} runs the fixed-step methods "
-            f"{', '.join(repr(m) for m in SUPPORTED_METHODS)} (with `step`), but got "
+            f"{', '.join(repr(m) for m in SUPPORTED_METHODS)} (with `step`){extra}, but got "
             f"method={method!r}; choose one of them, or use backend='numpy' for scipy's "
             f"adaptive solvers")
     if backend == "numba":

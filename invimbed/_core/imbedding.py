@@ -89,7 +89,9 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     backend : {"numpy", "numba", "cupy"}
         Where the sweep runs. ``"numpy"`` (default) supports everything above; the
         accelerated backends (see "Performance and scale" in the docs) run fixed-step
-        jet-1 and stencil sweeps and say clearly what they cannot do.
+        jet-1 and stencil sweeps and say clearly what they cannot do. ``"numba"`` also
+        runs the jet of any order with ``method="RK45"`` or ``"RK23"`` (``tol`` and
+        ``fallback`` included), one compiled sweep per input.
     tol : float or (float, float), optional
         ``(rtol, atol)`` (a float ``t`` means ``(t, t)``) applied to every field like
         `numpy.isclose`: ``|err| <= atol + rtol |field|``. The sweep raises the jet order
@@ -206,8 +208,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
             raise ValueError(
                 f"`tol` with backend={backend!r}: the accelerated backends carry the jets of "
                 f"orders 1 and 2 only, so the ratio test that keeps the estimate honest "
-                f"cannot run; use backend='numpy', or pass ratio_test=False to accept the "
-                f"bare estimate")
+                f"cannot run; use backend='numpy' (or, on numba, method='RK45' or 'RK23', "
+                f"which carry them), or pass ratio_test=False to accept the bare estimate")
     prov = setup.provider
     warnings: list[SolverWarning] = []
     if method in SCIPY_METHODS:

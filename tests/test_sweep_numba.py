@@ -1,0 +1,176 @@
+"""The compiled adaptive sweep (``backend="numba"``, ``method="RK45"``/``"RK23"``) against
+the numpy sweep, which steps the same jets with scipy's solvers.
+
+Every test runs the one compiled kernel (`invimbed._backends._sweep_kernels`, cached on
+disk: the first run on a machine compiles it, minutes on two shared cores; later runs
+load it in about a second). ``from_sympy`` problems run on their Taylor-mode tapes, so
+nothing is compiled per problem; the per-sample ``njit`` problem compiles its functions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+numba = pytest.importorskip("numba")
+sp = pytest.importorskip("sympy")
+
+import invimbed  # noqa: E402
+from invimbed import solve_adjoint, solve_imbedding  # noqa: E402
+from problems import sympy_pendulum  # noqa: E402
+from test_tol import lorenz, pendulum, within  # noqa: E402
+
+FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
+EST = ("z", "value", "adjoint", "param_grad")
+X = np.array([0.3, -0.1])
+DEPTHS = np.array([-1.0, -0.5, -0.2, 0.0])          # q itself, deepest first
+CTRL = invimbed.Constant([0.1, 0.2])
+
+
+def assert_same(res, ref, tol=1e-10):
+    """Same fields, estimate and verdict, to ``tol`` relative to ``max(1, |ref|)``."""
+    for k in FIELDS:
+        np.testing.assert_allclose(res[k], ref[k], rtol=tol, atol=tol, err_msg=k)
+    for k in EST:
+        np.testing.assert_allclose(res.error_estimate[k], ref.error_estimate[k], rtol=tol,
+                                   atol=tol, err_msg=f"error_estimate[{k}]")
+    np.testing.assert_array_equal(res.converged, ref.converged)
+    assert (res.success, res.status) == (ref.success, ref.status)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return sympy_pendulum()
+
+
+@pytest.mark.parametrize("method, order", [("RK45", 1), ("RK45", 2), ("RK45", 3), ("RK45", 4),
+                                           ("RK23", 1), ("RK23", 3)])
+def test_numba_sweep_equals_numpy(problem, method, order):
+    kw = dict(control=CTRL, order=order, method=method)
+    ref = solve_imbedding(problem, X, DEPTHS, **kw)
+    res = solve_imbedding(problem, X, DEPTHS, backend="numba", **kw)
+    assert_same(res, ref)
+    assert res.nfev == ref.nfev            # the same steps, accepted and rejected
+
+
+def test_each_input_is_the_numpy_sweep_of_that_input_alone(problem):
+    """The batch is stepped per input: row b equals the numpy sweep of x[b] alone."""
+    xs = np.array([[0.3, -0.1], [1.2, 0.4], [-0.7, 0.9]])
+    res = solve_imbedding(problem, xs, DEPTHS, control=CTRL, order=2, backend="numba")
+    assert res.z.shape == (DEPTHS.size, 3, 2)
+    for b, x in enumerate(xs):
+        ref = solve_imbedding(problem, x, DEPTHS, control=CTRL, order=2)
+        np.testing.assert_array_equal(res.converged[:, b], ref.converged)
+        for k in EST:
+            np.testing.assert_allclose(res.error_estimate[k][:, b], ref.error_estimate[k],
+                                       rtol=1e-10, atol=1e-10)
+        for k in FIELDS:
+            np.testing.assert_allclose(res[k][:, b], ref[k], rtol=1e-10, atol=1e-10)
+
+
+def test_a_divergent_series_is_refused_by_the_ratio_test():
+    """Lorenz-63 at s = 1: the jet series grows with the order; numba stops at once, as
+    numpy does (tests/test_tol.py)."""
+    kw = dict(tol=1e-3, max_order=6)
+    ref = solve_imbedding(lorenz(), [1.0, 1.0, 20.0], [-1.0], **kw)
+    res = solve_imbedding(lorenz(), [1.0, 1.0, 20.0], [-1.0], backend="numba", **kw)
+    assert res.orders_run == ref.orders_run == [1]
+    assert (res.success, res.status) == (False, -2) and not res.converged[0]
+    assert "does not converge" in res.message and "depth p = -1" in res.message
+    np.testing.assert_allclose(res.series_ratio, ref.series_ratio, rtol=1e-8)
+
+
+def test_tol_raises_the_order_and_fallback_recomputes():
+    """``tol``: the same orders, verdicts and fields as numpy. With ``fallback``, the
+    order loop weighs each sweep's measured cost against the exact solve's, so which pairs
+    fall back depends on the backend's speed; every pair ends within ``tol``."""
+    pb, x, w = pendulum(), [0.5, 0.5], invimbed.Constant([0.5])
+    depths = -np.array([0.1, 0.3, 3.0])
+    exact = solve_adjoint(pb, x, depths, control=w, rtol=1e-12, atol=1e-14)
+    kw = dict(control=w, tol=1e-4, max_order=4)
+    ref = solve_imbedding(pb, x, depths, **kw)
+    res = solve_imbedding(pb, x, depths, backend="numba", **kw)
+    assert res.orders_run == ref.orders_run and res.order == ref.order > 1
+    np.testing.assert_array_equal(res.depth_order, ref.depth_order)
+    np.testing.assert_array_equal(res.converged, ref.converged)
+    assert (res.success, res.status) == (ref.success, ref.status) == (False, -2)
+    for k in FIELDS:
+        np.testing.assert_allclose(res[k], ref[k], rtol=1e-8, atol=1e-10)
+    assert within(res, exact, 1e-4, 1e-4)[res.converged].all()
+    fb = solve_imbedding(pb, x, depths, backend="numba", fallback="adjoint", **kw)
+    assert fb.success and fb.status == 0 and fb.exact_fallback[2]
+    assert not (fb.converged & fb.exact_fallback).any()
+    assert within(fb, exact, 1e-4, 1e-4).all()
+
+
+def test_a_batch_with_one_failing_input_reports_it_and_keeps_the_others():
+    """dz/dt = -z + log(z): not finite for the input x = -0.5, at its first evaluation;
+    the input x = 0.5 reaches every depth, with the fields of its numpy sweep alone."""
+    t, z = sp.symbols("t z")
+    pb = invimbed.from_sympy(t, [z], [], [-z + sp.log(z)], None, z**2 / 2)
+    depths = np.array([-0.1, -0.5, -1.0])
+    res = solve_imbedding(pb, [[0.5], [-0.5]], depths, backend="numba")
+    assert not res.success and res.status == -1
+    assert "x[1]" in res.message and "first evaluation" in res.message
+    assert "1 of 2 inputs failed" in res.message
+    ok = solve_imbedding(pb, [0.5], depths)
+    for k in FIELDS:
+        np.testing.assert_allclose(res[k][:, 0], ok[k], rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(res.converged[:, 0], ok.converged)
+    assert np.isnan(res.z[:, 1]).all() and np.isnan(res.adjoint[:, 1]).all()
+    alone = solve_imbedding(pb, [-0.5], depths, backend="numba")
+    assert alone.status == -1 and "first evaluation" in alone.message
+
+
+def test_kept_steps_give_the_states_at_the_depths(problem):
+    """The dense-output record (`SweepSteps`): its continuous extension at a requested
+    depth is the state the sweep recorded there; room for 2 steps forces the rerun."""
+    from invimbed._backends.sweep_adaptive import sweep_numba_adaptive
+    from invimbed._core.arguments import prepare
+
+    xs = np.array([[0.3, -0.1], [1.2, 0.4]])
+    setup = prepare(problem, xs, DEPTHS, CTRL, "RK45", 1e-6, 1e-9, None, ("RK45",))
+    res, steps = sweep_numba_adaptive(setup, order=2, method="RK45", rtol=1e-6, atol=1e-9,
+                                      est=True, ratio_test=False, look_ahead=False, tol=None,
+                                      warnings_=[], keep_steps=2)
+    assert steps.n_steps.min() > 2 and steps.y_old.shape[1] == steps.n_steps.max()
+    assert steps.Q.shape[-1] == 4 and np.all(steps.h[steps.t_old != 0] < 0)
+    for b in range(2):
+        for i, p in enumerate(DEPTHS):
+            y = steps.state(b, p)
+            got = steps.step_fields(y, 0)
+            np.testing.assert_allclose(got["z"], res.z[i, b], rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(got["adjoint"], res.adjoint[i, b], rtol=1e-12,
+                                       atol=1e-14)
+            np.testing.assert_allclose(got["param_grad"], res.param_grad[i, b], rtol=1e-12,
+                                       atol=1e-14)
+
+
+@pytest.mark.parametrize("order", [0, 1, 2, 3, 4])
+def test_compiled_jet_rhs_equals_the_numpy_closure(problem, order):
+    """`_numba_kernels.jet_rhs` on the tables of `_numba._jet_tables` is
+    `JetClosure._rhs_jet` transcribed: equal to 1e-13 at every order the sweep carries."""
+    from invimbed._backends._numba import _jet_tables
+    from invimbed._backends._numba_kernels import jet_rhs
+    from invimbed._core.closures import JetClosure
+    from invimbed._core.derivatives.multiindex import n_coefficients
+
+    prov = problem.derivative_provider
+    clo = JetClosure(prov, CTRL, X[None], 0.0, order=max(order, 1), estimate_error=True,
+                     ratio_test=order == 0)
+    rng = np.random.default_rng(order)
+    y = rng.normal(size=clo.layout.size)
+    ref = clo.layout.unpack(clo.rhs(-0.3, y))
+    coef = clo.coefficients(-0.3)
+    N, nw = 2, 2
+    cZ, cV = n_coefficients(N, order), n_coefficients(N, order + 1)
+    off = clo.layout.slices[f"Z{order}"].start
+    dy = np.zeros_like(y)
+    cm = n_coefficients(N, order + 2)
+    jet_rhs(N, nw, cZ, cV, _jet_tables(N, order), np.ascontiguousarray(coef["Phi"][0]),
+            np.ascontiguousarray(coef["R"][0]), np.ascontiguousarray(coef["G"][0]),
+            np.ascontiguousarray(coef["Rw"][0]), y, off, dy, np.empty((N, cm)),
+            np.empty((1, cm)), np.empty((N, cm)), np.empty((nw, cm)), np.empty((nw, cm)))
+    got = clo.layout.unpack(dy)
+    for key in (f"Z{order}", f"V{order}", f"W{order}"):
+        np.testing.assert_allclose(got[key], ref[key], rtol=1e-13, atol=1e-13, err_msg=key)
