@@ -174,3 +174,16 @@ def test_compiled_jet_rhs_equals_the_numpy_closure(problem, order):
     got = clo.layout.unpack(dy)
     for key in (f"Z{order}", f"V{order}", f"W{order}"):
         np.testing.assert_allclose(got[key], ref[key], rtol=1e-13, atol=1e-13, err_msg=key)
+
+
+@pytest.mark.parametrize("derivatives", [False, True])
+def test_per_sample_njit_functions_run_on_the_derivative_plan(derivatives):
+    """Per-sample ``numba.njit`` functions (first derivatives given, or none: finite
+    differences by the rule of `FiniteDifferences`) at jet order 1: the numpy sweep of the
+    same functions."""
+    from test_backends import CTRL as ctrl, pendulum_njit
+
+    problem = pendulum_njit(derivatives)
+    ref = solve_imbedding(problem, X, DEPTHS, control=ctrl)
+    res = solve_imbedding(problem, X, DEPTHS, control=ctrl, backend="numba")
+    assert_same(res, ref, tol=1e-9)
