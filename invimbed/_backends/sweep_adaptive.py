@@ -26,6 +26,7 @@ Controls: ``None``, `Constant`, `PiecewiseConstant`.
 from __future__ import annotations
 
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,7 @@ from .._core.failures import (below_min_step, budget_exhausted, first_evaluation
                               step_collapsed, sweep_stopped)
 from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, segments
 from .._core.integrators.ensemble import MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
-from ._numba import (_fingerprint, _jet_tables, _types, eval_signature, function_tuple,
+from ._numba import (_jet_tables, _types, eval_signature, function_tuple,
                      import_numba)
 from ._plans import Request, build_plan
 from . import _sweep_kernels as kern
@@ -141,7 +142,10 @@ def _tapes(setup: Setup, nw: int) -> tuple | None:
     prov = setup.problem.derivative_provider
     if not isinstance(prov, SympyProvider):
         return None
-    jets = TaylorJets(prov._sp, prov.t, prov.z, prov.theta, prov.expressions)
+    jets = _JETS.get(prov)
+    if jets is None:      # built once per provider (sympy's cse: tens of milliseconds)
+        jets = _JETS[prov] = TaylorJets(prov._sp, prov.t, prov.z, prov.theta,
+                                        prov.expressions)
     mode = "dual" if nw else "z"
     try:
         tapes = [jets.tape("f", mode), jets.tape("R", mode), jets.tape("T", "z")]
@@ -150,12 +154,51 @@ def _tapes(setup: Setup, nw: int) -> tuple | None:
     return tuple((t.ops, t.par, t.kind, t.outputs) for t in tapes)
 
 
+_JETS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+class _Address:
+    """A compiled function passed to a kernel as a first-class function value, its address
+    looked up once (numba's wrapper-address protocol): numba otherwise looks up every
+    dispatcher's address at every call, about a millisecond for the 22 function values
+    of this kernel."""
+
+    def __init__(self, dispatcher: Any, sig: Any) -> None:
+        from numba.experimental.function_type import _get_wrapper_address
+
+        self.dispatcher, self.sig = dispatcher, sig
+        self.address = _get_wrapper_address(dispatcher, sig)
+
+    def __wrapper_address__(self) -> int:
+        return self.address
+
+    def signature(self) -> Any:
+        return self.sig
+
+
+_ADDRESSES: dict[tuple, tuple] = {}
+
+
+def _addressed(fns: tuple) -> tuple:
+    """`_Address` of every function of ``fns`` (`function_tuple`), cached."""
+    key = tuple(id(f) for f in fns)
+    hit = _ADDRESSES.get(key)
+    if hit is None or any(a.dispatcher is not f for a, f in zip(hit, fns)):
+        from ._plans import BASE_KEYS
+
+        sigs = _types()["sigs"]
+        hit = _ADDRESSES[key] = tuple(_Address(f, sigs[k]) for f, k in zip(fns, BASE_KEYS))
+    return hit
+
+
 _KERNELS: dict[tuple, Any] = {}
 
 
 def _kernel(args: tuple) -> Any:
     """The compiled ``prange`` loop for the types of ``args`` (cached on disk)."""
-    key = _fingerprint(args[1:])
+    # every argument has the same type on every call (C-contiguous float64/int64/int8
+    # arrays of fixed ranks, the same tuples): one kernel, looked up by its name
+    key = ("sweep_rows",)
     hit = _KERNELS.get(key)
     if hit is None:
         numba = _types()["numba"]
@@ -172,7 +215,7 @@ def _kernel(args: tuple) -> Any:
             loop = numba.njit(types.void(types.FunctionType(one_sig), ev_type, *argtypes),
                               cache=True, parallel=True)(kern.sweep_rows)
         hit = _KERNELS[key] = (loop.overloads[loop.signatures[0]].entry_point,
-                               kern.sweep_one, eval_request)
+                               _Address(kern.sweep_one, one_sig), _Address(eval_request, ev_sig))
     return hit
 
 
@@ -233,7 +276,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         where = np.full((B, 2), np.nan)
         d_t, d_h = np.zeros((B, cap)), np.zeros((B, cap))
         d_y, d_Q = np.zeros((B, cap, size)), np.zeros((B, cap, size, kq))
-        args = (fns, plan.arrays(), use_tape, *tapes, tplan, F, Df, setup.x, float(setup.q),
+        args = (_addressed(fns), plan.arrays(), use_tape, *tapes, tplan, F, Df, setup.x, float(setup.q),
                 N, M, nw, CF, CF, cZs, cVs, offs, size, *tabs, seg, seg_th, seg_J, depths,
                 dep_seg, rk, num, (budget, int(tab.error_order), cap), out, info, where,
                 d_t, d_h, d_y, d_Q)
