@@ -187,3 +187,17 @@ def test_per_sample_njit_functions_run_on_the_derivative_plan(derivatives):
     ref = solve_imbedding(problem, X, DEPTHS, control=ctrl)
     res = solve_imbedding(problem, X, DEPTHS, control=ctrl, backend="numba")
     assert_same(res, ref, tol=1e-9)
+
+
+def test_budget_min_step_and_other_closures_end_as_on_numpy(problem):
+    """``max_steps`` and ``min_step`` stop the sweep where and with the words numpy's
+    does; closures other than the jet are refused before any work."""
+    for kw in (dict(max_steps=3), dict(min_step=0.3)):
+        ref = solve_imbedding(problem, X, DEPTHS, control=CTRL, **kw)
+        res = solve_imbedding(problem, X, DEPTHS, control=CTRL, backend="numba", **kw)
+        assert res.status == ref.status == -1 and res.message == ref.message
+        for k in FIELDS:
+            np.testing.assert_allclose(res[k], ref[k], rtol=1e-10, atol=1e-12)
+    for closure in ("crop", "stencil"):
+        with pytest.raises(ValueError, match=f"closure='jet' only.*{closure}.*backend='numpy'"):
+            solve_imbedding(problem, X, DEPTHS, control=CTRL, backend="numba", closure=closure)

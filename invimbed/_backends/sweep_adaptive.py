@@ -20,7 +20,8 @@ Derivatives: a ``from_sympy`` problem runs on its Taylor-mode tapes
 problem); per-sample ``numba.njit`` functions (``derivatives=`` as for the fixed-step
 numba sweep) on a derivative plan (`invimbed._backends._plans`: the user's derivatives,
 finite differences beyond them), as far as the plan serves the order.
-Controls: ``None``, `Constant`, `PiecewiseConstant`.
+Controls: ``None``, `Constant`, `PiecewiseConstant`. ``nfev`` is the largest number of
+right-hand-side evaluations of any input.
 """
 
 from __future__ import annotations
@@ -220,6 +221,7 @@ def _kernel(args: tuple) -> Any:
 
 
 def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, atol: float,
+                         closure: str = "jet",
                          est: bool, ratio_test: bool, look_ahead: bool, tol: Any,
                          warnings_: list, keep_steps: int = 0, max_steps: int | None = None,
                          first_step: float | None = None, max_step: float | None = None,
@@ -229,6 +231,9 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
     predictions (``predict``). ``keep_steps > 0`` also returns the `SweepSteps` (the
     first ``keep_steps`` steps are kept; the sweep is rerun with room for all of them
     where an input took more)."""
+    if closure != "jet":
+        raise ValueError(f"backend='numba' runs method={method!r} for closure='jet' only, but "
+                         f"got closure={closure!r}; use backend='numpy' for it")
     import_numba()
     ctrl, prov = setup.control, setup.provider
     B, N = setup.x.shape

@@ -379,13 +379,13 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
            step: Any, est: bool, difference: str, delta: Any, backend: str, tol: Any,
            ratio_test: bool, warnings: list, options: dict) -> ImbeddingResult:
     """One sweep at jet order ``order``."""
-    if _compiled_adaptive(backend, method) and closure == "jet":
+    if _compiled_adaptive(backend, method):
         from .._backends.sweep_adaptive import sweep_numba_adaptive
 
         if step is not None:
             options.setdefault("max_step", float(step))
         return sweep_numba_adaptive(
-            setup, order=order, method=method, rtol=rtol, atol=atol, est=est,
+            setup, closure=closure, order=order, method=method, rtol=rtol, atol=atol, est=est,
             ratio_test=ratio_test, tol=tol, warnings_=warnings, **options,
             look_ahead=_serves(setup.provider, order + 2, est, setup.control.n_params))
     if backend != "numpy":
