@@ -85,6 +85,11 @@ def _import_dask() -> tuple[Any, Any]:
 
 def _default_client(client: Any) -> Any:
     if client is not None:
+        if not all(callable(getattr(client, m, None)) for m in ("scatter", "submit", "gather")):
+            hint = (f"; to use the scheduler at that address pass "
+                    f"client=distributed.Client({client!r})" if isinstance(client, str) else "")
+            raise TypeError(f"`client` must be a dask.distributed Client (with scatter, "
+                            f"submit and gather), but got {describe(client)}{hint}")
         return client
     try:
         from distributed import get_client

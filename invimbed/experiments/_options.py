@@ -118,7 +118,8 @@ def check_options(opts: Options, *, cli: bool = False) -> Options:
         ``max_batches``, ``eval_every``, ``threads``) below 1, a learning rate that is not a finite
         positive number, seeds outside ``[0, 2**32 - 1]``, depths ``p_min`` that are not
         finite and negative, ``layers`` below 1, an unknown ``jacobian`` or ``dataset``,
-        a ``mat`` file that does not exist, an ``out`` or ``cache_dir`` that is a file.
+        a ``mat`` file that does not exist, an ``out`` or ``cache_dir`` that is a file or
+        cannot be created (it is created here when missing).
     """
     def fail(field: str, what: str, got: Any) -> None:
         raise ValueError(f"{_name(field, cli)} must be {what}, but got {got!r}.")
@@ -165,6 +166,12 @@ def check_options(opts: Options, *, cli: bool = False) -> Options:
         if v is not None and Path(v).expanduser().exists() and not Path(v).expanduser().is_dir():
             raise ValueError(f"{_name(field, cli)} must be a folder (created if missing), but "
                              f"got {str(v)!r}, which is a file.")
+        if v is not None:
+            try:        # created here, so that a run does not end in a traceback later
+                Path(v).expanduser().mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(f"{_name(field, cli)} must be a folder that can be created, "
+                                 f"but got {str(v)!r}: {exc.strerror or exc}.") from exc
     return opts
 
 
