@@ -243,7 +243,8 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
         the first chunk's exception is raised again (an invalid argument, most likely).
     TypeError
         For a ``problem`` that is not a `BolzaProblem`, a complex or non-numeric ``x``,
-        a non-bool ``as_dask``, or a keyword argument that the chosen solver does not
+        a non-bool ``as_dask``, a ``client`` that is not a Dask client (an address
+        string: wrap it in ``distributed.Client``), or a keyword argument that the chosen solver does not
         take (with the closest name it takes), before any chunk is submitted.
 
     Examples

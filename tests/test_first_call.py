@@ -209,5 +209,18 @@ def test_an_out_folder_that_cannot_be_created_is_a_one_line_error(tmp_path):
                           timeout=120)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    assert "out` must be a folder that can be created" in proc.stderr
+    assert "must be a folder that can be created" in proc.stderr and "file" in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].count("error:") == 1
+
+
+def test_an_out_folder_the_system_refuses_is_a_one_line_error():
+    pytest.importorskip("torch")
+    from pathlib import Path
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs /proc, where no folder can be created")
+    proc = subprocess.run([sys.executable, "-m", "invimbed.experiments", "rotating-mnist",
+                           "--quick", "--no-figures", "--out", "/proc/invimbed-out"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert "Traceback" not in proc.stderr
+    assert "(--out) must be a folder that can be created" in proc.stderr
