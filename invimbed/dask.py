@@ -85,6 +85,11 @@ def _import_dask() -> tuple[Any, Any]:
 
 def _default_client(client: Any) -> Any:
     if client is not None:
+        if not all(callable(getattr(client, m, None)) for m in ("scatter", "submit", "gather")):
+            hint = (f"; to use the scheduler at that address pass "
+                    f"client=distributed.Client({client!r})" if isinstance(client, str) else "")
+            raise TypeError(f"`client` must be a dask.distributed Client (with scatter, "
+                            f"submit and gather), but got {describe(client)}{hint}")
         return client
     try:
         from distributed import get_client
@@ -238,7 +243,8 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
         the first chunk's exception is raised again (an invalid argument, most likely).
     TypeError
         For a ``problem`` that is not a `BolzaProblem`, a complex or non-numeric ``x``,
-        a non-bool ``as_dask``, or a keyword argument that the chosen solver does not
+        a non-bool ``as_dask``, a ``client`` that is not a Dask client (an address
+        string: wrap it in ``distributed.Client``), or a keyword argument that the chosen solver does not
         take (with the closest name it takes), before any chunk is submitted.
 
     Examples

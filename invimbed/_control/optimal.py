@@ -18,7 +18,7 @@ import numpy as np
 from .._core.arguments import parse_tol, prepare
 from .._core.controls import Constant
 from .._core.integrators import ALL_METHODS
-from .._core.problem import BolzaProblem
+from .._core.problem import BolzaProblem, _symbols
 from .._core.results import ImbeddingResult
 from .._core.validation import (as_bool, as_float_array, as_int, as_real, check_choice, describe,
                                 require_finite)
@@ -185,6 +185,9 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     bounds = None
     if control_bounds is not None:
         bounds = as_float_array(control_bounds, "control_bounds")
+        if np.any(np.isnan(bounds)):
+            raise ValueError(f"`control_bounds` must not contain NaN (use -inf or inf for a "
+                             f"side without a bound), but got {bounds.tolist()!r}")
         if bounds.ndim != 2 or bounds.shape[1] != 2 or np.any(np.isnan(bounds)) \
                 or np.any(bounds[:, 0] > bounds[:, 1]):
             raise ValueError(f"`control_bounds` must have shape (M, 2) with lo <= hi, but got "
@@ -203,6 +206,13 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
             raise ValueError("`n_controls` (the size M of theta) is required when neither "
                              "`control_bounds` nor `theta0` gives it")
     n_controls = as_int(n_controls, "n_controls", minimum=1)
+    known = getattr(problem.derivative_provider, "n_theta", None) \
+        if isinstance(problem, BolzaProblem) else None
+    if known is not None and n_controls != known:     # e.g. from_sympy: its control symbols
+        raise ValueError(f"`n_controls` must be {known}, the problem's number of controls"
+                         f"{_symbols(problem.derivative_provider, 'theta', ' (symbols:')}"
+                         f"{')' if getattr(problem.derivative_provider, 'theta', None) else ''}"
+                         f", but got {n_controls}")
     for name, arr in (("control_bounds", bounds), ("theta0", theta0)):
         if arr is not None and arr.shape[0] != n_controls:
             raise ValueError(f"`{name}` must have {n_controls} rows (n_controls), but has "

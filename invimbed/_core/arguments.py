@@ -16,6 +16,7 @@ import numpy as np
 from .controls import OpenLoopControl, as_control
 from .derivatives import DerivativeProvider
 from .integrators import FIXED_METHODS, SCIPY_METHODS
+from .probe import precision_limit
 from .problem import BolzaProblem
 from .validation import as_depths, as_state, check_choice, check_positive, describe
 
@@ -32,6 +33,8 @@ class Setup:
     depths_desc: np.ndarray
     control: OpenLoopControl
     provider: DerivativeProvider
+    #: why ``rtol`` cannot be reached through the functions' precision (`probe`), or None
+    unreachable: str | None = None
 
     @property
     def q(self) -> float:
@@ -87,7 +90,11 @@ def prepare(problem: Any, x: Any, depths: Any, control: Any, method: str, rtol: 
     problem.check_shapes(problem.q, xb, ctrl.theta(problem.q))
     provider = problem.provider(xb.shape[1], ctrl.size)
     order = np.argsort(-dep, kind="stable")
-    return Setup(problem, xb, batched, dep, order, dep[order], ctrl, provider)
+    limit = precision_limit(problem.low_precision)
+    unreachable = (f"rtol = {float(rtol):.3g} is below {limit:.2g}, what the precision "
+                   f"returned by {', '.join(f'`{n}`' for n in problem.low_precision)} allows"
+                   if float(rtol) < limit else None)
+    return Setup(problem, xb, batched, dep, order, dep[order], ctrl, provider, unreachable)
 
 
 

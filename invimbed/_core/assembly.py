@@ -75,8 +75,9 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
 
     ``status`` defaults to 0 on success and -1 otherwise (`invimbed.STATUS`); array
     values of ``extra`` with a leading depth axis of the right size are rearranged too.
-    Vectorised functions of the problem that take a scalar ``t`` only add their warning
-    (`invimbed._core.row_times`)."""
+    The problem's own warnings (`BolzaProblem.solver_warnings`) are added; a solve whose
+    ``rtol`` its functions' precision cannot reach (`invimbed._core.probe`) is status 1,
+    not 0."""
     inverse = np.empty_like(setup.order)
     inverse[setup.order] = np.arange(setup.order.size)
     n = setup.order.size
@@ -103,11 +104,13 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
         **extra,
     )
     res.setdefault("warnings", [])
-    contract = getattr(setup.problem, "_time_contract", None)   # `row_times.TimeContract`
-    for note in (contract.warnings() if contract is not None else []):
+    for note in setup.problem.solver_warnings():
         if note not in res["warnings"]:
             res["warnings"].append(note)
             res["message"] += f" Note: {note}."
+    if setup.unreachable and res["status"] == 0:     # `invimbed._core.probe`
+        res.update(success=False, status=1)
+        res["message"] += f" Not checked: {setup.unreachable}."
     res.setdefault("derivatives", getattr(setup.provider, "derivative_source", None)
                    or setup.problem.derivative_source)
     return res

@@ -25,6 +25,12 @@ import numpy as np
 from .derivatives.finite_difference import central_quotient, relative_step, step_size
 from .validation import as_float_array, check_callable, describe, require_finite, returned_reals
 
+#: How far a `Control`'s ``jac`` may be from central differences of its ``fn`` (relative
+#: to the largest difference quotient of its row, at least 1) at its first use.
+JAC_TOL = 1e-4
+#: The check also looks at ``t - _SECOND_TIME`` (an arbitrary irrational offset).
+_SECOND_TIME = 0.6180339887
+
 
 class OpenLoopControl:
     """Base class of open-loop controls ``theta(t; w)``.
@@ -298,6 +304,8 @@ class Control(OpenLoopControl):
         self.fn = fn
         self.jac = jac
         self.w = _as_params(w)
+        #: shared with the controls of `with_params`: ``jac`` is checked once (`_check_jac`)
+        self._jac_checked: list[bool] = []
         self._breakpoints = (np.empty(0) if breakpoints is None
                              else np.sort(as_float_array(breakpoints, "breakpoints").ravel()))
         require_finite(self._breakpoints, "breakpoints")
@@ -317,7 +325,9 @@ class Control(OpenLoopControl):
         w = _as_params(w)
         if w.size != self.w.size:
             raise ValueError(f"`w` must have {self.w.size} entries, but got {w.size}")
-        return Control(self.fn, w, self.jac, self._breakpoints)
+        out = Control(self.fn, w, self.jac, self._breakpoints)
+        out._jac_checked = self._jac_checked
+        return out
 
     def _call(self, t: float, w: np.ndarray | None = None) -> np.ndarray:
         raw = self.fn(t, self.w if w is None else w)
@@ -331,17 +341,51 @@ class Control(OpenLoopControl):
         return self._call(t)
 
     def _jacobian(self, t: float, piece: Any) -> np.ndarray:
-        if self.jac is not None:
-            raw = self.jac(t, self.w)
-            try:
-                jac = np.asarray(raw, dtype=float)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"control `jac(t, w)` must return real numbers, but returned "
-                                f"{describe(raw)}") from exc
-            if jac.size != self.size * self.w.size:
-                raise ValueError(f"control `jac(t, w)` must return shape (M, n_w) = "
-                                 f"{(self.size, self.w.size)}, but returned shape {jac.shape}")
-            return jac.reshape(self.size, self.w.size)
+        if self.jac is None:
+            return self._differences(t)
+        raw = self.jac(t, self.w)
+        try:
+            jac = np.asarray(raw, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"control `jac(t, w)` must return real numbers, but returned "
+                            f"{describe(raw)}") from exc
+        if jac.size != self.size * self.w.size:
+            raise ValueError(f"control `jac(t, w)` must return shape (M, n_w) = "
+                             f"{(self.size, self.w.size)}, but returned shape {jac.shape}")
+        jac = jac.reshape(self.size, self.w.size)
+        if not self._jac_checked:
+            self._check_jac(t, jac)
+        return jac
+
+    def _check_jac(self, t: float, jac: np.ndarray) -> None:
+        """Compare the user's ``jac`` with central differences of ``fn`` at its first
+        use, at ``t`` and ``t - 0.618`` (where ``fn`` is defined there), as the problem's
+        derivatives are checked (`JAC_TOL`): an entry fails when
+        ``|jac - D_h| > JAC_TOL * max(1, max |D_h| of its row)``."""
+        try:      # a second time, so that a term vanishing at ``t`` (t = 0) is seen
+            s = t - _SECOND_TIME
+            others = [(s, np.asarray(self.jac(s, self.w), dtype=float).reshape(jac.shape))]
+        except Exception:    # noqa: BLE001 - outside fn's domain: the first time only
+            others = []
+        for t, jac in [(t, jac)] + others:
+            self._compare_jac(t, jac)
+        self._jac_checked.append(True)
+
+    def _compare_jac(self, t: float, jac: np.ndarray) -> None:
+        ref = self._differences(t)
+        scale = np.maximum(1.0, np.max(np.abs(ref), axis=1, keepdims=True))
+        bad = np.abs(jac - ref) > JAC_TOL * scale
+        bad &= np.isfinite(ref)
+        if np.any(bad):
+            i, j = map(int, np.argwhere(bad)[0])
+            raise ValueError(
+                f"control `jac(t, w)` does not match finite differences of `fn(t, w)`: at "
+                f"t = {t!r}, entry [{i}, {j}] (d theta[{i}] / d w[{j}]) is {float(jac[i, j])!r}, "
+                f"differences give {float(ref[i, j])!r} ({int(bad.sum())} of {bad.size} entries "
+                f"differ by more than {JAC_TOL:g} of their scale); fix `jac` or omit it "
+                f"(differences are then used)")
+
+    def _differences(self, t: float) -> np.ndarray:
         jac = np.empty((self.size, self.w.size))
         h_rel = relative_step(1)           # the rule of `invimbed.FiniteDifferences`
         for j in range(self.w.size):

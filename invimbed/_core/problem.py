@@ -16,6 +16,8 @@ from .derivatives import DerivativeProvider, FiniteDifferences, parse_key
 from .derivatives.symbolic import SympyProvider
 from .derivatives.traced import MODES, PENDING, traced_provider
 from .namespace import array_namespace
+from .probe import first_call, per_sample_error, precision_warning
+from .results import SolverWarning
 from .row_times import TimeContract, per_distinct_time
 from .size_errors import index_error, theta_size_that_fits
 from .validation import (as_bool, as_real, check_callable, check_choice, describe,
@@ -146,6 +148,8 @@ class BolzaProblem:
         self._checked: set[tuple[int, int]] = set()
         self._derivatives_checked: set[tuple[int, int]] = set()
         self._time_contract = TimeContract()
+        #: functions returning less than float64, found by `probe.first_call`
+        self.low_precision: dict[str, np.dtype] = {}
         self._source: str | None = None
 
     @property
@@ -370,13 +374,24 @@ class BolzaProblem:
             z, th = (z0, th0) if self.vectorized else (z0[0], th0[0])
             expected = ((1,) if self.vectorized else ()) + shape
             try:
-                out = fn(z) if which == "T" else fn(t, z, th)
+                out, narrow = first_call(fn, name, which, t, z, th)
             except IndexError as exc:
                 blamed = index_error(exc, name, fn, which, t, z, th, control,
                                      vectorized=self.vectorized)
+                if blamed is exc and self.vectorized:
+                    blamed = per_sample_error(fn, name, which, t, z, th, exc) or exc
                 if blamed is exc:       # neither theta nor z: the user's own indexing
                     raise
                 raise blamed from exc
+            except (ValueError, TypeError) as exc:
+                wrong = (per_sample_error(fn, name, which, t, z, th, exc)
+                         if self.vectorized and not getattr(exc, "from_first_call", False)
+                         else None)
+                if wrong is None:
+                    raise
+                raise wrong from exc
+            if narrow is not None:
+                self.low_precision[name] = narrow
             out = returned_reals(out, f"`{name}`")
             if (which == "f" and out.ndim == len(expected) >= 1 and out.shape[:-1] == expected[:-1]
                     and out.shape[-1] != n_state):
@@ -404,6 +419,13 @@ class BolzaProblem:
                 )
         if self.autonomous:
             self._check_autonomous(t, x[:1], theta[None, :])
+
+    def solver_warnings(self) -> list[SolverWarning]:
+        """What every result of this problem reports about its functions: a scalar-``t``
+        vectorised function (`invimbed._core.row_times`), a result narrower than float64
+        (`invimbed._core.probe`)."""
+        return (self._time_contract.warnings()
+                + [precision_warning(n, d) for n, d in self.low_precision.items()])
 
     def _check_autonomous(self, t: float, z: np.ndarray, theta: np.ndarray) -> None:
         """Refute ``autonomous=True`` where a function changes with ``t``."""

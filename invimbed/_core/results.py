@@ -14,7 +14,9 @@ STATUS = {
     0: "success: every requested depth was reached and is within the tolerance",
     1: "reached, not checked: every requested depth was reached with finite values, but "
        "the result has no error estimate (closure='stencil' or 'crop', method='disc', "
-       "estimate_error=False), so the fields were not checked against a tolerance",
+       "estimate_error=False), so the fields were not checked against a tolerance; or a "
+       "function of the problem returns less than float64 and rtol asks for more than its "
+       "precision (then success is False)",
     -1: "integration failed: a non-finite value, a step-size underflow or the step budget "
         "(the message names the depth)",
     -2: "not converged: the error estimate exceeds the tolerance at some depth (the "

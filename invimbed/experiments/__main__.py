@@ -8,7 +8,7 @@ import sys
 
 from ..data import DataError
 from . import EXPERIMENTS, run
-from ._options import Options, check_device, check_options, check_requirements
+from ._options import FolderError, Options, check_device, check_options, check_requirements
 
 
 def parser() -> argparse.ArgumentParser:
@@ -98,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         doc = run(name, **kw)
     except DataError as exc:
         ap.exit(1, f"{ap.prog}: error: {exc}\n")
+    except FolderError as exc:
+        ap.error(str(exc))
     docs = doc if "summary" not in doc else {name: doc}
     for key, d in docs.items():
         print(f"== {d['experiment']}")

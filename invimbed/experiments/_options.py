@@ -118,7 +118,8 @@ def check_options(opts: Options, *, cli: bool = False) -> Options:
         ``max_batches``, ``eval_every``, ``threads``) below 1, a learning rate that is not a finite
         positive number, seeds outside ``[0, 2**32 - 1]``, depths ``p_min`` that are not
         finite and negative, ``layers`` below 1, an unknown ``jacobian`` or ``dataset``,
-        a ``mat`` file that does not exist, an ``out`` or ``cache_dir`` that is a file.
+        a ``mat`` file that does not exist, an ``out`` or ``cache_dir`` that is a file or
+        lies under a file.
     """
     def fail(field: str, what: str, got: Any) -> None:
         raise ValueError(f"{_name(field, cli)} must be {what}, but got {got!r}.")
@@ -165,7 +166,28 @@ def check_options(opts: Options, *, cli: bool = False) -> Options:
         if v is not None and Path(v).expanduser().exists() and not Path(v).expanduser().is_dir():
             raise ValueError(f"{_name(field, cli)} must be a folder (created if missing), but "
                              f"got {str(v)!r}, which is a file.")
+        if v is not None:      # the first ancestor that exists must be a folder
+            above = next(a for a in Path(v).expanduser().absolute().parents if a.exists())
+            if not above.is_dir():
+                raise ValueError(f"{_name(field, cli)} must be a folder that can be created, "
+                                 f"but got {str(v)!r}: {str(above)!r} is a file.")
     return opts
+
+
+class FolderError(ValueError):
+    """An output folder that cannot be created (raised by the runner, where the file
+    system says so: exit status 2 on the command line)."""
+
+
+def make_folder(path: Path, field: str = "out") -> Path:
+    """``path`` created with its parents, or a `FolderError` naming ``field``."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FolderError(f"`{field}` (--{field.replace('_', '-')}) must be a folder that "
+                          f"can be created, but {str(path)!r} cannot: "
+                          f"{exc.strerror or exc}.") from exc
+    return path
 
 
 def check_device(device: Any, *, cli: bool = False) -> None:

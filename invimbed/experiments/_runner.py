@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._options import Options
+from ._options import Options, make_folder
 from ._tasks import Task
 
 __all__ = ["Options", "evaluate", "resolve", "run_one", "save_json", "train"]
@@ -334,6 +334,4 @@ def write_results(out: Path, experiment: str, cfg: dict, task_info: dict,
 
 def out_dir(opts: Options, name: str) -> Path:
     root = Path(opts.out) if opts.out else Path("runs")
-    path = root / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return make_folder(root / name)

@@ -257,6 +257,12 @@ class InImNet(nn.Module):
                              f"{tuple(x.shape)}")
         if not x.is_floating_point():
             raise TypeError(f"`x` must be a floating-point tensor, but has dtype {x.dtype}")
+        finite = torch.isfinite(x.detach()).all(dim=1)
+        if not bool(finite.all()):
+            rows = torch.nonzero(~finite).flatten().tolist()
+            shown = ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
+            raise ValueError(f"`x` must be finite, but {len(rows)} of its {x.shape[0]} rows "
+                             f"hold a NaN or an infinity (row(s) {shown})")
 
     def _sweep(self, x: torch.Tensor, update_stats: bool = True) -> tuple:
         """The outputs ``(Z_0, ..., Z_L)`` by the chosen closure."""
@@ -282,6 +288,12 @@ class InImNet(nn.Module):
         Tensor, shape (n, B, dim)
             ``Z(p_i, x) = z(q; p_i, x)`` for ``p_i`` in ``self.depths`` (``Z(0, x) = x``
             first, ``p_min`` last).
+
+        Raises
+        ------
+        TypeError, ValueError
+            For an ``x`` that is not a floating-point tensor of shape (B, dim), or that
+            holds a NaN or an infinity (naming the rows).
         """
         self._check_input(x)
         if self.backward_mode == "adjoint" and torch.is_grad_enabled():
