@@ -213,3 +213,42 @@ def test_without_dense_output_there_is_no_sol():
     pb = lq_problem(**LQ)
     res = invimbed.solve_imbedding(pb, X, [-1.0], control=invimbed.Constant([0.3]))
     assert "sol" not in res
+
+
+def test_solve_optimal_gives_the_riccati_gain_at_any_horizon():
+    """``dz/dt = u``, ``R = (z^2 + u^2)/2``: ``P(h) = tanh(h)``, gain ``K = tanh(h)``; the
+    dense output against solve_optimal on a grid of its own and the closed form."""
+    pb = invimbed.BolzaProblem(lambda t, z, u: u, lambda t, z, u: 0.5 * (z @ z + u @ u))
+    res = invimbed.solve_optimal(pb, [1.0], [-2.0], n_controls=1, dense_output=True,
+                                 rtol=RTOL, atol=ATOL)
+    assert res.linear_quadratic and res.sol.interval == (-2.0, 0.0)
+    p = random_depths(200, -2.0, 0.0, seed=4)
+    got = res.sol(p)
+    grid = invimbed.solve_optimal(pb, [1.0], p, n_controls=1, rtol=RTOL, atol=ATOL)
+    for k in ("feedback_jacobian", "feedback", "value", "adjoint", "depth_grad"):
+        np.testing.assert_allclose(got[k], grid[k], rtol=0, atol=DENSE_FACTOR * (RTOL + ATOL),
+                                   err_msg=k)
+    np.testing.assert_allclose(got.feedback_jacobian[:, 0, 0], -np.tanh(-p),
+                               atol=DENSE_FACTOR * (RTOL + ATOL))
+
+
+def test_solve_optimal_dense_output_of_the_hjb_sweep():
+    """A nonlinear problem (the HJB sweep): the gain of ``sol(p)`` against solve_optimal
+    run at those depths, within the integrator's tolerance (same closure, same order)."""
+    pb = invimbed.BolzaProblem(lambda t, z, u: -z + 0.3 * z ** 3 / 3 + u,
+                               lambda t, z, u: 0.5 * (z @ z + u @ u),
+                               terminal_loss=lambda z: 0.5 * z @ z)
+    res = invimbed.solve_optimal(pb, [0.5], [-1.0], n_controls=1, dense_output=True,
+                                 linear_quadratic=False, closed_loop=False)
+    assert not res.linear_quadratic
+    p = random_depths(40, -1.0, 0.0, seed=5)
+    got = res.sol(p)
+    grid = invimbed.solve_optimal(pb, [0.5], p, n_controls=1, linear_quadratic=False,
+                                  closed_loop=False)
+    for k in ("feedback_jacobian", "feedback", "value", "adjoint"):   # rtol, atol: defaults
+        scale = DENSE_FACTOR * (RTOL * np.abs(grid[k]).max() + ATOL)
+        np.testing.assert_allclose(got[k], grid[k], rtol=0, atol=scale, err_msg=k)
+    with pytest.raises(ValueError, match="`dense_output=True` cannot be combined with "
+                                         "method='rk4'"):
+        invimbed.solve_optimal(pb, [0.5], [-1.0], n_controls=1, dense_output=True,
+                               method="rk4", step=0.1)

@@ -252,6 +252,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     mark_unchecked(res, closure, est, method)
     for key in ("exact_fallback", "orders_run", "depth_order"):
         res.setdefault(key, None)
+    if dense_output:
+        res.setdefault("sol", None)     # None where the sweep took no step (failed at q)
     return res
 
 
