@@ -57,14 +57,22 @@ def check_lq(n):
     assert res.sol.interval == (-3.0, 0.0)
     p = random_depths(n, -3.0, 0.0)
     got = res.sol(p)
-    units = error_in_tolerance_units(got, exact(pb, ctrl, p))
+    ref = exact(pb, ctrl, p)
+    units = error_in_tolerance_units(got, ref)
     assert max(units.values()) < DENSE_FACTOR, units
     assert got.success and got.status == 0 and np.all(got.converged)
-    return res, p
+    return res, p, ref
 
 
-def test_lq_dense_output_matches_the_ensemble_at_random_depths():
-    check_lq(300)
+@pytest.fixture(scope="module")
+def lq_checked():
+    """The LQ sweep, 300 random depths and the ensemble there, checked."""
+    return check_lq(300)
+
+
+def test_lq_dense_output_matches_the_ensemble_at_random_depths(lq_checked):
+    res, p, _ = lq_checked
+    assert res.sol(p).depths.shape == (300,)
 
 
 @pytest.mark.slow
@@ -79,16 +87,14 @@ def rk45_arrays(sol):
     return (ts, np.stack([i.y_old for i in interps]), np.stack([i.Q for i in interps]))
 
 
-def test_the_array_route_matches_ode_solution_and_a_wrong_interpolant_fails():
+def test_the_array_route_matches_ode_solution_and_a_wrong_interpolant_fails(lq_checked):
     """`from_steps` (what a compiled sweep feeds) gives the states of the OdeSolution; a
     linear interpolant between the step ends, fed the same way, fails the check that the
     right one passes: the test sees the interpolant."""
-    pb, ctrl, res = lq_sweep()
+    res, p, ref = lq_checked
     ode = res.sol.states.solution
     assert isinstance(ode, OdeSolution)
     ts, y_old, Q = rk45_arrays(ode)
-    p = random_depths(300, -3.0, 0.0, seed=1)
-    ref = exact(pb, ctrl, p)
     arrays = StateInterpolant.from_steps(ts, y_old, Q)
     np.testing.assert_allclose(arrays(p), res.sol.states(p), rtol=1e-13, atol=1e-15)
     right = DenseSolution(res.sol.setup, arrays, res.sol.per_depth, res.sol.shapes,
@@ -241,7 +247,7 @@ def test_solve_optimal_dense_output_of_the_hjb_sweep():
     res = invimbed.solve_optimal(pb, [0.5], [-1.0], n_controls=1, dense_output=True,
                                  linear_quadratic=False, closed_loop=False)
     assert not res.linear_quadratic
-    p = random_depths(40, -1.0, 0.0, seed=5)
+    p = random_depths(15, -1.0, 0.0, seed=5)
     got = res.sol(p)
     grid = invimbed.solve_optimal(pb, [0.5], p, n_controls=1, linear_quadratic=False,
                                   closed_loop=False)

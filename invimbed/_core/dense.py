@@ -290,6 +290,23 @@ def attach_dense(res: ImbeddingResult, setup: Any, outcome: Outcome, per_depth: 
     return res
 
 
+
+def attach_closure_dense(res: ImbeddingResult, setup: Any, outcome: Outcome, clo: Any,
+                         per_depth: Callable, shapes: dict[str, tuple[int, ...]], method: str,
+                         finish: Callable | None = None) -> ImbeddingResult:
+    """`attach_dense` for the sweep of `invimbed._core.imbedding` with the closure ``clo``:
+    a jet's fields and estimate of many states at once (`JetClosure.fields` of stacked
+    states), a stencil's depth by depth."""
+    from .closures import JetClosure
+
+    stacked = None
+    if isinstance(clo, JetClosure):
+        def stacked(ys: np.ndarray) -> tuple[dict, dict | None]:
+            return clo.fields(ys), clo.error_estimate(ys)
+    return attach_dense(res, setup, outcome, per_depth, shapes, stacked=stacked,
+                        finish=finish, closure=clo.name, method=method,
+                        with_errors=clo.has_error_estimate)
+
 def check_dense_output(dense_output: Any, **why_not: Any) -> bool:
     """``dense_output`` as a bool; with True, a `ValueError` naming it and the first
     setting in ``why_not`` (``name=(value, reason)`` where the reason is not None) that

@@ -19,7 +19,7 @@ from .arguments import parse_tol, prepare
 from .orders import raise_order
 from .assembly import collect_results
 from .derivatives.finite_difference import relative_step
-from .dense import attach_dense, check_dense_output, dense_conflicts
+from .dense import attach_closure_dense, check_dense_output, dense_conflicts
 from .validation import (STEP_BUDGET, as_bool, as_int, as_ivp_options, as_spacing,
                          check_choice, check_positive, describe)
 
@@ -450,13 +450,8 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
     res = collect_results(setup, outcome, per_depth, shapes, closure=clo.name, method=method,
                           with_errors=clo.has_error_estimate, tol=tol, warnings=warnings,
                           predict=tol is not None)
-    stacked = None
-    if isinstance(clo, JetClosure):     # the fields of many states at once (dense output)
-        def stacked(ys: np.ndarray):
-            return clo.fields(ys), clo.error_estimate(ys)
-    return attach_dense(res, setup, outcome, per_depth, shapes, stacked=stacked,
-                        closure=clo.name, method=method, with_errors=clo.has_error_estimate,
-                        finish=lambda r: mark_unchecked(r, closure, est, method))
+    return attach_closure_dense(res, setup, outcome, clo, per_depth, shapes, method,
+                                finish=lambda r: mark_unchecked(r, closure, est, method))
 
 
 def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> ImbeddingResult:
