@@ -290,3 +290,29 @@ def test_optimal_depth_via_the_sweep_agrees_with_the_exact_search_on_a_nonlinear
     assert 0 < res.value_error < 1e-3
     assert abs(res.value - at.value[0]) <= 3 * res.value_error + 1e-6
     assert abs(res.p + s_star) < 1e-2 and at.value[0] - exact_res.value < 1e-4
+
+
+def test_per_input_step_arrays_stack_into_the_batch_state():
+    """What a sweep stepping each input on its own grid feeds: one `from_steps` per input
+    on that input's columns (`input_columns`), stacked; here cut from the numpy sweep's
+    joint steps, so the stack must give its states."""
+    pb = lq_problem(**LQ)
+    x = np.array([[1.0, -0.5], [0.3, 0.8]])
+    res = invimbed.solve_imbedding(pb, x, [-1.0, 0.0], control=invimbed.Constant([0.3]),
+                                   dense_output=True)
+    ts, y_old, Q = rk45_arrays(res.sol.states.solution)
+    size = y_old.shape[1]
+    assert res.sol.layout.size == size
+    parts = []
+    for b in range(2):
+        cols = input_columns(res.sol.layout.shapes, b)
+        parts.append(StateInterpolant.from_steps(ts, y_old[:, cols], Q[:, cols], columns=cols,
+                                                 size=size))
+    stacked = StateInterpolant.stack(parts, size)
+    p = random_depths(50, -1.0, 0.0, seed=6)
+    assert stacked.interval == (-1.0, 0.0)
+    np.testing.assert_allclose(stacked(p), res.sol.states(p), rtol=1e-13, atol=1e-15)
+    one = StateInterpolant.from_steps(ts, y_old[:, cols], Q[:, cols], columns=cols, size=size)
+    with pytest.raises(ValueError, match="`ts`, `y_old`, `Q` must have shapes"):
+        StateInterpolant.from_steps(ts, y_old, Q[:, :, 0])
+    assert one.interval == (-1.0, 0.0)

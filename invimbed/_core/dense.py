@@ -173,6 +173,9 @@ class DenseSolution:
         ``q``.
     states : StateInterpolant
         The sweep's state at any depth.
+    layout : Layout or None
+        The closure's named blocks of that state (`solve_imbedding`'s sweeps), for
+        `input_columns`.
     """
 
     def __init__(self, setup: Any, states: StateInterpolant, per_depth: Callable,
@@ -186,6 +189,7 @@ class DenseSolution:
         self.finish = finish
         self.assembly = assembly
         self.interval = states.interval
+        self.layout: Any = None
 
     def __call__(self, p: Any) -> ImbeddingResult:
         """The fields at depths ``p``.
@@ -303,9 +307,11 @@ def attach_closure_dense(res: ImbeddingResult, setup: Any, outcome: Outcome, clo
     if isinstance(clo, JetClosure):
         def stacked(ys: np.ndarray) -> tuple[dict, dict | None]:
             return clo.fields(ys), clo.error_estimate(ys)
-    return attach_dense(res, setup, outcome, per_depth, shapes, stacked=stacked,
-                        finish=finish, closure=clo.name, method=method,
-                        with_errors=clo.has_error_estimate)
+    attach_dense(res, setup, outcome, per_depth, shapes, stacked=stacked, finish=finish,
+                 closure=clo.name, method=method, with_errors=clo.has_error_estimate)
+    if res.get("sol") is not None:
+        res["sol"].layout = clo.layout
+    return res
 
 def check_dense_output(dense_output: Any, **why_not: Any) -> bool:
     """``dense_output`` as a bool; with True, a `ValueError` naming it and the first

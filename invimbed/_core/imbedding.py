@@ -432,7 +432,7 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
         outcome = integrate_scipy(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
                                   setup.piece_of, method=method, rtol=rtol, atol=atol, **options)
     else:
-        budget = {k: v for k, v in options.items() if k == STEP_BUDGET}  # no dense output
+        budget = {k: v for k, v in options.items() if k == STEP_BUDGET}
         outcome = integrate_fixed(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
                                   setup.piece_of, method=method, step=step,
                                   disc_step=clo.disc_step, **budget)
