@@ -14,6 +14,7 @@ from ._core.controls import Constant as Constant
 from ._core.controls import Control as Control
 from ._core.controls import OpenLoopControl as OpenLoopControl
 from ._core.controls import PiecewiseConstant as PiecewiseConstant
+from ._core.dense import DenseSolution as DenseSolution
 from ._core.derivatives import DerivativeOrderError as DerivativeOrderError
 from ._core.derivatives import DerivativeProvider as DerivativeProvider
 from ._core.derivatives import FiniteDifferences as FiniteDifferences
@@ -47,6 +48,7 @@ __all__ = [
     "BolzaProblem",
     "Constant",
     "Control",
+    "DenseSolution",
     "DepthResult",
     "DerivativeCheck",
     "DerivativeOrderError",

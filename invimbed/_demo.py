@@ -17,7 +17,10 @@ Both are compared with the closed form (``s = q - p``)
     Lam = (h(q) - h_target) [1, s],  dJ/dp = -(h(q) - h_target) (v0 - g s).
 
 The dynamics are affine in ``z`` and the loss quadratic, so the jet of order 1 is exact
-(docs: theory): the four must agree to integrator tolerance.
+(docs: theory): the four must agree to integrator tolerance. The sweep keeps its dense
+output (``dense_output=True``): its ``sol(p)`` gives every field at `CONTINUUM_DEPTHS`
+random depths of ``[p_min, q]``, compared with the closed form too, and the plot draws
+the sweep as a continuum of depths, whatever the number of requested ones.
 
 This module computes and formats; the command line lives in `invimbed.__main__`.
 """
@@ -40,6 +43,9 @@ GRAVITY = 9.81
 
 COMPARED = ("z", "value", "adjoint", "depth_grad")
 """Fields compared between the imbedding, the adjoint reference and the closed form."""
+
+CONTINUUM_DEPTHS = 10_000
+"""Random depths at which the demo reads the sweep's dense output ``sol(p)``."""
 
 
 def projectile_problem(q: float = 1.0, h_target: float = 5.0,
@@ -160,6 +166,7 @@ class ProjectileDemo:
     exact: dict[str, np.ndarray]
     loop: ImbeddingResult | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    continuum: ImbeddingResult | None = None
 
     @property
     def success(self) -> bool:
@@ -177,7 +184,12 @@ class ProjectileDemo:
         }
         if self.loop is not None:
             out["per-depth - closed form"] = _max_abs_diff(self.loop, self.exact)
+        if self.continuum is not None:
+            out["sol(p) - closed form"] = _max_abs_diff(self.continuum, self._continuum_exact())
         return out
+
+    def _continuum_exact(self) -> dict[str, np.ndarray]:
+        return closed_form(self.continuum.depths, self.x, self.q, self.h_target)
 
     def worst_relative_diff(self) -> float:
         """``max |a - b| / max(1, |b|)`` over all fields and all three comparisons."""
@@ -186,6 +198,8 @@ class ProjectileDemo:
                     _max_rel_diff(self.adjoint, self.exact))
         if self.loop is not None:
             worst = max(worst, _max_rel_diff(self.loop, self.exact))
+        if self.continuum is not None:
+            worst = max(worst, _max_rel_diff(self.continuum, self._continuum_exact()))
         return worst
 
     def report(self) -> str:
@@ -240,6 +254,10 @@ class ProjectileDemo:
         if self.loop is not None:
             lines.append(f"  adjoint per depth, a forward and backward solve each : "
                          f"{cost('per_depth', self.loop)}")
+        if self.continuum is not None:
+            t = f", {1e3 * sec['continuum']:7.1f} ms" if "continuum" in sec else ""
+            lines.append(f"  the sweep's dense output sol(p), {self.continuum.depths.size} "
+                         f"random depths: no step taken{t}")
         lines += [
             "  (all exact here: the dynamics are affine and the loss quadratic; on nonlinear",
             "   problems the sweep is an approximation and the ensemble the exact tool)",
@@ -306,20 +324,24 @@ def run_projectile(n_depths: int = 21, *, p_min: float = -1.0, q: float = 1.0,
         seconds[name] = time.perf_counter() - start
         return res
 
-    imb = timed("imbedding", solve_imbedding, closure=closure)
+    imb = timed("imbedding", solve_imbedding, closure=closure, dense_output=True)
+    start = time.perf_counter()
+    continuum = imb.sol(np.random.default_rng(0).uniform(p_min, q, CONTINUUM_DEPTHS))
+    seconds["continuum"] = time.perf_counter() - start
     adj = timed("ensemble", solve_adjoint)
     loop = timed("per_depth", solve_adjoint, strategy="per_depth")
     return ProjectileDemo(depths=depths, x=x, q=q, h_target=h_target, closure=closure,
                           rtol=rtol, atol=atol, imbedding=imb, adjoint=adj,
                           exact=closed_form(depths, x, q, h_target), loop=loop,
-                          seconds=seconds)
+                          seconds=seconds, continuum=continuum)
 
 
 def plot_projectile(demo: ProjectileDemo, path: str) -> None:
     """Plot ``Z(p, x)`` (height and velocity at ``q``) against the depth ``p``.
 
-    The imbedding sweep is drawn as a line through every depth, the adjoint reference
-    as markers and the closed form as a dashed line. Uses
+    The imbedding sweep is drawn as a continuum of depths (its dense output ``sol(p)``
+    at 500 depths, however few were requested), the adjoint reference at the requested
+    depths as markers and the closed form as a dashed line. Uses
     `matplotlib.figure.Figure` directly, so no GUI backend is needed.
 
     Parameters
@@ -341,13 +363,20 @@ def plot_projectile(demo: ProjectileDemo, path: str) -> None:
             "`pip install invimbed[plot]` (or `pip install matplotlib`)"
         ) from exc
     p = demo.depths
+    fine = np.linspace(p.min(), p.max(), 500)
+    sweep = demo.imbedding.sol(fine) if demo.imbedding.get("sol") is not None else None
+    exact = closed_form(fine, demo.x, demo.q, demo.h_target)
     fig = Figure(figsize=(9.0, 3.8), layout="constrained")
     axes = fig.subplots(1, 2, sharex=True)
     labels = (("height h(q) [m]", 0), ("velocity v(q) [m/s]", 1))
     for ax, (label, k) in zip(axes, labels):
-        ax.plot(p, demo.exact["z"][:, k], "--", color="0.6", lw=2.5, label="closed form")
-        ax.plot(p, demo.imbedding.z[:, k], "-", color="C0",
-                label=f"imbedding ({demo.closure}, one sweep)")
+        ax.plot(fine, exact["z"][:, k], "--", color="0.6", lw=2.5, label="closed form")
+        if sweep is not None:
+            ax.plot(fine, sweep.z[:, k], "-", color="C0",
+                    label=f"imbedding ({demo.closure}, one sweep: sol(p))")
+        else:
+            ax.plot(p, demo.imbedding.z[:, k], "-", color="C0",
+                    label=f"imbedding ({demo.closure}, one sweep)")
         ax.plot(p, demo.adjoint.z[:, k], "o", ms=4, mfc="none", color="C3",
                 label="adjoint (per depth)")
         ax.set_xlabel(f"depth p (time of the throw; landing at q = {demo.q:g})")

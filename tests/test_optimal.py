@@ -465,7 +465,9 @@ def test_optimality_error_of_the_riccati_path_keeps_the_depths_reached():
     # keywords solve_ivp would have swallowed with only a warning
     (dict(rtoll=1e-6), TypeError, r"'rtoll' \(did you mean 'rtol'\?\)"),
     (dict(atoll=1e-9), TypeError, "'atoll'"),
-    (dict(dense_output=True), TypeError, "'dense_output'"),
+    (dict(t_eval=[0.0]), TypeError, "'t_eval'"),
+    (dict(dense_output="yes"), TypeError, "`dense_output` must be True or False"),
+    (dict(dense_output=True, method="rk4", step=0.1), ValueError, "`dense_output=True`"),
     (dict(control=invimbed.Constant([0.0])), TypeError, "`control` is not an argument"),
 ])
 def test_solve_optimal_argument_errors_name_the_argument(kwargs, error, match):

@@ -3,8 +3,10 @@
 ``J(p, x)`` and the exact depth gradient ``dJ/dp = -(Lam . f + R)`` (docs/theory.md,
 "The depth gradient") on a grid of depths come from one ensemble solve of
 `solve_adjoint`; every bracketed minimum is then refined, all brackets at once, with one
-ensemble solve per iteration. This is the paper's remark on the optimal depth of a
-network (after eq. (34)), with the true depth gradient in place of the paper's recursion.
+ensemble solve per iteration. With ``via="sweep"`` they come instead from one imbedding
+sweep's dense output, which the grid scan and the refinement read at any depth without
+another solve. This is the paper's remark on the optimal depth of a network (after
+eq. (34)), with the true depth gradient in place of the paper's recursion.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import numpy as np
 from scipy.optimize import OptimizeResult
 
 from .._core.adjoint import solve_adjoint
+from .._core.imbedding import solve_imbedding
 from .._core.problem import BolzaProblem
-from .._core.validation import as_float_array, as_int, as_real, describe
+from .._core.validation import as_float_array, as_int, as_real, check_choice, describe
 from .options import SolverFailure, split_solve_kwargs
 
 
@@ -87,7 +90,8 @@ class DepthResult(OptimizeResult):
 
 
 def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any = None,
-                  n: int = 101, xtol: float = 1e-12, **solve_kwargs: Any) -> DepthResult:
+                  n: int = 101, xtol: float = 1e-12, via: str = "adjoint",
+                  **solve_kwargs: Any) -> DepthResult:
     r"""Locate the depth ``p`` in ``p_range`` that minimises ``J(p, x)``.
 
     ``J(p_i, x)`` and the exact depth gradient ``dJ/dp = -(Lam . Phi + R)`` (docs/theory.md,
@@ -116,13 +120,24 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
         Grid size. Minima narrower than the grid spacing can be missed.
     xtol : float, default 1e-12
         Absolute tolerance of the root refinement (scaled by ``max(1, |p|)``).
+    via : {"adjoint", "sweep"}
+        Where ``J`` and ``dJ/dp`` come from. ``"adjoint"`` (default): `solve_adjoint`,
+        exact, one ensemble solve for the grid and one per refinement iteration.
+        ``"sweep"``: one `solve_imbedding` sweep with ``dense_output=True``; the grid and
+        every refinement read its ``sol(p)`` (no further solve, so a fine grid costs
+        little: ``n=10_000``). Its values carry the sweep's error: exact to the
+        integrator's tolerance for linear dynamics with quadratic losses (the jet of
+        order 1), otherwise within its error estimate, reported as ``value_error``
+        (docs/accuracy.md, "Dense output: any depth from one sweep").
     **solve_kwargs
         Passed to `solve_adjoint`: ``method`` (the integrator), ``rtol``, ``atol``
         (defaults ``1e-6``, ``1e-9``), ``first_step``, ``max_step``, ``max_steps``,
         ``strategy``, ``backend``. Settings of the imbedding sweep (``closure``,
         ``order``, ``estimate_error``, ``difference``, ``delta``, ``step``, a fixed-step
         ``method``, ``backend="cupy"``) are accepted for compatibility but not used (the
-        values are exact), and the result's ``warnings`` says so. Any other keyword
+        values are exact), and the result's ``warnings`` says so; with ``via="sweep"``
+        they go to `solve_imbedding` and the settings of `solve_adjoint` alone
+        (``strategy``, ``memory_budget``) are the ones not used. Any other keyword
         raises ``TypeError`` naming it.
 
     Returns
@@ -130,7 +145,9 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
     DepthResult
         ``p``, ``value``, ``depth_grad``, ``interior``, ``candidates``,
         ``candidate_values``, ``grid``, ``grid_value``, ``grid_depth_grad``, ``nfev``,
-        ``nsolve``, ``success``, ``message``, ``warnings``, and ``plot(ax=None)``.
+        ``nsolve``, ``success``, ``message``, ``warnings``, and ``plot(ax=None)``; with
+        ``via="sweep"`` also ``value_error``, the sweep's error estimate of ``J`` at
+        ``p`` (0 on a closure without one).
 
     Notes
     -----
@@ -159,23 +176,38 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
         raise ValueError(f"`p_range` must lie below q = {problem.q}, but p_high = {hi}")
     n = as_int(n, "n", minimum=2)
     xtol = as_real(xtol, "xtol", positive=True)
-    exact_kw, _, sweep_only = split_solve_kwargs(solve_kwargs, "optimal_depth", "method")
+    check_choice(via, "via", ("adjoint", "sweep"))
+    exact_kw, sweep_kw, sweep_only = split_solve_kwargs(solve_kwargs, "optimal_depth", "method")
     for key in ("rtol", "atol"):
         if key in solve_kwargs:
             as_real(solve_kwargs[key], key, positive=True)
     warnings: list[str] = []
-    if sweep_only:
-        warnings.append(f"{', '.join(sweep_only)} (settings of the imbedding sweep) "
-                        f"{'was' if len(sweep_only) == 1 else 'were'} not used: J and dJ/dp "
-                        f"are computed exactly by solve_adjoint")
+    unused = (sweep_only if via == "adjoint" else
+              [f"{k}={v!r}" for k, v in exact_kw.items() if k not in sweep_kw])
+    if unused:
+        whose, how = (("the imbedding sweep", "exactly by solve_adjoint") if via == "adjoint"
+                      else ("solve_adjoint", "by one imbedding sweep"))
+        warnings.append(f"{', '.join(unused)} (settings of {whose}) "
+                        f"{'was' if len(unused) == 1 else 'were'} not used: J and dJ/dp "
+                        f"are computed {how}")
     grid = np.linspace(lo, hi, int(n))
     counts = {"nfev": 0, "nsolve": 0}
+    dense: list[Any] = []       # via="sweep": the sweep's result, whose sol(p) is read
 
     def at(depths: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
-        """Mean ``J`` and ``dJ/dp`` at increasing ``depths``, one ensemble solve."""
-        res = solve_adjoint(problem, x, depths, control=control, **exact_kw)
-        counts["nfev"] += int(res.nfev)
-        counts["nsolve"] += 1
+        """Mean ``J`` and ``dJ/dp`` at increasing ``depths``: one ensemble solve, or the
+        sweep's dense output (the sweep itself at the grid)."""
+        if dense:
+            res = dense[0].sol(depths)
+        else:
+            res = (solve_adjoint(problem, x, depths, control=control, **exact_kw)
+                   if via == "adjoint" else
+                   solve_imbedding(problem, x, depths, control=control, dense_output=True,
+                                   **sweep_kw))
+            counts["nfev"] += int(res.nfev)
+            counts["nsolve"] += 1
+            if via == "sweep" and res.get("sol") is not None:
+                dense.append(res)
         for note in res.get("warnings", []):
             if note not in warnings:
                 warnings.append(note)
@@ -193,7 +225,8 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
     if not sweep.success:
         return done(p=np.nan, value=np.nan, depth_grad=np.nan, interior=False,
                     candidates=np.empty(0), candidate_values=np.empty(0), success=False,
-                    status=-1, message=f"The exact solve over the grid failed: {sweep.message}")
+                    status=-1, message=f"The {'exact solve' if via == 'adjoint' else 'sweep'} "
+                                       f"over the grid failed: {sweep.message}")
 
     def refine(depths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         vals, grs, res = at(depths)
@@ -233,7 +266,11 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
     where = "inside the range" if best[3] else "at an end of the range (J monotone there)"
     if message == "Optimal depth found.":
         message = f"Optimal depth found {where}."
-    return done(p=float(best[0]), value=float(best[1]), depth_grad=float(best[2]),
+    extra = {}
+    if dense:       # the sweep's estimate of J at the depth found (mean over a batch)
+        est = dense[0].sol(float(best[0])).get("error_estimate")
+        extra["value_error"] = float(np.mean(est["value"])) if est is not None else 0.0
+    return done(**extra, p=float(best[0]), value=float(best[1]), depth_grad=float(best[2]),
                 interior=bool(best[3]), candidates=np.array([c[0] for c in cands]),
                 candidate_values=np.array([c[1] for c in cands]), success=True, status=0,
                 message=message)

@@ -40,6 +40,7 @@ import numpy as np
 
 from .._core.derivatives.finite_difference import central_quotient, relative_step, step_size
 from .._core.assembly import collect_results, depth_gradient
+from .._core.dense import attach_dense
 from .._core.closures.base import Closure
 from .._core.closures.jet import JetClosure
 from .._core.controls import OpenLoopControl
@@ -395,10 +396,10 @@ def sweep_feedback(setup, clo: FeedbackJetClosure, method: str, rtol: float, ato
 
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N), "feedback": (B, M),
               "feedback_jacobian": (B, M, N), "depth_grad": (B,)}
-    res = collect_results(setup, outcome, per_depth, shapes,
-                          closure="jet (optimal feedback)", method=method,
-                          with_errors=clo.has_error_estimate,
-                          tol=tol if clo.has_ratio_test else None)
+    assembly = dict(closure="jet (optimal feedback)", method=method,
+                    with_errors=clo.has_error_estimate, tol=tol if clo.has_ratio_test else None)
+    res = collect_results(setup, outcome, per_depth, shapes, **assembly)
+    attach_dense(res, setup, outcome, per_depth, shapes, **assembly)
     res.setdefault("warnings", [])
     if clo.stopped_at_noise:
         res.warnings.append(SolverWarning(

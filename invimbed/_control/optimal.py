@@ -17,6 +17,7 @@ import numpy as np
 
 from .._core.arguments import parse_tol, prepare
 from .._core.controls import Constant
+from .._core.dense import check_dense_output, dense_conflicts
 from .._core.integrators import ALL_METHODS
 from .._core.problem import BolzaProblem, _symbols
 from .._core.results import ImbeddingResult
@@ -35,7 +36,8 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                   control_affine: bool = False, linear_quadratic: bool | None = None,
                   theta0: Any = None, newton_tol: float | None = None, max_newton: int = 50,
                   tol: Any = None, closed_loop: bool | None = None, max_time: float | None = None,
-                  progress: bool = False, **options: Any) -> ImbeddingResult:
+                  progress: bool = False, dense_output: bool = False,
+                  **options: Any) -> ImbeddingResult:
     """Optimal feedback control of every depth by one imbedding sweep (Theorem 3).
 
     At each ``(p, x)`` the control ``Psi(p, x)`` minimises the Hamiltonian
@@ -122,6 +124,12 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     progress : bool, default False
         Show the share of the depth range swept, at most once a second (``tqdm`` when
         installed, otherwise a line on stderr).
+    dense_output : bool, default False
+        Keep the continuous extension of the sweep's accepted steps: the result's ``sol``
+        (`invimbed.DenseSolution`) gives every field at any depth ``p`` of
+        ``[min(depths), q]``, so ``res.sol(q - h).feedback_jacobian`` is the feedback gain
+        ``d Psi / d x`` (``-K`` on the Riccati path) at any horizon ``h`` (docs/accuracy.md,
+        "Dense output: any depth from one sweep"). Needs a scipy ``method``.
     **options
         Passed to the integrator: ``first_step``, ``max_step``, ``min_step`` (as in
         `scipy.integrate.solve_ivp`; ``step`` is the default ``max_step``) and
@@ -224,6 +232,8 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         raise ValueError("`linear_quadratic=True` and `control_bounds` exclude each other: "
                          "with bounds the feedback saturates and the value is not quadratic")
     tol_pair = parse_tol(tol)
+    if check_dense_output(dense_output, method=dense_conflicts(method, None, None, None)["method"]):
+        options = dict(options, dense_output=True)
     if tol_pair is not None and not estimate_error:
         raise ValueError(f"`tol` needs the error estimate and its convergence test "
                          f"(estimate_error=True, order >= 1), but got "
@@ -243,6 +253,8 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                      linear_quadratic=linear_quadratic, order=order)
     finally:
         budget.close()
+    if dense_output:
+        res.setdefault("sol", None)     # None where the sweep took no step (failed at q)
     check = closed_loop if closed_loop is not None else not res.linear_quadratic
     if check and res.get("policy") is not None:
         check_closed_loop(res, setup, res.policy, method, rtol, atol, options, tol_pair)

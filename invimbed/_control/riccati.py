@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .._core.assembly import collect_results
+from .._core.dense import attach_dense
 from .policy import policy_from_outcome
 from .sweep import OptimalityError, failed_outcome, finish, integrate
 
@@ -356,6 +357,8 @@ def solve_riccati(setup, varying: bool, method: str, rtol: float, atol: float,
               "feedback_jacobian": (B, M, N), "depth_grad": (B,)}
     res = collect_results(setup, outcome, per_depth, shapes, closure="riccati (linear-quadratic)",
                           method=method, with_errors=estimate_error)
+    attach_dense(res, setup, outcome, per_depth, shapes, closure="riccati (linear-quadratic)",
+                 method=method, with_errors=estimate_error)
 
     def jet_at(p: float, y: np.ndarray) -> np.ndarray:
         fl = sweep.fields(p, y, setup.x)

@@ -19,6 +19,7 @@ from .arguments import parse_tol, prepare
 from .orders import raise_order
 from .assembly import collect_results
 from .derivatives.finite_difference import relative_step
+from .dense import attach_closure_dense, check_dense_output, dense_conflicts
 from .validation import (STEP_BUDGET, as_bool, as_int, as_ivp_options, as_spacing,
                          check_choice, check_positive, describe)
 
@@ -28,7 +29,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
                     step: float | None = None, estimate_error: bool = True,
                     difference: str = "central", delta: Any = None, backend: str = "numpy",
                     tol: Any = None, fallback: str | None = None, max_order: int = 6,
-                    ratio_test: bool = True, **options: Any) -> ImbeddingResult:
+                    ratio_test: bool = True, dense_output: bool = False,
+                    **options: Any) -> ImbeddingResult:
     r"""Solve a Bolza problem for every requested depth in one sweep in ``p``.
 
     Integrates the imbedded fields of docs/theory.md, "The imbedded fields" --- the output
@@ -110,6 +112,13 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     ratio_test : bool, default True
         With ``tol``: carry the jets of order ``K - 1`` (and ``K + 2`` where served) and
         refuse depths whose successive differences do not shrink geometrically.
+    dense_output : bool, default False
+        Keep the continuous extension of the sweep's accepted steps: the result's ``sol``
+        (`invimbed.DenseSolution`) gives every field at any depth ``p`` of the swept
+        interval ``[min(depths), q]``, ``res.sol(p)``, at the cost of one sweep; its error
+        is that of the sweep (docs/accuracy.md, "Dense output: any depth from one sweep").
+        Needs a scipy ``method`` and ``backend="numpy"``, without ``tol`` or
+        ``fallback``.
     **options
         ``max_steps``: the budget of steps of the sweep. Adaptive methods: default
         10,000; a stiff problem on an explicit method then ends within seconds, with a
@@ -175,6 +184,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     check_positive(rtol, "rtol", allow_none=True)
     check_positive(atol, "atol", allow_none=True)
     tol_pair = parse_tol(tol)
+    if check_dense_output(dense_output, **dense_conflicts(method, backend, tol, fallback)):
+        options["dense_output"] = True
     _check_method_options(method, step, options)
     if backend == "cupy":  # device arrays in, device arrays out (docs: Performance and scale)
         from .namespace import is_cupy_array, to_numpy
@@ -244,6 +255,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     mark_unchecked(res, closure, est, method)
     for key in ("exact_fallback", "orders_run", "depth_order"):
         res.setdefault(key, None)
+    if dense_output:
+        res.setdefault("sol", None)     # None where the sweep took no step (failed at q)
     return res
 
 
@@ -446,9 +459,11 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
 
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N),
               "param_grad": (B, setup.control.n_params), "depth_grad": (B,)}
-    return collect_results(setup, outcome, per_depth, shapes, closure=clo.name, method=method,
-                           with_errors=clo.has_error_estimate, tol=tol, warnings=warnings,
-                           predict=tol is not None)
+    res = collect_results(setup, outcome, per_depth, shapes, closure=clo.name, method=method,
+                          with_errors=clo.has_error_estimate, tol=tol, warnings=warnings,
+                          predict=tol is not None)
+    return attach_closure_dense(res, setup, outcome, clo, per_depth, shapes, method,
+                                finish=lambda r: mark_unchecked(r, closure, est, method))
 
 
 def _compiled_adaptive(backend: str, method: str) -> bool:

@@ -120,6 +120,11 @@ class ImbeddingResult(OptimizeResult):
     series_ratio : ndarray or None
         `solve_imbedding` with ``tol``: the largest ratio of successive differences of
         the jet series (the ratio test refuses above 0.8).
+    sol : DenseSolution or None
+        With ``dense_output=True`` (`solve_imbedding`, `solve_optimal`): ``sol(p)`` gives
+        every field at any depth ``p`` of the swept interval, from the continuous
+        extension of the accepted steps (docs/accuracy.md, "Dense output: any depth from
+        one sweep"); None where the sweep took no step. Absent without it.
     """
 
     def __repr__(self) -> str:

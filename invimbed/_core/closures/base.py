@@ -46,7 +46,10 @@ class Layout:
         self.size = start
 
     def unpack(self, y: np.ndarray) -> dict[str, np.ndarray]:
-        return {n: y[s].reshape(self.shapes[n]) for n, s in self.slices.items()}
+        """The blocks of a state ``y`` (size,), or of states (..., size) stacked on leading
+        axes (which each block keeps in front of its shape)."""
+        lead = tuple(y.shape[:-1])
+        return {n: y[..., s].reshape(lead + self.shapes[n]) for n, s in self.slices.items()}
 
     def pack(self, blocks: dict[str, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
         xp = self.xp

@@ -327,7 +327,7 @@ class JetClosure(Closure):
             "value": b[f"V{K}"][..., 0].copy(),
             "adjoint": b[f"V{K}"][..., 1:N + 1].copy(),
             "param_grad": (b[f"W{K}"][..., 0].copy() if self.nw else
-                           self.xp.zeros((self.B, 0))),
+                           self.xp.zeros(tuple(y.shape[:-1]) + (self.B, 0))),
         }
 
     # -- the paper's discrete recursion -------------------------------------------------

@@ -59,7 +59,8 @@ def h_lambda(solver: Any) -> float:
 def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.ndarray,
                     breakpoints: np.ndarray, piece_of: Callable[[float, float], Any],
                     method: str = "RK45", rtol: float = 1e-6, atol: float = 1e-9,
-                    max_steps: int = DEFAULT_MAX_STEPS, **options: Any) -> Outcome:
+                    max_steps: int = DEFAULT_MAX_STEPS, dense_output: bool = False,
+                    **options: Any) -> Outcome:
     """Integrate ``dy/dp = rhs(p, y)`` from ``q`` down to ``depths_desc[-1]`` in one sweep.
 
     This is ``solve_ivp``'s loop over one of its ``OdeSolver`` classes, kept here so that a
@@ -67,7 +68,10 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
     depths come from the solver's dense output, so the work does not grow with the
     number of depths; the sweep is restarted only where the control jumps
     (``breakpoints``). At most ``max_steps`` steps are taken in all (see the module
-    docstring for how a solve ends).
+    docstring for how a solve ends). With ``dense_output`` the continuous extension of
+    every accepted step is kept: ``outcome.extra["steps"]`` is ``(ts, interpolants)``, the
+    step ends from ``q`` down and each step's scipy ``DenseOutput``, as
+    `scipy.integrate.OdeSolution` takes them (`invimbed._core.dense`).
     """
     max_steps = check_max_steps(max_steps)
     counting = CountingRHS(rhs)
@@ -83,6 +87,7 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
     stiffness = 0.0         # Shampine's h|lambda| of the last step (explicit methods)
     stiff_run = 0           # consecutive steps at the stability limit
     explicit = method in EXPLICIT
+    step_ends, interpolants = [float(q)], []
     for a, b in segments(q, p_min, breakpoints):
         piece = piece_of(a, b)
         want = [(i, float(p)) for i, p in enumerate(depths_desc) if b <= p < a]
@@ -126,13 +131,15 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
                                                      min_step, explicit=explicit)
                     passed = [(i, p) for i, p in want
                               if t_new <= p < t_old or (p == t_new == b)]
-                    if passed:
-                        # the solver's dense output: the work does not grow with the depths
-                        interp = solver.dense_output()
-                        for i, p in passed:
-                            ys[i] = solver.y if p == t_new else interp(p)
+                    interp = solver.dense_output() if passed or dense_output else None
+                    # the solver's dense output: the work does not grow with the depths
+                    for i, p in passed:
+                        ys[i] = solver.y if p == t_new else interp(p)
                     if not np.all(np.isfinite(solver.y)):
                         raise NonFiniteError(float(t_new), "imbedded fields")
+                    if dense_output and t_new != t_old:
+                        step_ends.append(float(t_new))
+                        interpolants.append(interp)
                     if not out.success:
                         break
                     if explicit:
@@ -165,4 +172,6 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
         y = solver.y.copy()
     out.nfev = counting.nfev
     out.extra["nsteps"] = steps
+    if dense_output:
+        out.extra["steps"] = (np.array(step_ends), interpolants)
     return out
