@@ -38,6 +38,22 @@ def riccati(data, s_values):
     return {s: sol.y[:, i].reshape(N, N) for i, s in enumerate(sorted(s_values))}
 
 
+def riccati_dense(data, s_max):
+    """``s -> P(s)`` on ``[0, s_max]``: the solve of `riccati`, once, with its dense output
+    (DOP853's interpolant, of the order of the method)."""
+    A, B, Q, R = (data[k] for k in ("A", "B", "Q", "Rth"))
+    N = A.shape[0]
+    Ri = np.linalg.inv(R)
+
+    def rhs(s, y):
+        P = y.reshape(N, N)
+        return (A.T @ P + P @ A - P @ B @ Ri @ B.T @ P + Q).ravel()
+
+    sol = solve_ivp(rhs, (0, s_max), data["PT"].ravel(), rtol=1e-13, atol=1e-14,
+                    method="DOP853", dense_output=True)
+    return lambda s: sol.sol(s).reshape(N, N)
+
+
 @pytest.mark.parametrize("linear_quadratic", [None])   # the Riccati path (the jet sweep:
 def test_lqr_value_hessian_is_the_riccati_solution(linear_quadratic):  # see the next test)
     data = lq_data()
@@ -202,9 +218,10 @@ def test_optimality_residual_vanishes_for_the_riccati_feedback_only():
     P = riccati(data, np.concatenate([[1e-12], -depths]) if False else -depths)
     Ri = np.linalg.inv(data["Rth"])
 
+    P_of = riccati_dense(data, 1.0)
+
     def riccati_policy(p, x):
-        Pp = riccati(data, [max(-p, 1e-9)])[max(-p, 1e-9)]
-        return -(Ri @ data["B"].T @ Pp @ x.T).T
+        return -(Ri @ data["B"].T @ P_of(max(-p, 0.0)) @ x.T).T
 
     x = np.array([0.7, -0.4])
     good = invimbed.optimality_residual(pb, x, depths, riccati_policy, n_controls=1,
