@@ -1,6 +1,8 @@
 """Optimal feedback by imbedding (Theorem 3): Riccati, CARE, a closed-form nonlinear
 value function, scipy's solve_bvp on the Euler-Lagrange system, optimality residuals."""
 
+from functools import cache
+
 import numpy as np
 import pytest
 import sympy as sp
@@ -106,9 +108,9 @@ def test_newton_path_equals_the_control_affine_fast_path():
     N, M = data["B"].shape
     kw = dict(n_controls=M, rtol=1e-10, atol=1e-12)
     kw["linear_quadratic"] = False                          # the jet sweep, not Riccati
-    fast = solve_optimal(sympy_lq_problem(**data), np.ones(N), [-1.0], control_affine=True,
-                         **kw)
-    newton = solve_optimal(sympy_lq_problem(**data), np.ones(N), [-1.0], **kw)
+    pb = sympy_lq_problem(**data)
+    fast = solve_optimal(pb, np.ones(N), [-1.0], control_affine=True, **kw)
+    newton = solve_optimal(pb, np.ones(N), [-1.0], **kw)
     for k in ("value", "adjoint", "feedback", "z"):
         np.testing.assert_allclose(newton[k], fast[k], rtol=1e-9, atol=1e-12)
 
@@ -117,6 +119,7 @@ def test_newton_path_equals_the_control_affine_fast_path():
 t_, z_, u_ = sp.symbols("t z u")
 
 
+@cache            # one problem for the module: its code is generated once
 def quartic_terminal():
     """dz/dt = u, R = u^2/2, T = z^4/4: the costate is constant along the optimal path, so
     u = -z_q^3 with z_q = x - s z_q^3, and V = s z_q^6 / 2 + z_q^4 / 4."""
@@ -155,6 +158,7 @@ def test_error_estimate_shrinks_with_jet_order():
 
 
 # -- against solve_bvp on the Euler-Lagrange system ------------------------------------------
+@cache            # one problem for the module: its code is generated once
 def cubic_decay():
     """dz/dt = -z^3 + u, R = (z^2 + u^2)/2, T = (z - 0.5)^2 / 2."""
     return invimbed.from_sympy(t_, [z_], [u_], [-z_ ** 3 + u_], (z_ ** 2 + u_ ** 2) / 2,
@@ -419,6 +423,7 @@ def test_tol_runs_the_ratio_test_of_the_feedback_series():
 
 
 # -- an OptimalityError keeps the depths already reached -----------------------------------
+@cache            # one problem for the module: its code is generated once
 def convex_until_ln2():
     """dz/dt = z - u^2/2, R = u^2/2, T = z/2: the costate is Lam = e^s / 2 (s = q - p), so
     the theta-Hessian of the Hamiltonian, 1 - Lam, is positive until s = ln 2, with the
