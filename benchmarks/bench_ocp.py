@@ -13,12 +13,12 @@ with the control constant on each.
   hypersensitive problem).
 
 Printed per problem: both objectives and their relative difference (target <= 1e-4),
-both wall times (best of ``--repeats``, invimbed's including the sympy code generation
-of its first call only in the first repeat) and their ratio (target <= 3), IPOPT
+both wall times (best of ``--repeats``) and their ratio (target <= 3), IPOPT
 iterations, and for Bryson-Denham the largest excess of x1 over 1/9 at the nodes
 (target <= 1e-6). The wall time of CasADi counts ``opti.solve()`` only (its expression
-graph is built before), that of invimbed the whole ``solve_ocp`` call on a problem whose
-derivatives were generated before.
+graph is built before), that of invimbed the example's whole ``solve`` call: building
+the problem with `from_sympy`, generating its derivative code (every call builds a new
+problem) and ``solve_ocp``; one untimed call before warms the imports.
 
 Run:  python benchmarks/bench_ocp.py [--quick] [--repeats R] [--casadi collocation]
       [--hessian finite-differences] [--only NAME]
@@ -148,7 +148,7 @@ def run_casadi(ex, K, scheme, repeats):
 def run_invimbed(ex, K, repeats, hessian):
     best, res = np.inf, None
     kw = {} if hessian is None else {"hessian": hessian}
-    ex.solve(K, **kw)                                 # generate the derivative code once
+    ex.solve(K, **kw)                                 # imports, first compilations
     for _ in range(repeats):
         t0 = time.perf_counter()
         res = ex.solve(K, **kw)

@@ -180,7 +180,17 @@ def lq_functions(A: Any, B: Any, Q: Any, Rth: Any, S: Any, PT: Any,
         "T_z": lambda z: z @ Ps,
         "T_zz": lambda z: _bcast(Ps, len(z)),
         "T_zzz": lambda z: _zeros(len(z), N, N, N),
+        # the theta derivatives the jet sweep and the optimal feedback read: exact
+        # (constant or zero), none by nested differences of the ones above
+        "R_thetatheta": lambda t, z, th: _bcast(Rs, len(z)),
     }
+    for which in ("f", "R"):
+        out = (N,) if which == "f" else ()
+        for dz, dth in ((0, 2), (2, 1), (1, 2), (0, 3), (3, 1)):
+            key = f"{which}_{'z' * dz}{'theta' * dth}"
+            if key not in d:
+                d[key] = (lambda shape: lambda t, z, th: _zeros(len(z), *shape))(
+                    out + (N,) * dz + (M,) * dth)
     return ProblemFunctions(f, R, T, d, N, M, float(q),
                             info=dict(A=A, B=B, Q=Qs, Rth=Rs, S=S, PT=Ps))
 

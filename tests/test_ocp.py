@@ -85,12 +85,12 @@ def _fd_check(nlp: ShootingNLP, w: np.ndarray, step: float = 1e-6):
     return g, g_fd, Jc, J_fd
 
 
-@pytest.mark.parametrize("free", [False, True], ids=["fixed-horizon", "free-horizon"])
-def test_gradient_and_jacobian_match_finite_differences(free):
+def every_block_nlp(free, rtol=1e-9, atol=1e-11):
+    """A nonlinear NLP with every kind of constraint block, and a point ``w``."""
     problem = nonautonomous_problem(q=1.0)
     x = np.array([0.4, -0.2])
     sh = Shooting(problem.provider(2, 1), x, 1.0, np.array([0.0, 0.3, 0.6, 1.0]),
-                  free_horizon=free, horizon=1.3, m=1, rtol=1e-9, atol=1e-11)
+                  free_horizon=free, horizon=1.3, m=1, rtol=rtol, atol=atol)
     blocks = [Defects(sh), FinalState(sh, np.array([np.nan, 0.1])),
               Terminal(sh, lambda z: np.array([z[0] ** 2 + z[1] - 0.3]), False, "t", x),
               Path(sh, lambda t, z, u: np.array([z[0] * z[1] + 0.1 * t - u[0] ** 2]), 2, "g")]
@@ -98,6 +98,12 @@ def test_gradient_and_jacobian_match_finite_differences(free):
     w = np.random.default_rng(1).normal(scale=0.5, size=sh.n_vars)
     if free:
         w[-1] = 1.3
+    return nlp, w
+
+
+@pytest.mark.parametrize("free", [False, True], ids=["fixed-horizon", "free-horizon"])
+def test_gradient_and_jacobian_match_finite_differences(free):
+    nlp, w = every_block_nlp(free)
     g, g_fd, Jc, J_fd = _fd_check(nlp, w)
     assert np.max(np.abs(g - g_fd)) <= 1e-6 * max(1.0, np.max(np.abs(g)))
     assert np.max(np.abs(Jc - J_fd)) <= 1e-6 * max(1.0, np.max(np.abs(Jc)))
@@ -113,6 +119,50 @@ def test_one_ensemble_solve_per_point():
     w = np.zeros(sh.n_vars)
     nlp.objective(w), nlp.gradient(w), nlp.constraints(w), nlp.jacobian(w)
     assert nlp.n_solves == 1
+
+
+@pytest.mark.parametrize("free", [False, True], ids=["fixed-horizon", "free-horizon"])
+def test_points_solved_together_equal_each_solved_alone(free):
+    nlp, w = every_block_nlp(free)
+    sh = nlp.sh
+    ws = w + np.random.default_rng(2).normal(scale=0.05, size=(3, w.size))
+    together = sh.solve_points(ws, record=True)
+    for wj, sol in zip(ws, together):
+        alone = sh.solve(wj, record=True)
+        for name in ("F", "C", "Fs", "Fu", "Cs", "Cu", "FH", "CH", "nsteps"):
+            np.testing.assert_array_equal(getattr(sol, name), getattr(alone, name), err_msg=name)
+        frac = np.array([0.25, 0.5])
+        for a, b in zip(sh.interior(wj, sol, frac), sh.interior(wj, alone, frac)):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("free", [False, True], ids=["fixed-horizon", "free-horizon"])
+def test_colored_hessian_matches_dense_differences_in_one_solve(free):
+    """The colored Hessian of the Lagrangian against central differences of its exact
+    gradient in one variable at a time; all its perturbed points cost one ensemble solve."""
+    from invimbed._control.ocp_hessian import ColoredHessian
+
+    nlp, w = every_block_nlp(free, rtol=1e-11, atol=1e-13)
+    y = np.random.default_rng(3).normal(size=nlp.m)
+    sigma = 0.7
+    hess = ColoredHessian(nlp)
+    before = nlp.n_solves
+    vals = hess.values(w, y, sigma)
+    assert nlp.n_solves == before + 1
+    H = np.zeros((nlp.n, nlp.n))
+    H[hess.rows, hess.cols] = vals
+    H = H + np.tril(H, -1).T
+
+    def lagrangian_gradient(v):
+        return sigma * nlp.gradient(v) + nlp.jacobian(v).T @ y
+
+    ref = np.zeros_like(H)
+    for i in range(w.size):
+        e = np.zeros_like(w)
+        e[i] = 1e-4 * max(1.0, abs(w[i]))
+        ref[:, i] = (lagrangian_gradient(w + e) - lagrangian_gradient(w - e)) / (2 * e[i])
+    ref = 0.5 * (ref + ref.T)
+    assert np.max(np.abs(H - ref)) <= 1e-5 * np.max(np.abs(ref))
 
 
 # -- the optimum against an exact reference -------------------------------------------

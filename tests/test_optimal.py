@@ -1,6 +1,8 @@
 """Optimal feedback by imbedding (Theorem 3): Riccati, CARE, a closed-form nonlinear
 value function, scipy's solve_bvp on the Euler-Lagrange system, optimality residuals."""
 
+from functools import cache
+
 import numpy as np
 import pytest
 import sympy as sp
@@ -36,6 +38,22 @@ def riccati(data, s_values):
     sol = solve_ivp(rhs, (0, max(s_values)), PT.ravel(), t_eval=sorted(s_values), rtol=1e-13,
                     atol=1e-14, method="DOP853")
     return {s: sol.y[:, i].reshape(N, N) for i, s in enumerate(sorted(s_values))}
+
+
+def riccati_dense(data, s_max):
+    """``s -> P(s)`` on ``[0, s_max]``: the solve of `riccati`, once, with its dense output
+    (DOP853's interpolant, of the order of the method)."""
+    A, B, Q, R = (data[k] for k in ("A", "B", "Q", "Rth"))
+    N = A.shape[0]
+    Ri = np.linalg.inv(R)
+
+    def rhs(s, y):
+        P = y.reshape(N, N)
+        return (A.T @ P + P @ A - P @ B @ Ri @ B.T @ P + Q).ravel()
+
+    sol = solve_ivp(rhs, (0, s_max), data["PT"].ravel(), rtol=1e-13, atol=1e-14,
+                    method="DOP853", dense_output=True)
+    return lambda s: sol.sol(s).reshape(N, N)
 
 
 @pytest.mark.parametrize("linear_quadratic", [None])   # the Riccati path (the jet sweep:
@@ -74,13 +92,25 @@ def test_lqr_long_horizon_approaches_care():
     assert gap[1] <= 1e-7 and gap[0] > 1e3 * gap[1], gap
 
 
+def sympy_lq_problem(A, B, Q, Rth, S, PT):
+    """The problem of `lq_problem` from sympy expressions: every derivative exact and
+    compiled (the higher ones zero), none by differences."""
+    N, M = B.shape
+    z, u = sp.Matrix(sp.symbols(f"z0:{N}")), sp.Matrix(sp.symbols(f"u0:{M}"))
+    running = (z.T * sp.Matrix(Q) * z + 2 * z.T * sp.Matrix(S) * u
+               + u.T * sp.Matrix(Rth) * u)[0] / 2
+    return invimbed.from_sympy(t_, list(z), list(u), list(sp.Matrix(A) * z + sp.Matrix(B) * u),
+                               running, (z.T * sp.Matrix(PT) * z)[0] / 2)
+
+
 def test_newton_path_equals_the_control_affine_fast_path():
     data = lq_data(seed=2)
     N, M = data["B"].shape
     kw = dict(n_controls=M, rtol=1e-10, atol=1e-12)
     kw["linear_quadratic"] = False                          # the jet sweep, not Riccati
-    fast = solve_optimal(lq_problem(**data), np.ones(N), [-1.0], control_affine=True, **kw)
-    newton = solve_optimal(lq_problem(**data), np.ones(N), [-1.0], **kw)
+    pb = sympy_lq_problem(**data)
+    fast = solve_optimal(pb, np.ones(N), [-1.0], control_affine=True, **kw)
+    newton = solve_optimal(pb, np.ones(N), [-1.0], **kw)
     for k in ("value", "adjoint", "feedback", "z"):
         np.testing.assert_allclose(newton[k], fast[k], rtol=1e-9, atol=1e-12)
 
@@ -89,6 +119,7 @@ def test_newton_path_equals_the_control_affine_fast_path():
 t_, z_, u_ = sp.symbols("t z u")
 
 
+@cache            # one problem for the module: its code is generated once
 def quartic_terminal():
     """dz/dt = u, R = u^2/2, T = z^4/4: the costate is constant along the optimal path, so
     u = -z_q^3 with z_q = x - s z_q^3, and V = s z_q^6 / 2 + z_q^4 / 4."""
@@ -127,6 +158,7 @@ def test_error_estimate_shrinks_with_jet_order():
 
 
 # -- against solve_bvp on the Euler-Lagrange system ------------------------------------------
+@cache            # one problem for the module: its code is generated once
 def cubic_decay():
     """dz/dt = -z^3 + u, R = (z^2 + u^2)/2, T = (z - 0.5)^2 / 2."""
     return invimbed.from_sympy(t_, [z_], [u_], [-z_ ** 3 + u_], (z_ ** 2 + u_ ** 2) / 2,
@@ -190,9 +222,10 @@ def test_optimality_residual_vanishes_for_the_riccati_feedback_only():
     P = riccati(data, np.concatenate([[1e-12], -depths]) if False else -depths)
     Ri = np.linalg.inv(data["Rth"])
 
+    P_of = riccati_dense(data, 1.0)
+
     def riccati_policy(p, x):
-        Pp = riccati(data, [max(-p, 1e-9)])[max(-p, 1e-9)]
-        return -(Ri @ data["B"].T @ Pp @ x.T).T
+        return -(Ri @ data["B"].T @ P_of(max(-p, 0.0)) @ x.T).T
 
     x = np.array([0.7, -0.4])
     good = invimbed.optimality_residual(pb, x, depths, riccati_policy, n_controls=1,
@@ -390,6 +423,7 @@ def test_tol_runs_the_ratio_test_of_the_feedback_series():
 
 
 # -- an OptimalityError keeps the depths already reached -----------------------------------
+@cache            # one problem for the module: its code is generated once
 def convex_until_ln2():
     """dz/dt = z - u^2/2, R = u^2/2, T = z/2: the costate is Lam = e^s / 2 (s = q - p), so
     the theta-Hessian of the Hamiltonian, 1 - Lam, is positive until s = ln 2, with the

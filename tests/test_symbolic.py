@@ -210,6 +210,24 @@ def test_batches_constants_and_time_only_terms():
                                                                             np.zeros((B, 2))])
 
 
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_evaluator_equals_derivative(name):
+    """The compiled code a loop calls directly gives what `derivative` gives, rows at
+    their own times or at one time, constants broadcast."""
+    prov = provider(name)
+    const = SympyProvider(t, [x1], [th1], [sp.cos(t) + 2], running_loss=sp.Integer(3) * th1)
+    _, z, th = batch((0.2, -0.4, 0.5, -0.1, 0.0), B=4)
+    for p, zz, tt in ((prov, z, th), (const, z[:, :1], th[:, :1])):
+        for times in (0.3, np.array([0.0, 0.3, -0.2, 0.7])):
+            for which in ("f", "R"):
+                for dz, dth in ((0, 0), (1, 0), (0, 1), (2, 0), (1, 1)):
+                    np.testing.assert_array_equal(
+                        p.evaluator(which, dz, dth)(times, zz, tt),
+                        p.derivative(which, times, zz, tt, dz=dz, dth=dth))
+    with pytest.raises(ValueError, match="dth"):
+        prov.evaluator("T", 0, 1)
+
+
 def test_no_controls():
     prov = SympyProvider(t, [x1, x2], [], [x2, -x1 ** 3], terminal_loss=x1 ** 2)
     z = np.array([[0.5, 1.0]])

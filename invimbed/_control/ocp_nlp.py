@@ -54,11 +54,12 @@ class ShootingNLP:
         return int(self.cl.size)
 
     def solution(self, w: np.ndarray) -> IntervalSolve:
-        """The ensemble solve at ``w`` (cached: the last ``w`` only)."""
+        """The ensemble solve at ``w`` (cached: the last ``w`` only), with its dense
+        output: the result's trajectory at the last point reads it."""
         w = np.asarray(w, dtype=float)
         key = w.tobytes()
         if key != self._key:
-            sol = self.sh.solve(w, record=self.record)
+            sol = self.sh.solve(w, record=True)
             self.n_solves += 1
             self.nfev += sol.nfev
             if sol.failure is not None:
@@ -75,10 +76,31 @@ class ShootingNLP:
     def _constraints(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         sol = self.solution(w)
         if self._cons is None:
-            parts = [b.evaluate(w, sol) for b in self.blocks]
-            self._cons = (np.concatenate([p[0] for p in parts]),
-                          np.concatenate([p[1] for p in parts]))
+            self._cons = self._evaluate_blocks(w, sol)
         return self._cons
+
+    def _evaluate_blocks(self, w: np.ndarray, sol: IntervalSolve
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        parts = [b.evaluate(w, sol) for b in self.blocks]
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+    def lagrangian_gradients(self, ws: np.ndarray, y: np.ndarray, sigma: float) -> np.ndarray:
+        """``sigma grad J + J_c^T y`` at each row of ``ws`` (P, n), from ONE ensemble
+        solve of all ``P K`` intervals (`Shooting.solve_points`); the cache of
+        `solution` is left alone."""
+        ws = np.asarray(ws, dtype=float)
+        sols = self.sh.solve_points(ws, record=self.record)
+        self.n_solves += 1
+        self.nfev += sols[0].nfev
+        out = np.empty(ws.shape)
+        weights = y[self.rows]
+        for j, (w, sol) in enumerate(zip(ws, sols)):
+            if sol.failure is not None:
+                raise SolverFailure(sol.failure)
+            jac = self._evaluate_blocks(w, sol)[1]
+            out[j] = sigma * self.sh.gradient(w, sol) + np.bincount(
+                self.cols, weights=jac * weights, minlength=self.n)
+        return out
 
     def constraints(self, w: np.ndarray) -> np.ndarray:
         return self._constraints(w)[0]

@@ -49,6 +49,7 @@ class IntervalSolve:
     nsteps: np.ndarray     # (K,) attempted steps per interval
     failure: str | None    # None, or where and why a row failed
     dense: DenseRows | None = None
+    row0: int = 0          # the first of this solve's rows in ``dense``
 
 
 class Shooting:
@@ -91,6 +92,7 @@ class Shooting:
         self.first_step, self.max_step = first_step, max_step
         self.block = self.n + self.m
         self.n_vars = self.K * self.block + int(free_horizon)
+        self._evals: tuple | None = None
 
     # -- the decision vector ---------------------------------------------------------
     def unpack(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
@@ -130,10 +132,19 @@ class Shooting:
     # -- the ensemble solve ----------------------------------------------------------
     def solve(self, w: np.ndarray, *, record: bool = False) -> IntervalSolve:
         """Integrate every interval with its sensitivities, in one ensemble solve."""
+        return self.solve_points(np.asarray(w, dtype=float)[None, :], record=record)[0]
+
+    def solve_points(self, ws: np.ndarray, *, record: bool = False) -> list[IntervalSolve]:
+        """`solve` at ``P`` decision vectors ``ws`` (P, n_vars), all ``P K`` intervals as
+        the rows of ONE ensemble solve. Every row takes its own adaptive steps, so each
+        point's result is the one `solve` gives it alone."""
         n, m, K, nm = self.n, self.m, self.K, self.block
-        S, U, H = self.unpack(w)
-        t = self.times(H)
-        prov = self.prov
+        P = ws.shape[0]
+        parts = [self.unpack(w) for w in ws]
+        S = np.stack([a[0] for a in parts])                   # (P, K + 1, n)
+        U = np.concatenate([a[1] for a in parts])             # (P K, m)
+        t = np.stack([self.times(a[2]) for a in parts])       # (P, K + 1)
+        f, f_z, f_u, R, R_z, R_u = self._evaluators()
         i_c = n
         i_S = n + 1
         i_cS = i_S + n * nm
@@ -141,28 +152,41 @@ class Shooting:
         def rhs(tt, y, rows, piece):
             z = y[:, :n]
             u = U[rows]
-            A = prov.derivative("f", tt, z, u, dz=1)
-            Bm = prov.derivative("f", tt, z, u, dth=1)
             Sk = y[:, i_S:i_cS].reshape(-1, n, nm)
-            dS = np.matmul(A, Sk)
-            dS[:, :, n:] += Bm
-            rz = prov.derivative("R", tt, z, u, dz=1)
-            dcS = np.einsum("ki,kij->kj", rz, Sk)
-            dcS[:, n:] += prov.derivative("R", tt, z, u, dth=1)
-            return np.concatenate([prov.derivative("f", tt, z, u),
-                                   prov.derivative("R", tt, z, u)[:, None],
+            dS = np.matmul(f_z(tt, z, u), Sk)
+            dS[:, :, n:] += f_u(tt, z, u)
+            dcS = np.einsum("ki,kij->kj", R_z(tt, z, u), Sk)
+            dcS[:, n:] += R_u(tt, z, u)
+            return np.concatenate([f(tt, z, u), R(tt, z, u)[:, None],
                                    dS.reshape(-1, n * nm), dcS], axis=1)
 
-        y0 = np.zeros((K, i_cS + nm))
-        y0[:, :n] = S[:-1]
-        S0 = np.zeros((K, n, nm))
+        y0 = np.zeros((P * K, i_cS + nm))
+        y0[:, :n] = S[:, :-1].reshape(-1, n)
+        S0 = np.zeros((P * K, n, nm))
         S0[:, np.arange(n), np.arange(n)] = 1.0
-        y0[:, i_S:i_cS] = S0.reshape(K, -1)
-        out = integrate_rows(rhs, t[:-1], t[1:], y0, tableau=self.tableau, rtol=self.rtol,
-                             atol=self.atol, max_steps=self.max_steps,
-                             first_step=self.first_step, max_step=self.max_step,
-                             record=record)
-        y = out.y
+        y0[:, i_S:i_cS] = S0.reshape(P * K, -1)
+        out = integrate_rows(rhs, t[:, :-1].ravel(), t[:, 1:].ravel(), y0,
+                             tableau=self.tableau, rtol=self.rtol, atol=self.atol,
+                             max_steps=self.max_steps, first_step=self.first_step,
+                             max_step=self.max_step, record=record)
+        return [self._unpack_rows(out, j, S[j], U[j * K:(j + 1) * K], t[j])
+                for j in range(P)]
+
+    def _evaluators(self) -> tuple:
+        """``f, f_z, f_theta, R, R_z, R_theta`` of the provider, for the ensemble's loop."""
+        if self._evals is None:
+            self._evals = tuple(self.prov.evaluator(which, dz, dth)
+                                for which in ("f", "R") for dz, dth in ((0, 0), (1, 0), (0, 1)))
+        return self._evals
+
+    def _unpack_rows(self, out, j: int, S: np.ndarray, U: np.ndarray,
+                     t: np.ndarray) -> IntervalSolve:
+        """The `IntervalSolve` of point ``j`` from rows ``j K .. (j + 1) K - 1``."""
+        n, K, nm = self.n, self.K, self.block
+        i_c, i_S = n, n + 1
+        i_cS = i_S + n * nm
+        r = slice(j * K, (j + 1) * K)
+        y = out.y[r]
         sens = y[:, i_S:i_cS].reshape(K, n, nm)
         F, C = y[:, :n], y[:, i_c]
         Fs, Fu = sens[:, :, :n], sens[:, :, n:]
@@ -170,14 +194,16 @@ class Shooting:
         FH = np.zeros((K, n))
         CH = np.zeros(K)
         failure = None
-        bad = np.flatnonzero(out.status != DONE)
+        status = out.status[r]
+        bad = np.flatnonzero(status != DONE)
         if bad.size:
             k = int(bad[0])
             failure = (f"the integration of shooting interval {k} ([{t[k]:.6g}, "
-                       f"{t[k + 1]:.6g}]) failed at t = {out.t[k]:.6g}: "
-                       f"{row_failure_reason(int(out.status[k]), self.max_steps, out.h_lambda[k])}"
+                       f"{t[k + 1]:.6g}]) failed at t = {out.t[r][k]:.6g}: "
+                       f"{row_failure_reason(int(status[k]), self.max_steps, out.h_lambda[r][k])}"
                        f" ({bad.size} of {K} intervals failed)")
         elif self.free_horizon:
+            prov = self.prov
             f0 = prov.derivative("f", t[:-1], S[:-1], U)
             f1 = prov.derivative("f", t[1:], F, U)
             r0 = prov.derivative("R", t[:-1], S[:-1], U)
@@ -186,8 +212,8 @@ class Shooting:
             FH = d1[:, None] * f1 - d0[:, None] * np.einsum("kij,kj->ki", Fs, f0)
             CH = d1 * r1 - d0 * (r0 + np.einsum("ki,ki->k", Cs, f0))
         return IntervalSolve(F=F, C=C, Fs=Fs, Fu=Fu, Cs=Cs, Cu=Cu, FH=FH, CH=CH,
-                             nfev=out.nfev, nsteps=out.nsteps, failure=failure,
-                             dense=out.dense)
+                             nfev=out.nfev, nsteps=out.nsteps[r], failure=failure,
+                             dense=out.dense, row0=j * K)
 
     # -- objective and defects -------------------------------------------------------
     def objective(self, w: np.ndarray, sol: IntervalSolve) -> float:
@@ -257,7 +283,7 @@ class Shooting:
         P = fractions.size
         tt = t[:-1, None] + fractions[None, :] * (t[1:] - t[:-1])[:, None]
         rows = np.repeat(np.arange(K), P)
-        y = sol.dense(tt.ravel(), rows)
+        y = sol.dense(tt.ravel(), rows + sol.row0)
         z = y[:, :n].reshape(K, P, n)
         sens = y[:, n + 1:n + 1 + n * nm].reshape(K, P, n, nm)
         zs, zu = sens[..., :n], sens[..., n:]

@@ -117,6 +117,15 @@ class DerivativeProvider:
             )
         return out
 
+    def evaluator(self, which: str, dz: int = 0, dth: int = 0):
+        """``g(t, z, theta)``: `derivative` ``(which, dz, dth)`` for a loop that calls it
+        many times on well-formed batches (``z`` float (B, N), ``theta`` float (B, M),
+        ``t`` a float or an array (B,)). The default checks every call as `derivative`
+        does; a provider may return its compiled code itself (the sympy provider)."""
+        def call(t, z, theta):
+            return self.derivative(which, t, z, theta, dz=dz, dth=dth)
+        return call
+
     def taylor(self, which: str, t: float, z: np.ndarray, theta: np.ndarray | None,
                order: int, dth: int = 0) -> np.ndarray:
         """Taylor coefficients in ``z`` of ``which`` (or of its ``theta``-gradient when

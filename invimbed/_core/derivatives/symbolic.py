@@ -237,6 +237,12 @@ class SympyProvider(DerivativeProvider):
     def _derivative(self, which, t, z, theta, dz, dth):
         return self._request("tensor", which, dz, dth)(t, z, theta)
 
+    def evaluator(self, which: str, dz: int = 0, dth: int = 0) -> "_Compiled":
+        """The compiled code of the tensor ``(which, dz, dth)`` itself: rows at their own
+        times, no per-call checks (see :meth:`DerivativeProvider.evaluator`)."""
+        _check_request(which, dz, dth, "dz")
+        return self._request("tensor", which, dz, dth)
+
     def taylor(self, which: str, t: float, z: np.ndarray, theta: np.ndarray | None,
                order: int, dth: int = 0) -> np.ndarray:
         """Taylor coefficients ``D^alpha_z g / alpha!`` generated directly, one expression
