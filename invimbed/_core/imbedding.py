@@ -18,6 +18,8 @@ from .accuracy import assess
 from .arguments import parse_tol, prepare
 from .orders import raise_order
 from .assembly import collect_results
+from .budget import resolve_budget
+from .sweep_memory import plan as memory_plan
 from .derivatives.finite_difference import relative_step
 from .validation import (STEP_BUDGET, as_bool, as_int, as_ivp_options, as_spacing,
                          check_choice, check_positive, describe)
@@ -28,7 +30,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
                     step: float | None = None, estimate_error: bool = True,
                     difference: str = "central", delta: Any = None, backend: str = "numpy",
                     tol: Any = None, fallback: str | None = None, max_order: int = 6,
-                    ratio_test: bool = True, **options: Any) -> ImbeddingResult:
+                    ratio_test: bool = True, memory_budget: int | str | None = None,
+                    **options: Any) -> ImbeddingResult:
     r"""Solve a Bolza problem for every requested depth in one sweep in ``p``.
 
     Integrates the imbedded fields of docs/theory.md, "The imbedded fields" --- the output
@@ -108,6 +111,13 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     ratio_test : bool, default True
         With ``tol``: carry the jets of order ``K - 1`` (and ``K + 2`` where served) and
         refuse depths whose successive differences do not shrink geometrically.
+    memory_budget : int, str or None, default None
+        Bytes (or a string such as ``"2GiB"``) the sweep may hold, as in `solve_adjoint`;
+        by default half of what the process can still allocate, at most 1 GiB beyond the
+        outputs. The batch shares one sequence of steps, so it is never cut: where the
+        sweep's state at every requested depth does not fit, the fields of each depth
+        are computed as the sweep reaches it and the state is not kept (the same
+        numbers, bit for bit; docs/performance.md, "Memory budget"). Backend "numpy".
     **options
         ``max_steps``: the budget of steps of the sweep. Adaptive methods: default
         10,000; a stiff problem on an explicit method then ends within seconds, with a
@@ -140,6 +150,10 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         For an invalid value, naming the argument, what was expected and what was
         received; an ``x`` whose length differs from what the dynamics return, or a
         control missing or of the wrong size, names ``x`` or ``control``.
+    MemoryError
+        If the outputs and one sweep's working state exceed ``memory_budget`` (before the
+        sweep starts): the message names the rows, the budget and
+        `invimbed.dask.solve_batch`.
 
     Notes
     -----
@@ -173,6 +187,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     check_positive(rtol, "rtol", allow_none=True)
     check_positive(atol, "atol", allow_none=True)
     tol_pair = parse_tol(tol)
+    budget = resolve_budget(memory_budget)
     _check_method_options(method, step, options)
     if backend == "cupy":  # device arrays in, device arrays out (docs: Performance and scale)
         from .namespace import is_cupy_array, to_numpy
@@ -218,7 +233,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         return _sweep(at, closure=closure, order=K, method=method, rtol=rtol, atol=atol,
                       step=step, est=est, difference=difference, delta=delta,
                       backend=backend, tol=tol_pair, ratio_test=ratio_test,
-                      warnings=list(warnings), options=dict(options))
+                      warnings=list(warnings), options=dict(options), budget=budget)
 
     if tol_pair is None:
         res = sweep(setup, order)
@@ -374,8 +389,10 @@ def _highest_order(prov: Any, setup: Any, est: bool, max_order: int) -> int:
 
 def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, atol: float,
            step: Any, est: bool, difference: str, delta: Any, backend: str, tol: Any,
-           ratio_test: bool, warnings: list, options: dict) -> ImbeddingResult:
-    """One sweep at jet order ``order``."""
+           ratio_test: bool, warnings: list, options: dict,
+           budget: int | None = None) -> ImbeddingResult:
+    """One sweep at jet order ``order``, within ``budget`` bytes
+    (`invimbed._core.sweep_memory`)."""
     if backend != "numpy":
         from .._backends import sweep_backend
 
@@ -411,26 +428,30 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
         clo = StencilClosure(prov, setup.control, setup.x, setup.q, difference=difference,
                              delta=delta)
 
+    def per_depth(p: float, y: np.ndarray):
+        fl = clo.fields(y)                 # depth_grad: by collect_results, all at once
+        if isinstance(clo, JetClosure):
+            return fl, clo.error_estimate(y), clo.lower_difference(y), clo.upper_difference(y)
+        return fl, clo.error_estimate(y)
+
+    sink = memory_plan(setup, clo, method, budget, per_depth)   # None: every state kept
     y0 = clo.initial_state()
     breakpoints = setup.control.breakpoints
     if method in SCIPY_METHODS:
         if step is not None:
             options.setdefault("max_step", float(step))
         outcome = integrate_scipy(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
-                                  setup.piece_of, method=method, rtol=rtol, atol=atol, **options)
+                                  setup.piece_of, method=method, rtol=rtol, atol=atol,
+                                  ys=sink, **options)
     else:
-        budget = {k: v for k, v in options.items() if k == STEP_BUDGET}
+        steps = {k: v for k, v in options.items() if k == STEP_BUDGET}
         outcome = integrate_fixed(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
                                   setup.piece_of, method=method, step=step,
-                                  disc_step=clo.disc_step, **budget)
+                                  disc_step=clo.disc_step, ys=sink, **steps)
+    if sink is not None:
+        outcome.ys, per_depth = sink.states(), sink.per_depth
 
     B, N = setup.x.shape
-
-    def per_depth(p: float, y: np.ndarray):
-        fl = clo.fields(y)                 # depth_grad: by collect_results, all at once
-        if isinstance(clo, JetClosure):
-            return fl, clo.error_estimate(y), clo.lower_difference(y), clo.upper_difference(y)
-        return fl, clo.error_estimate(y)
 
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N),
               "param_grad": (B, setup.control.n_params), "depth_grad": (B,)}

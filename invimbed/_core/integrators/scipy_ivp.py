@@ -59,7 +59,8 @@ def h_lambda(solver: Any) -> float:
 def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.ndarray,
                     breakpoints: np.ndarray, piece_of: Callable[[float, float], Any],
                     method: str = "RK45", rtol: float = 1e-6, atol: float = 1e-9,
-                    max_steps: int = DEFAULT_MAX_STEPS, **options: Any) -> Outcome:
+                    max_steps: int = DEFAULT_MAX_STEPS, ys: Any = None,
+                    **options: Any) -> Outcome:
     """Integrate ``dy/dp = rhs(p, y)`` from ``q`` down to ``depths_desc[-1]`` in one sweep.
 
     This is ``solve_ivp``'s loop over one of its ``OdeSolver`` classes, kept here so that a
@@ -67,12 +68,14 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
     depths come from the solver's dense output, so the work does not grow with the
     number of depths; the sweep is restarted only where the control jumps
     (``breakpoints``). At most ``max_steps`` steps are taken in all (see the module
-    docstring for how a solve ends).
+    docstring for how a solve ends). ``ys`` receives the state of depth ``i`` as
+    ``ys[i] = y`` (default: an array (n, size), NaN where not reached, returned as
+    ``Outcome.ys``; `invimbed._core.sweep_memory.DepthSink` keeps only the fields).
     """
     max_steps = check_max_steps(max_steps)
     counting = CountingRHS(rhs)
     n = depths_desc.size
-    ys = np.full((n, y0.size), np.nan)
+    ys = np.full((n, y0.size), np.nan) if ys is None else ys
     y = y0.copy()
     out = Outcome(ys=ys)
     for i, p in enumerate(depths_desc):
