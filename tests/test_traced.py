@@ -304,6 +304,14 @@ def test_a_trace_is_nan_where_the_function_is(name):
             assert np.all(np.isnan(prov.taylor("f", 0.1, z, th, 6)[..., 0]))
 
 
+def test_an_integer_valued_float_power_has_no_domain():
+    # z ** 2.0 is defined for negative z: dropping it must not make the trace NaN there
+    prov = BolzaProblem(lambda t, z, th: z * th + 0.0 * z ** 2.0, vectorized=True,
+                        derivatives="trace").provider(1, 1)
+    got = prov.derivative("f", 0.1, np.array([[-1.5]]), np.array([[0.7]]))
+    np.testing.assert_array_equal(got, [[-1.5 * 0.7]])
+
+
 def test_a_trace_keeps_no_guard_where_the_function_stays():
     # sqrt(2 - z) is in the expression: it is NaN by itself, nothing is added
     prov = BolzaProblem(lambda t, z, th: np.sqrt(2.0 - z) * th, vectorized=True,

@@ -40,9 +40,12 @@ def condition(sp: Any, name: str, atom: Any, arg: Any, exponent: Any = None) -> 
     if not getattr(arg, "free_symbols", None):
         return NONE
     if name == "pow":
-        if exponent is None or not exponent.is_number or exponent.is_integer:
+        if exponent is None or not exponent.is_number:
             return NONE
-        cond = arg >= 0 if exponent > 0 else arg > 0    # 0 ** -0.5 is inf
+        value = float(exponent)
+        if value == int(value):         # z ** 2.0 is defined for every z, as z ** 2
+            return NONE
+        cond = arg >= 0 if value > 0 else arg > 0       # 0 ** -0.5 is inf
     elif name in _DOMAIN:
         cond = _DOMAIN[name](sp, arg)
     else:
