@@ -98,23 +98,12 @@ def fmt(s: float | None) -> str:
 
 
 def double_pendulum(taylor_mode: bool | None, g: float = 3.0, amp: float = 2.0):
-    """tests/test_accuracy.py's two-link pendulum with a sinusoidal torque on the first
-    link and a constant control torque ``u``."""
-    import sympy as sp
-
-    t, u = sp.Symbol("t"), sp.Symbol("u")
-    a, b, va, vb = sp.symbols("a b va vb")
-    d = a - b
-    den = 3 - sp.cos(2 * a - 2 * b)
-    aa = (-3 * g * sp.sin(a) - g * sp.sin(a - 2 * b)
-          - 2 * sp.sin(d) * (vb ** 2 + va ** 2 * sp.cos(d))) / den
-    bb = 2 * sp.sin(d) * (2 * va ** 2 + 2 * g * sp.cos(a) + vb ** 2 * sp.cos(d)) / den
-    f = [va, vb, aa + u + amp * sp.sin(3 * t), bb]
-    R = 0.1 * (a ** 2 + b ** 2) + 0.05 * u ** 2
-    T = (1 - sp.cos(a - 1)) + (1 - sp.cos(b)) + 0.05 * (va ** 2 + vb ** 2)
-    prov = SympyProvider(t, [a, b, va, vb], [u], f, R, T, taylor_mode=taylor_mode)
+    """``_pendulums.forced_double_pendulum`` (``tests/test_accuracy.py``'s two-link
+    pendulum) through a provider with the given ``taylor_mode``."""
     import invimbed
+    from _pendulums import forced_double_pendulum
 
+    prov = SympyProvider(*forced_double_pendulum(g, amp), taylor_mode=taylor_mode)
     return invimbed.BolzaProblem(prov.numeric("f"), prov.numeric("R"), prov.numeric("T"),
                                  derivatives=prov, vectorized=True)
 

@@ -45,22 +45,10 @@ FIELDS = ("z", "value", "adjoint", "param_grad")
 
 
 def problem():
-    import sympy as sp
-
     import invimbed
+    from _pendulums import forced_double_pendulum
 
-    g, amp = 3.0, 2.0
-    t, u = sp.Symbol("t"), sp.Symbol("u")
-    a, b, va, vb = sp.symbols("a b va vb")
-    d = a - b
-    den = 3 - sp.cos(2 * a - 2 * b)
-    aa = (-3 * g * sp.sin(a) - g * sp.sin(a - 2 * b)
-          - 2 * sp.sin(d) * (vb**2 + va**2 * sp.cos(d))) / den
-    bb = 2 * sp.sin(d) * (2 * va**2 + 2 * g * sp.cos(a) + vb**2 * sp.cos(d)) / den
-    f = [va, vb, aa + u + amp * sp.sin(3 * t), bb]
-    R = 0.1 * (a**2 + b**2) + 0.05 * u**2
-    T = (1 - sp.cos(a - 1)) + (1 - sp.cos(b)) + 0.05 * (va**2 + vb**2)
-    return invimbed.from_sympy(t, [a, b, va, vb], [u], f, R, T)
+    return invimbed.from_sympy(*forced_double_pendulum())
 
 
 def child(kind: str, out: str) -> None:

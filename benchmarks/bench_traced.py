@@ -36,75 +36,15 @@ import time
 
 import bench_ensemble as E      # sets the thread variables before numpy / jax load
 import numpy as np
-from numba import njit
 
 import _pendulums as P
 import invimbed
 from _machine import machine_info
 
-K, C, A, RHO = P.K_SPRING, P.C_DAMP, P.A_RUN, P.RHO
-ZT = P.Z_TARGET
-
-
-@njit(cache=True)
-def f(t, z, th):
-    out = np.empty(4)
-    out[0] = z[2]
-    out[1] = z[3]
-    out[2] = -np.sin(z[0]) - K * (z[0] - z[1]) - C * z[2] + th[0]
-    out[3] = -np.sin(z[1]) - K * (z[1] - z[0]) - C * z[3] + th[1]
-    return out
-
-
-@njit(cache=True)
-def R(t, z, th):
-    return A * (2.0 - np.cos(z[0]) - np.cos(z[1])) + 0.5 * RHO * (th[0] ** 2 + th[1] ** 2)
-
-
-@njit(cache=True)
-def T(z):
-    return 0.5 * ((z[0] - ZT[0]) ** 2 + (z[1] - ZT[1]) ** 2 + (z[2] - ZT[2]) ** 2
-                  + (z[3] - ZT[3]) ** 2)
-
-
-@njit(cache=True)
-def f_z(t, z, th):
-    out = np.zeros((4, 4))
-    out[0, 2] = 1.0
-    out[1, 3] = 1.0
-    out[2, 0] = -np.cos(z[0]) - K
-    out[2, 1] = K
-    out[2, 2] = -C
-    out[3, 0] = K
-    out[3, 1] = -np.cos(z[1]) - K
-    out[3, 3] = -C
-    return out
-
-
-@njit(cache=True)
-def f_theta(t, z, th):
-    out = np.zeros((4, 2))
-    out[2, 0] = 1.0
-    out[3, 1] = 1.0
-    return out
-
-
-@njit(cache=True)
-def R_z(t, z, th):
-    out = np.zeros(4)
-    out[0] = A * np.sin(z[0])
-    out[1] = A * np.sin(z[1])
-    return out
-
-
-@njit(cache=True)
-def R_theta(t, z, th):
-    return RHO * th.copy()
-
-
-@njit(cache=True)
-def T_z(z):
-    return z - ZT
+# the per-sample @njit pendulum of bench_backends.py (the constants of _pendulums.py)
+from bench_backends import R1 as R, T1 as T, f1 as f  # noqa: E402
+from bench_backends import R1_theta as R_theta, R1_z as R_z, T1_z as T_z  # noqa: E402
+from bench_backends import f1_theta as f_theta, f1_z as f_z  # noqa: E402
 
 
 def problems() -> dict[str, invimbed.BolzaProblem]:

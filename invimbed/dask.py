@@ -30,7 +30,7 @@ from ._core.adjoint import OPTIONS as _ADJOINT_OPTIONS
 from ._core.adjoint import solve_adjoint
 from ._core.imbedding import solve_imbedding
 from ._core.problem import BolzaProblem
-from ._core.results import ImbeddingResult
+from ._core.results import RAISED, ImbeddingResult
 from ._core.validation import (SOLVE_IVP_OPTIONS, STEP_BUDGET, as_bool, as_depths,
                                as_float_array, check_choice, describe, require_finite)
 
@@ -39,6 +39,12 @@ SOLVERS = ("imbedding", "adjoint")
 _SOLVE = {"imbedding": solve_imbedding, "adjoint": solve_adjoint}
 #: The per-depth arrays of a result, with their batch axis (axis 1).
 _FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
+#: A `solve_imbedding` result's other per-(depth, input) arrays (batch axis 1), where it
+#: has them; a chunk that raised has them False, NaN or 0.
+_PAIR_ARRAYS = ("converged", "series_ratio", "depth_order", "exact_fallback")
+#: The chunks' statuses (`invimbed.STATUS`), most severe first: the batch has the most
+#: severe of its chunks' (all NaN, some NaN, approximate, unchecked, success).
+_SEVERITY = (RAISED, -1, -2, 1, 0)
 
 
 def _keyword_only(fn: Any) -> set[str]:
@@ -116,10 +122,11 @@ def _solve_chunk(solver: str, problem: BolzaProblem, x: Any, depths: Any,
 def _status(out: dict) -> dict:
     res = out["result"]
     if res is None:
-        return {"success": False, "status": -2, "nfev": 0,
+        return {"success": False, "status": RAISED, "nfev": 0,
                 "message": f"{type(out['error']).__name__}: {out['error']}",
                 "error": out["error"], "shapes": None, "dtypes": None}
-    keys = _FIELDS + (("nsteps",) if res.get("nsteps") is not None else ())
+    keys = (_FIELDS + (("nsteps",) if res.get("nsteps") is not None else ())
+            + tuple(k for k in _PAIR_ARRAYS if res.get(k) is not None))
     shapes = {k: tuple(res[k].shape) for k in keys}
     dtypes = {k: res[k].dtype for k in keys}
     if res.get("error_estimate") is not None:
@@ -129,12 +136,15 @@ def _status(out: dict) -> dict:
     return {"success": bool(res.success), "status": int(res.status), "nfev": int(res.nfev),
             "message": res.message, "error": None, "shapes": shapes, "dtypes": dtypes,
             "closure": res.get("closure"), "method": res.get("method"),
-            "strategy": res.get("strategy"), "warnings": list(res.get("warnings") or [])}
+            "strategy": res.get("strategy"), "warnings": list(res.get("warnings") or []),
+            "derivatives": res.get("derivatives"), "order": res.get("order"),
+            "orders_run": res.get("orders_run")}
 
 
 def _field(out: dict, key: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     res = out["result"]
-    if res is None:  # the chunk raised: NaN (no steps taken for ``nsteps``)
+    if res is None:  # the chunk raised: NaN (no steps taken for ``nsteps``, no order,
+        # not converged, not recomputed)
         return np.full(shape, np.nan if np.issubdtype(dtype, np.floating) else 0, dtype=dtype)
     if key.startswith("error_estimate."):
         return res.error_estimate[key.split(".", 1)[1]]
@@ -217,20 +227,28 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
     -------
     ImbeddingResult
         The fields with the batch axis after the depth axis, as from a batched call of
-        the solver (``solve_adjoint``'s ``nsteps``, ``strategy`` and ``warnings``
-        included, the latter gathered over the chunks), and
+        the solver (``solve_adjoint``'s ``nsteps`` and ``strategy``; `solve_imbedding`'s
+        ``converged``, ``series_ratio``, ``depth_order`` and ``exact_fallback`` put
+        together like the fields, ``order`` the highest of the chunks', ``orders_run``
+        the orders any chunk swept; ``derivatives``; ``warnings`` gathered over the
+        chunks, each once), and
 
         - ``chunk_status``: a list with, for each chunk, ``start``, ``stop`` (its inputs
           ``x[start:stop]``), ``depth_start``, ``depth_stop`` (its depths
           ``depths[depth_start:depth_stop]``; every depth for the imbedding sweep),
-          ``success``, ``status`` (0 success, -1 the solve failed, e.g. a non-finite
-          value, -2 an exception in the task), ``message`` (for ``solver="adjoint"`` the
-          failed input is numbered as in the whole batch) and ``nfev``;
-        - ``success``: whether every chunk succeeded; ``message`` names the chunks that
-          did not, the first first, with the depth (and, for ``solver="adjoint"``, the
-          input) where each failed. A chunk that failed keeps what its solver returned
-          (NaN from the failing depth on for the sweep, NaN in the failed rows for the
-          adjoint; all NaN after an exception): nothing is dropped.
+          ``success``, ``status`` (the solver's `invimbed.STATUS` code: 0 success, 1
+          reached but not checked, -1 the solve failed, e.g. a non-finite value, -2 not
+          converged; or -3 for an exception in the task), ``message`` (for
+          ``solver="adjoint"`` the failed input is numbered as in the whole batch) and
+          ``nfev``;
+        - ``success``: whether every chunk succeeded (status 0 or 1); ``message`` names
+          the chunks that did not, the first first, with the depth (and, for
+          ``solver="adjoint"``, the input) where each failed. A chunk that failed keeps
+          what its solver returned (NaN from the failing depth on for the sweep, NaN in
+          the failed rows for the adjoint; all NaN, ``converged`` False and
+          ``depth_order`` 0 after an exception): nothing is dropped.
+        - ``status``: the most severe of the chunks' statuses, in the order -3, -1, -2,
+          1, 0 (so a batch of status-1 chunks has status 1);
         - ``nfev``: the sum over chunks.
 
     Raises
@@ -371,7 +389,7 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
     chunk_status = []
     for (a, b, c, d), s in zip(tiles, status):
         message = s["message"]
-        if solver == "adjoint" and not s["success"] and s["status"] != -2:
+        if solver == "adjoint" and not s["success"] and s["status"] != RAISED:
             message = _global_inputs(message, a)
         chunk_status.append({"start": a, "stop": b, "depth_start": c, "depth_stop": d,
                              "success": s["success"], "status": s["status"],
@@ -384,26 +402,32 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
                    f"chunks' rows are valid; see `chunk_status`.")
     else:
         message = f"All {len(tiles)} chunks succeeded. {status[0]['message']}"
+    code = min((s["status"] for s in status), key=_SEVERITY.index)
+    done = [s for s in status if s["shapes"] is not None]
     common = dict(
         depths=np.asarray(depths_arr, dtype=float).copy(),
         **{k: arrays[k] for k in _FIELDS},
-        success=not failed,
-        status=0 if not failed else -1,
+        success=code >= 0,
+        status=code,
         message=message,
         nfev=int(sum(c["nfev"] for c in chunk_status)),
         closure=ok.get("closure"),
         method=ok.get("method"),
+        derivatives=ok.get("derivatives"),
+        warnings=list(dict.fromkeys(w for s in done for w in s["warnings"])),
     )
     if solver == "adjoint":
-        warnings = list(dict.fromkeys(w for s in status if s["shapes"] is not None
-                                      for w in s["warnings"]))
         return ImbeddingResult(**common, nsteps=arrays["nsteps"], error_estimate=None,
-                               strategy=ok.get("strategy"), warnings=warnings,
-                               chunk_status=chunk_status)
+                               strategy=ok.get("strategy"), chunk_status=chunk_status)
     error = ({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("error_estimate.")}
              or None)
+    orders = [s["order"] for s in done if s["order"] is not None]
+    runs = [s["orders_run"] for s in done if s["orders_run"] is not None]
     return ImbeddingResult(**common,
                            error_estimate=None if error is None else ImbeddingResult(error),
+                           **{k: arrays.get(k) for k in _PAIR_ARRAYS},
+                           order=max(orders) if orders else None,
+                           orders_run=sorted(set().union(*runs)) if runs else None,
                            chunk_status=chunk_status)
 
 

@@ -119,9 +119,61 @@ def test_exception_in_one_chunk_is_reported(client):
     problem = BolzaProblem(f, R, T_picky, vectorized=True)
     res = idask.solve_batch(problem, x, DEPTHS, client=client, chunk_size=10, **KW)
     status = [c["status"] for c in res.chunk_status]
-    assert status == [-2, 0, 0] and not res.success
+    assert status == [-3, 0, 0] and not res.success
+    assert res.status == -3 and -3 in invimbed.STATUS     # its own status, not -2
     assert "ArithmeticError" in res.chunk_status[0]["message"]
     assert np.all(np.isnan(res.value[:, :10])) and np.all(np.isfinite(res.value[:, 10:]))
+
+
+def test_unchecked_chunks_make_an_unchecked_batch(client):
+    # closure="stencil" has no error estimate: every chunk, and so the batch, is status 1
+    kw = dict(KW, closure="stencil")
+    ref = solve_imbedding(PROBLEM, X, DEPTHS, **kw)
+    res = idask.solve_batch(PROBLEM, X, DEPTHS, client=client, chunk_size=10, **kw)
+    assert ref.status == 1
+    assert [c["status"] for c in res.chunk_status] == [1, 1, 1]
+    assert (res.success, res.status) == (True, 1)
+    np.testing.assert_array_equal(res.z, ref.z)
+
+
+def test_tol_results_keep_converged_and_orders(client):
+    # chunk 0:5 is near rest and converges at order 1; chunk 5:10 does not converge by
+    # max_order=3 from depth -0.5 on: the batch is status -2, as the unchunked call
+    x = X[:10].copy()
+    x[:5] *= 0.01
+    depths = np.array([0.0, -0.5, -1.0])
+    kw = dict(KW, tol=1e-3, max_order=3)
+    ref = solve_imbedding(PROBLEM, x, depths, **kw)
+    res = idask.solve_batch(PROBLEM, x, depths, client=client, chunk_size=5, **kw)
+    assert [c["status"] for c in res.chunk_status] == [0, -2]
+    assert (res.success, res.status) == (ref.success, ref.status) == (False, -2)
+    for k in ("converged", "depth_order", "series_ratio"):
+        np.testing.assert_array_equal(res[k], ref[k])
+    assert not res.converged[1:, 5:].all() and res.converged[:, :5].all()
+    assert res.order == ref.order == 3 and res.orders_run == ref.orders_run == [1, 2, 3]
+    assert res.derivatives == ref.derivatives
+    assert {w.code for w in res.warnings} == {w.code for w in ref.warnings}
+    assert len(res.warnings) == len(set(res.warnings))
+
+
+def test_raised_chunk_has_no_order_and_is_not_converged(client):
+    def T_picky(z):
+        if np.any(z[:, 1] > 3.0):
+            raise ArithmeticError("terminal loss undefined above 3")
+        return T(z)
+
+    x = X[:10].copy()
+    x[7, 1] = 4.0
+    problem = BolzaProblem(f, R, T_picky, vectorized=True)
+    kw = dict(KW, tol=1e-3)
+    ref = solve_imbedding(problem, x[:5], DEPTHS, **kw)     # the chunk that returns
+    res = idask.solve_batch(problem, x, DEPTHS, client=client, chunk_size=5, **kw)
+    assert [c["status"] for c in res.chunk_status] == [ref.status, -3]
+    assert res.status == -3 and not res.success              # the most severe
+    np.testing.assert_array_equal(res.converged[:, :5], ref.converged)
+    np.testing.assert_array_equal(res.depth_order[:, :5], ref.depth_order)
+    assert not res.converged[:, 5:].any() and np.all(res.depth_order[:, 5:] == 0)
+    assert res.order == ref.order
 
 
 def test_invalid_arguments_raise(client):

@@ -269,3 +269,51 @@ def test_the_device_backend_gets_the_functions_with_finite_differences():
     for which, dz, dth in [("f", 1, 0), ("R", 2, 0), ("f", 1, 1), ("T", 1, 0)]:
         np.testing.assert_array_equal(got.derivative(which, 0.3, z, th, dz, dth),
                                       fd.derivative(which, 0.3, z, th, dz, dth))
+
+
+# functions whose domain sympy's simplification drops while tracing (0.0 * sqrt(2 - z) is
+# 0, sqrt(z) ** 2 is z): the trace must be NaN where the function is
+DOMAIN_DROPPED = {
+    "zero times sqrt": (lambda t, z, th: z + 0.0 * np.sqrt(2.0 - z), [1.5, 2.5]),
+    "zero times log": (lambda t, z, th: z * th + 0.0 * np.log(z), [0.5, -0.5]),
+    "zero times arcsin": (lambda t, z, th: np.cos(z) + 0.0 * np.arcsin(z), [0.5, 1.5]),
+    "square of a root": (lambda t, z, th: np.sqrt(z) ** 2 * th, [0.5, -0.5]),
+    "a root cancelled": (lambda t, z, th: z ** 0.5 - z ** 0.5 + th, [0.5, -0.5]),
+    "log1p times zero": (lambda t, z, th: z - 0.0 * np.log1p(z), [0.5, -1.5]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DOMAIN_DROPPED))
+def test_a_trace_is_nan_where_the_function_is(name):
+    f, (inside, outside) = DOMAIN_DROPPED[name]
+    prov = BolzaProblem(f, vectorized=True, derivatives="trace").provider(1, 1)
+    th = np.array([[0.7]])
+    for z0, finite in ((inside, True), (outside, False)):
+        z = np.array([[z0]])
+        with np.errstate(all="ignore"):
+            user = f(0.1, z, th)
+        assert np.all(np.isfinite(user)) == finite          # the premise
+        got = prov.derivative("f", 0.1, z, th)
+        if finite:
+            np.testing.assert_allclose(got, user, rtol=1e-14, atol=0)
+        else:
+            assert np.all(np.isnan(got)), (name, got)
+            # and the derivatives in what the output depends on, symbolic and Taylor mode
+            if "cancelled" not in name:
+                assert np.all(np.isnan(prov.derivative("f", 0.1, z, th, 1)))
+            assert np.all(np.isnan(prov.taylor("f", 0.1, z, th, 6)[..., 0]))
+
+
+def test_an_integer_valued_float_power_has_no_domain():
+    # z ** 2.0 is defined for negative z: dropping it must not make the trace NaN there
+    prov = BolzaProblem(lambda t, z, th: z * th + 0.0 * z ** 2.0, vectorized=True,
+                        derivatives="trace").provider(1, 1)
+    got = prov.derivative("f", 0.1, np.array([[-1.5]]), np.array([[0.7]]))
+    np.testing.assert_array_equal(got, [[-1.5 * 0.7]])
+
+
+def test_a_trace_keeps_no_guard_where_the_function_stays():
+    # sqrt(2 - z) is in the expression: it is NaN by itself, nothing is added
+    prov = BolzaProblem(lambda t, z, th: np.sqrt(2.0 - z) * th, vectorized=True,
+                        derivatives="trace").provider(1, 1)
+    assert not prov.expressions["f"][0].has(__import__("sympy").Piecewise)

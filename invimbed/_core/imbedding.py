@@ -18,6 +18,8 @@ from .accuracy import assess
 from .arguments import parse_tol, prepare
 from .orders import raise_order
 from .assembly import collect_results
+from .budget import resolve_budget
+from .sweep_memory import plan as memory_plan
 from .derivatives.finite_difference import relative_step
 from .dense import attach_closure_dense, check_dense_output, dense_conflicts
 from .validation import (STEP_BUDGET, as_bool, as_int, as_ivp_options, as_spacing,
@@ -30,6 +32,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
                     difference: str = "central", delta: Any = None, backend: str = "numpy",
                     tol: Any = None, fallback: str | None = None, max_order: int = 6,
                     ratio_test: bool = True, dense_output: bool = False,
+                    memory_budget: int | str | None = None,
                     **options: Any) -> ImbeddingResult:
     r"""Solve a Bolza problem for every requested depth in one sweep in ``p``.
 
@@ -51,15 +54,11 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     control : Constant, PiecewiseConstant, Control or None
         Open-loop control ``theta(t; w)``; ``None`` means ``theta`` of size 0.
     closure : {"jet", "stencil", "crop"}
-        How the nested Jacobians are closed (docs/theory.md, "The closures"). ``"jet"`` (default,
-        recommended) carries Taylor coefficients: order 1 is exact for affine dynamics
-        with at most quadratic losses; otherwise ``z`` and ``value`` have error
-        ``O(s^3)`` in depth ``s = q - p`` (``O(s^(K+2))`` for order ``K``), and so do
-        ``adjoint`` and ``depth_grad`` unless ``D^3 T != 0`` (a non-quadratic terminal
-        loss), which makes them ``O(s^2)`` (``O(s^(K+1))``). ``"stencil"`` carries the fields at ``2N + 1`` (``difference=
-        "central"``, eq. (18)) or ``N + 1`` (``"forward"``, eq. (19))
-        points and needs only first derivatives. ``"crop"`` is the paper's eq. (21),
-        kept for reproduction only: it is not exact even for linear dynamics.
+        How the nested Jacobians are closed (docs/theory.md, "The closures"; their errors
+        in docs/closures.md). ``"jet"`` (default) carries Taylor coefficients and is exact
+        at order 1 for affine dynamics with at most quadratic losses; ``"stencil"``
+        carries the fields at ``2N + 1`` or ``N + 1`` points (eqs. (18), (19));
+        ``"crop"`` is the paper's eq. (21), for reproduction only.
     order : int, default 1
         Jet order ``K`` (``closure="jet"``). The provider must give derivatives up to
         order ``K + 1`` (``K + 2`` with the error estimate).
@@ -81,13 +80,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     difference : {"central", "forward"}
         Difference quotient of ``closure="stencil"``.
     delta : float or array_like, shape (N,) or (B, N), optional
-        Stencil spacing ``Delta_i`` (``closure="stencil"`` only; positive); default
-        ``1e-3 * max(|x_i|, 1e-2)``: relative to each component, so that a stencil point
-        keeps the sign of every component larger than ``1e-5`` and the dynamics stay where
-        they are defined, with a floor of ``1e-5``, below which the rounding of
-        finite-difference derivatives would dominate (docs/closures.md, "The stencil's
-        spacing"). Near a boundary at zero pass ``difference="forward"`` or your own
-        ``delta``.
+        Stencil spacing ``Delta_i`` (``closure="stencil"`` only); default
+        ``1e-3 * max(|x_i|, 1e-2)`` (docs/closures.md, "The stencil's spacing").
     backend : {"numpy", "numba", "cupy"}
         Where the sweep runs. ``"numpy"`` (default) supports everything above; the
         accelerated backends (see "Performance and scale" in the docs) run fixed-step
@@ -95,15 +89,11 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         runs the jet of any order with ``method="RK45"`` or ``"RK23"`` (``tol`` and
         ``fallback`` included), one compiled sweep per input.
     tol : float or (float, float), optional
-        ``(rtol, atol)`` (a float ``t`` means ``(t, t)``) applied to every field like
-        `numpy.isclose`: ``|err| <= atol + rtol |field|``. The sweep raises the jet order
-        from ``order`` to ``max_order`` until the error estimate is within ``tol`` at
-        every depth, with a ratio test that refuses depths where the jet series does not
-        converge; it raises the order only for the depths predicted to reach ``tol`` by
-        ``max_order`` (and, with ``fallback``, at less cost than the exact solve), and
-        keeps each depth's fields from the order that converged it (docs/accuracy.md).
-        Without it, a depth whose estimate exceeds 10% of ``max(1, |field|)``
-        is not converged. Needs ``closure="jet"`` with the estimate.
+        ``(rtol, atol)`` (a float ``t`` means ``(t, t)``) for every field:
+        ``|err| <= atol + rtol |field|``. The jet order is raised from ``order`` up to
+        ``max_order`` where it is predicted to pay, with a ratio test refusing series
+        that do not converge (docs/accuracy.md). Without it, a depth whose estimate
+        exceeds 10% of ``max(1, |field|)`` is not converged.
     fallback : {None, "adjoint"}
         ``"adjoint"``: recompute the (depth, input) pairs that did not converge with the
         exact ensemble `solve_adjoint` (marked in ``exact_fallback``).
@@ -119,15 +109,15 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         is that of the sweep (docs/accuracy.md, "Dense output: any depth from one sweep").
         Needs a scipy ``method`` and ``backend="numpy"``, without ``tol`` or
         ``fallback``.
+    memory_budget : int, str or None, default None
+        Bytes (or ``"2GiB"``) the sweep may hold, as in `solve_adjoint`. Where its state at
+        every requested depth does not fit, each depth's fields are computed as the sweep
+        reaches it (bit for bit the same; docs/performance.md, "Memory budget").
     **options
-        ``max_steps``: the budget of steps of the sweep. Adaptive methods: default
-        10,000; a stiff problem on an explicit method then ends within seconds, with a
-        message suggesting ``"Radau"`` or ``"BDF"``. Fixed-step methods: by default a grid
-        of up to 1,000,000 steps runs whole and a finer one (a ``step`` far too small for
-        the depths) ends before the first step with ``success=False`` and a message;
-        with ``max_steps`` the grid is stepped up to that many steps. For scipy's adaptive methods also ``first_step``,
-        ``max_step`` and ``min_step``, as in `scipy.integrate.solve_ivp`. Any other
-        keyword raises ``TypeError`` naming it.
+        ``max_steps``: the budget of steps (adaptive methods: default 10,000; fixed
+        steps: grids of up to 1,000,000 steps run whole, finer ones end at once with a
+        message). Adaptive methods also take ``first_step``, ``max_step`` and
+        ``min_step`` as in `scipy.integrate.solve_ivp`. Other keywords raise ``TypeError``.
 
     Returns
     -------
@@ -151,13 +141,15 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         For an invalid value, naming the argument, what was expected and what was
         received; an ``x`` whose length differs from what the dynamics return, or a
         control missing or of the wrong size, names ``x`` or ``control``.
+    MemoryError
+        If the outputs and one sweep's working state exceed ``memory_budget`` (before the
+        sweep starts): the message names the rows, the budget and
+        `invimbed.dask.solve_batch`.
 
     Notes
     -----
-    The depth gradient is the exact ``dJ/dp = -(Lam . Phi + R)`` (docs/theory.md, "The imbedded fields"),
-    not the paper's recursion eqs. (33)/(34), which is wrong (for
-    ``dz/dt = 0.7 z``, ``T = z^2/2``, ``x = 1.3``, ``p = -1`` it gives 8.155 where
-    ``-dJ/dp = 4.797``).
+    The depth gradient is the exact ``dJ/dp = -(Lam . Phi + R)`` (docs/theory.md, "The
+    imbedded fields"), not the paper's recursion eqs. (33)/(34), which is wrong.
 
     References
     ----------
@@ -186,6 +178,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     tol_pair = parse_tol(tol)
     if check_dense_output(dense_output, **dense_conflicts(method, backend, tol, fallback)):
         options["dense_output"] = True
+    budget = resolve_budget(memory_budget)
     _check_method_options(method, step, options)
     if backend == "cupy":  # device arrays in, device arrays out (docs: Performance and scale)
         from .namespace import is_cupy_array, to_numpy
@@ -231,7 +224,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         return _sweep(at, closure=closure, order=K, method=method, rtol=rtol, atol=atol,
                       step=step, est=est, difference=difference, delta=delta,
                       backend=backend, tol=tol_pair, ratio_test=ratio_test,
-                      warnings=list(warnings), options=dict(options))
+                      warnings=list(warnings), options=dict(options), budget=budget)
 
     if tol_pair is None:
         res = sweep(setup, order)
@@ -390,8 +383,10 @@ def _highest_order(prov: Any, setup: Any, est: bool, max_order: int) -> int:
 
 def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, atol: float,
            step: Any, est: bool, difference: str, delta: Any, backend: str, tol: Any,
-           ratio_test: bool, warnings: list, options: dict) -> ImbeddingResult:
-    """One sweep at jet order ``order``."""
+           ratio_test: bool, warnings: list, options: dict,
+           budget: int | None = None) -> ImbeddingResult:
+    """One sweep at jet order ``order``, within ``budget`` bytes
+    (`invimbed._core.sweep_memory`)."""
     if _compiled_adaptive(backend, method):
         from .._backends.sweep_adaptive import sweep_numba_adaptive
 
@@ -436,33 +431,38 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
         clo = StencilClosure(prov, setup.control, setup.x, setup.q, difference=difference,
                              delta=delta)
 
-    y0 = clo.initial_state()
-    breakpoints = setup.control.breakpoints
-    if method in SCIPY_METHODS:
-        if step is not None:
-            options.setdefault("max_step", float(step))
-        outcome = integrate_scipy(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
-                                  setup.piece_of, method=method, rtol=rtol, atol=atol, **options)
-    else:
-        budget = {k: v for k, v in options.items() if k == STEP_BUDGET}
-        outcome = integrate_fixed(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
-                                  setup.piece_of, method=method, step=step,
-                                  disc_step=clo.disc_step, **budget)
-
-    B, N = setup.x.shape
-
     def per_depth(p: float, y: np.ndarray):
         fl = clo.fields(y)                 # depth_grad: by collect_results, all at once
         if isinstance(clo, JetClosure):
             return fl, clo.error_estimate(y), clo.lower_difference(y), clo.upper_difference(y)
         return fl, clo.error_estimate(y)
 
+    sink = memory_plan(setup, clo, method, budget, per_depth)   # None: every state kept
+    y0 = clo.initial_state()
+    breakpoints = setup.control.breakpoints
+    if method in SCIPY_METHODS:
+        if step is not None:
+            options.setdefault("max_step", float(step))
+        outcome = integrate_scipy(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
+                                  setup.piece_of, method=method, rtol=rtol, atol=atol,
+                                  ys=sink, **options)
+    else:
+        steps = {k: v for k, v in options.items() if k == STEP_BUDGET}
+        outcome = integrate_fixed(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
+                                  setup.piece_of, method=method, step=step,
+                                  disc_step=clo.disc_step, ys=sink, **steps)
+    fields_at = per_depth                  # of any state: for the dense output
+    if sink is not None:
+        outcome.ys, per_depth = sink.states(), sink.per_depth
+
+    B, N = setup.x.shape
+
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N),
               "param_grad": (B, setup.control.n_params), "depth_grad": (B,)}
     res = collect_results(setup, outcome, per_depth, shapes, closure=clo.name, method=method,
                           with_errors=clo.has_error_estimate, tol=tol, warnings=warnings,
                           predict=tol is not None)
-    return attach_closure_dense(res, setup, outcome, clo, per_depth, shapes, method,
+    return attach_closure_dense(res, setup, outcome, clo, fields_at, shapes, method,
                                 finish=lambda r: mark_unchecked(r, closure, est, method))
 
 

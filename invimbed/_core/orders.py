@@ -122,7 +122,17 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
             break
         K += 1
         rows = np.flatnonzero(active.any(axis=1))
-        sub, cost = _timed("sweep", sweep, _subset(setup, rows), K)
+        try:
+            sub, cost = _timed("sweep", sweep, _subset(setup, rows), K)
+        except MemoryError as exc:      # the larger jet does not fit `memory_budget`
+            why[active] = FAILED
+            failures.append(SolverWarning(
+                "higher_order_failed",
+                f"The sweep of order {K} was not run: {exc}. The {int(active.sum())} "
+                f"(depth, input) pair(s) it would have raised keep the fields of order "
+                f"{K - 1}.", float(setup.depths[rows].max())))
+            K -= 1
+            break
         costs[K] = cost
         nfev += int(sub.nfev)
         got = _finite(setup, sub) & active[rows]

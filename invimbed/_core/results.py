@@ -21,7 +21,12 @@ STATUS = {
         "(the message names the depth)",
     -2: "not converged: the error estimate exceeds the tolerance at some depth (the "
         "message names the first); the fields there are approximate",
+    -3: "raised: the solve raised an exception instead of returning a result "
+        "(invimbed.dask.solve_batch: a chunk whose task raised; its rows are NaN and the "
+        "message names the exception)",
 }
+#: The `STATUS` code of a solve that raised (a chunk of `invimbed.dask.solve_batch`).
+RAISED = -3
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,8 @@ class ImbeddingResult(OptimizeResult):
         One of `STATUS`: 0 success; 1 reached but not checked (no error estimate:
         ``closure="stencil"`` or ``"crop"``, ``method="disc"``, ``estimate_error=False``);
         -1 integration failure; -2 not converged (the error estimate exceeds the
-        tolerance). See ``message``.
+        tolerance); -3 (`invimbed.dask.solve_batch` only) a chunk raised an exception.
+        See ``message``.
     message : str
         Human-readable description; on failure it names the depth where it happened.
     nfev : int

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..namespace import array_namespace
+from ..row_times import per_distinct_time
 from .multiindex import joint_positions, tensors_to_taylor
 
 _WHICH = ("f", "R", "T")
@@ -101,14 +102,9 @@ class DerivativeProvider:
         if isinstance(t, float) or self.row_times:
             out = self._derivative(which, t, z, theta, dz, dth)
         else:                      # one call per distinct time
-            times, inverse = np.unique(t, return_inverse=True)
-            out = None
-            for k, tk in enumerate(times):
-                rows = np.flatnonzero(inverse == k)
-                part = self._derivative(which, float(tk), z[rows], theta[rows], dz, dth)
-                if out is None:
-                    out = xp.empty((B,) + tuple(part.shape[1:]))
-                out[rows] = part
+            out = per_distinct_time(
+                lambda tk, zk, thk: self._derivative(which, tk, zk, thk, dz, dth),
+                t, z, theta, xp)
         expected = (B,) + self.out_shape(which) + (self.n_state,) * dz + (self.n_theta,) * dth
         if tuple(out.shape) != expected:
             raise ValueError(

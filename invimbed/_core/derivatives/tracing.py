@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _domains
 from ._sympy_input import import_sympy
 
 #: Largest number of traced operations (sympy nodes built) before tracing gives up.
@@ -68,16 +69,19 @@ def _value_needed(what: str) -> Callable:
 
 
 class Traced:
-    """A scalar of a trace: a sympy expression in ``t``, ``z`` and ``theta``."""
+    """A scalar of a trace: a sympy expression ``e`` in ``t``, ``z`` and ``theta``, and
+    ``d`` the domain conditions of the functions it was computed from
+    (`invimbed._core.derivatives._domains`)."""
 
-    __slots__ = ("e",)
+    __slots__ = ("e", "d")
 
-    def __init__(self, e: Any) -> None:
+    def __init__(self, e: Any, d: frozenset = _domains.NONE) -> None:
         left = _STATE["left"] - 1
         if left < 0:
             raise TraceError(f"more than {MAX_OPERATIONS} operations")
         _STATE["left"] = left
         self.e = e
+        self.d = d
 
     def __repr__(self) -> str:
         return f"Traced({self.e})"
@@ -91,11 +95,11 @@ class Traced:
     def __rmul__(self, o): return _binary(self, o, lambda a, b: b * a)
     def __truediv__(self, o): return _binary(self, o, lambda a, b: a / b)
     def __rtruediv__(self, o): return _binary(self, o, lambda a, b: b / a)
-    def __pow__(self, o): return _binary(self, o, lambda a, b: a ** b)
+    def __pow__(self, o): return _binary(self, o, lambda a, b: a ** b, "pow")
     def __rpow__(self, o): return _binary(self, o, lambda a, b: b ** a)
-    def __neg__(self): return Traced(-self.e)
+    def __neg__(self): return Traced(-self.e, self.d)
     def __pos__(self): return self
-    def __abs__(self): return Traced(_sympy().Abs(self.e))
+    def __abs__(self): return Traced(_sympy().Abs(self.e), self.d)
 
     __lt__ = _value_needed("compares")
     __le__ = _value_needed("compares")
@@ -129,15 +133,15 @@ class Traced:
     def exp(self): return _unary(self, "exp")
     def log(self): return _unary(self, "log")
     def sqrt(self): return _unary(self, "sqrt")
-    def exp2(self): return Traced(2 ** self.e)
-    def expm1(self): return Traced(_cfunctions().expm1(self.e))
-    def log1p(self): return Traced(_cfunctions().log1p(self.e))
-    def log2(self): return Traced(_cfunctions().log2(self.e))
-    def log10(self): return Traced(_cfunctions().log10(self.e))
+    def exp2(self): return Traced(2 ** self.e, self.d)
+    def expm1(self): return Traced(_cfunctions().expm1(self.e), self.d)
+    def log1p(self): return _unary(self, "log1p", _cfunctions())
+    def log2(self): return _unary(self, "log2", _cfunctions())
+    def log10(self): return _unary(self, "log10", _cfunctions())
     def arctan2(self, o): return _binary(self, o, lambda a, b: _sympy().atan2(a, b))
     def hypot(self, o): return _binary(self, o, lambda a, b: _cfunctions().hypot(a, b))
     def conjugate(self): return self
-    def deg2rad(self): return Traced(self.e * _sympy().pi / 180)
+    def deg2rad(self): return Traced(self.e * _sympy().pi / 180, self.d)
     radians = deg2rad
 
     #: `invimbed.array_namespace` of an array of traced values: the numpy proxy
@@ -160,15 +164,23 @@ def _operand(o: Any) -> Any:
     return None
 
 
-def _binary(a: Traced, o: Any, op: Callable) -> Any:
+def _binary(a: Traced, o: Any, op: Callable, name: str = "") -> Any:
     b = _operand(o)
     if b is None:
         return NotImplemented       # an ndarray: numpy broadcasts and comes back per entry
-    return Traced(op(a.e, b))
+    d = a.d | o.d if isinstance(o, Traced) and o.d else a.d
+    e = op(a.e, b)
+    if name == "pow" and e.is_Pow:  # a ** 0.5: the domain of a root
+        d = d | _domains.condition(_sympy(), "pow", e, e.base, e.exp)
+    return Traced(e, d)
 
 
-def _unary(a: Traced, name: str) -> Traced:
-    return Traced(getattr(_sympy(), name)(a.e))
+def _unary(a: Traced, name: str, module: Any = None) -> Traced:
+    sp = _sympy()
+    e = getattr(sp if module is None else module, name)(a.e)
+    if name == "sqrt":
+        return Traced(e, a.d | _domains.condition(sp, "pow", e, a.e, sp.S.Half))
+    return Traced(e, a.d | _domains.condition(sp, name, e, a.e))
 
 
 # -- numpy and math, as the traced functions see them ---------------------------------------
@@ -275,7 +287,7 @@ def _math_unary(method: str) -> Callable:
 def _math_log(x: Any, base: Any = None) -> Any:
     if not isinstance(x, Traced) and not isinstance(base, Traced):
         return math.log(x) if base is None else math.log(x, base)
-    out = Traced(_sympy().log(_operand(x)))
+    out = x.log() if isinstance(x, Traced) else Traced(_sympy().log(_operand(x)))
     return out if base is None else out / _math_log(base)
 
 
@@ -294,9 +306,10 @@ class _MathProxy(types.ModuleType):
         for name, method in _MATH_NAMES.items():
             setattr(self, name, _math_unary(method))
         self.log = _math_log
-        self.atan2 = lambda y, x: (y.arctan2(x) if isinstance(y, Traced) else
-                                   Traced(_sympy().atan2(y, _operand(x))) if isinstance(x, Traced)
-                                   else math.atan2(y, x))
+        self.atan2 = lambda y, x: (
+            y.arctan2(x) if isinstance(y, Traced) else
+            Traced(_sympy().atan2(y, _operand(x)), x.d) if isinstance(x, Traced) else
+            math.atan2(y, x))
         self.hypot = lambda *xs: (_NUMPY.sqrt(sum(x * x for x in xs))
                                   if any(isinstance(x, Traced) for x in xs) else math.hypot(*xs))
         self.pow = lambda x, y: x ** y
@@ -408,7 +421,8 @@ def trace_function(fn: Callable, which: str, vectorized: bool, t: Any, z: tuple,
         e = _operand(v)
         if e is None:
             raise TraceError(f"it returned a {type(v).__name__} on traced arrays")
-        exprs.append(e)
+        # NaN outside the domain of a function that simplification dropped
+        exprs.append(_domains.guard(_sympy(), e, v.d) if isinstance(v, Traced) else e)
     return exprs
 
 

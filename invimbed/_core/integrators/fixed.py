@@ -135,7 +135,7 @@ def integrate_fixed(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
                     breakpoints: np.ndarray, piece_of: Callable[[float, float], Any],
                     method: str = "rk4", step: float | None = None,
                     disc_step: Callable | None = None,
-                    max_steps: int | None = None) -> Outcome:
+                    max_steps: int | None = None, ys: Any = None) -> Outcome:
     """Fixed-step sweep from ``q`` to ``depths_desc[-1]`` (see the module docstring).
 
     ``method="disc"`` applies ``disc_step(p_i, p_{i+1}, y, piece)`` once per layer
@@ -143,11 +143,12 @@ def integrate_fixed(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
     architecture, eqs. (14) and (15), with layers at the given depths. A grid that needs
     more than ``max_steps`` steps is stepped up to there and ends with a message; with
     ``max_steps=None`` (default) a grid of more than `DEFAULT_GRID_STEPS` steps ends with
-    that message before the first step.
+    that message before the first step. ``ys`` receives the state of depth ``d`` as
+    ``ys[d] = y``, as in `invimbed._core.integrators.scipy_ivp.integrate_scipy`.
     """
     max_steps = check_max_steps(max_steps)
     sched = fixed_schedule(q, depths_desc, breakpoints, piece_of, method, step, max_steps)
-    ys = np.full((depths_desc.size, y0.size), np.nan)
+    ys = np.full((depths_desc.size, y0.size), np.nan) if ys is None else ys
     out = Outcome(ys=ys)
 
     def stage(k: int, s: int, p: float, y: np.ndarray) -> np.ndarray:

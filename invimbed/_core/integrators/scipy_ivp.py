@@ -60,6 +60,7 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
                     breakpoints: np.ndarray, piece_of: Callable[[float, float], Any],
                     method: str = "RK45", rtol: float = 1e-6, atol: float = 1e-9,
                     max_steps: int = DEFAULT_MAX_STEPS, dense_output: bool = False,
+                    ys: Any = None,
                     **options: Any) -> Outcome:
     """Integrate ``dy/dp = rhs(p, y)`` from ``q`` down to ``depths_desc[-1]`` in one sweep.
 
@@ -72,11 +73,14 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
     every accepted step is kept: ``outcome.extra["steps"]`` is ``(ts, interpolants)``, the
     step ends from ``q`` down and each step's scipy ``DenseOutput``, as
     `scipy.integrate.OdeSolution` takes them (`invimbed._core.dense`).
+    ``ys`` receives the state of depth ``i`` as
+    ``ys[i] = y`` (default: an array (n, size), NaN where not reached, returned as
+    ``Outcome.ys``; `invimbed._core.sweep_memory.DepthSink` keeps only the fields).
     """
     max_steps = check_max_steps(max_steps)
     counting = CountingRHS(rhs)
     n = depths_desc.size
-    ys = np.full((n, y0.size), np.nan)
+    ys = np.full((n, y0.size), np.nan) if ys is None else ys
     y = y0.copy()
     out = Outcome(ys=ys)
     for i, p in enumerate(depths_desc):
