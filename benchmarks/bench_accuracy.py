@@ -746,8 +746,9 @@ def target_report(ups: dict[tuple, tuple]) -> None:
                     continue
                 sw, en, ratio = ups[key]
                 if ratio is None:
-                    who = "the numba sweep" if sw is None else "no ensemble"
-                    print(f"  {what}: not measured ({who} did not reach the target)")
+                    who = ("the numba sweep did not reach the target" if sw is None else
+                           "no ensemble reached the target within the call cap")
+                    print(f"  {what}: not measured ({who})")
                     continue
                 verdict = "met" if ratio >= least else "NOT met"
                 print(f"  {what}: {ratio:.1f}x ({sw.method} @{sw.rtol:.0e} {fmt_t(sw.time)} "
