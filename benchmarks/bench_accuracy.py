@@ -47,8 +47,25 @@ Methods and their knob (``atol = rtol / 100`` throughout, RK45), in the order th
   estimate_error=False/True)``, ``K = 1..4``; a jet whose Taylor state would have more
   than 500 coefficients per field (``C(N + K', K')``, ``K' = K + 1`` with the estimate;
   ``benchmarks/bench_jets.py`` measures that cost) is skipped;
+* ``nb jet-K``, ``nb jet-K+est``: the same on the compiled adaptive sweep,
+  ``solve_imbedding(..., backend="numba")`` (RK45 with scipy's error control, one sweep
+  per input); dropped, with a note, where it cannot run (``--no-numba-sweep`` drops it
+  too). Its compilation is reported separately and excluded from every time: the
+  process's first call (the kernel compiled, or loaded from numba's disk cache) and a
+  second call;
 * ``stencil``: ``solve_imbedding(closure="stencil")`` (central differences);
 * ``per_depth``: ``solve_adjoint(strategy="per_depth")``.
+
+Cells: by default ``lq4`` at ``n = 8, 128, 1024, 10^4, 10^5``, ``lq16`` at ``n = 8, 128,
+1024, 10^4``, the nonlinear problems at ``n = 8, 128, 1024`` (their per-depth DOP853
+reference is too slow beyond); ``--cells lq4:1024,100000 pendulums:1024`` picks others,
+``--methods`` a subset of the methods. From ``n = 10^4`` on only the two ensembles, the
+numpy jet of order 1 and the numba sweeps run, with one call per configuration, rtol
+``1e-3`` to ``1e-9`` and a call cap of ``--big-call-seconds``; from ``n = 10^5`` on, of
+the ensembles only the one that was faster at the largest smaller ``n``. The LQ
+reference shares exponentials along evenly spaced depths (``e^{X(h + j dh)} = e^{Xh}
+(e^{X dh})^j``, a fresh ``expm`` every 64 depths; it agrees with one ``expm`` per depth
+to ``1e-14``).
 
 The rtol sweep runs from ``1e-3`` down to ``1e-12`` a decade at a time (``--quick``:
 ``1e-3, 1e-6, 1e-9, 1e-12``) and stops early for a method, with the reason in the row,
@@ -61,8 +78,11 @@ The rtol sweep runs from ``1e-3`` down to ``1e-12`` a decade at a time (``--quic
    predicted to (from the growth of the previous two);
 4. once two other methods already meet, no slower than its last call, every target it
    has not met, so that its slower configurations could be neither the fastest nor the
-   runner-up -- and, for an imbedding closure, once another closure does too, so that
-   they could not be the fastest sweep either (printed beside the winner).
+   runner-up -- and, for an imbedding closure, once another closure does too (for a
+   numba sweep: another numba sweep), so that they could not be the fastest sweep either
+   (printed beside the winner). An ensemble stops by this rule only once the other
+   ensemble meets those targets no slower: the speed-up table needs the fastest
+   ensemble of every target.
 
 Rule 4 only cuts configurations that cannot change the summary (given that a tighter
 rtol is not faster); rule 3 cuts those slower than the cap, so that a target only they
@@ -78,9 +98,14 @@ takes longer than 0.5 s). One thread: ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREAD
 Machine information and the load average are printed at the start and the end: compare
 times within one run.
 
+After the summary, the numba sweep against the exact ensemble: per cell and target, the
+fastest numba sweep configuration, the fastest ensemble (numpy or numba backend) and the
+ensemble's time over the sweep's, then each speed target of ``SPEED_TARGETS`` with its
+measured ratio: met, NOT met, or not measured in the run.
+
 Run:  python benchmarks/bench_accuracy.py [--quick] [--repeats R] [--plot FILE]
-      [--max-call-seconds S] [--problems lq4 lq16 pendulums duffing]
-      (about 4 to 7 minutes on 2 cores, by the load; --quick about 1 minute)
+      [--max-call-seconds S] [--big-call-seconds S] [--problems lq4 lq16 pendulums duffing]
+      [--cells PROBLEM:N[,N...] ...] [--methods NAME ...] [--no-numba-sweep]
 """
 
 from __future__ import annotations
@@ -109,6 +134,8 @@ from _machine import machine_info  # noqa: E402
 TARGETS = (1e-3, 1e-6, 1e-9)
 Q_END, P_MIN = 0.0, -1.0
 REF_TOL = (1e-13, 1e-15)
+BIG_N, HUGE_N = 10_000, 100_000   # from BIG_N / HUGE_N depths on, fewer methods run
+EXACT_CHUNK = 64                # LQ reference: a fresh expm at least every this many depths
 MAX_JET_COEFFS = 500           # skip a jet whose Taylor state exceeds C(N + K', K') of this
 SLOW_CALL = 0.5                # a call longer than this is timed once
 FIELDS = P.FIELDS
@@ -195,13 +222,37 @@ def lq_problem(N: int, M: int = 2, seed: int = 0) -> Problem:
         suffix_phi[k] = suffix_phi[k + 1] @ E
         suffix_H[k] = I_ + E.T @ suffix_H[k + 1] @ E
 
+    def big_exp(k: int, h: float) -> np.ndarray:
+        F, W = Fs[k], Ws[k]
+        big = np.zeros((2 * D_, 2 * D_))
+        big[:D_, :D_], big[:D_, D_:], big[D_:, D_:] = -F.T, W, F
+        return expm(big * h)
+
     def exact(depths: np.ndarray) -> dict:
+        """The five fields at ``depths``. Runs of evenly spaced depths in one piece share
+        their exponentials: ``e^{X (h + j dh)} = e^{X h} (e^{X dh})^j``, restarted from a
+        fresh ``expm`` every ``EXACT_CHUNK`` depths (rounding grows by about one unit in
+        the last place per product)."""
         out = {name: [] for name in FIELDS}
+        anchor: tuple | None = None     # (piece, h, E of h, E of dh, dh, count)
         for p in depths:
             k = int(np.clip(np.searchsorted(knots, p, side="right") - 1, 0, K - 1))
             h = knots[k + 1] - p
             if h > 0:
-                E, I_ = piece_map(k, h)
+                Eb = None
+                if anchor is not None and anchor[0] == k and anchor[5] < EXACT_CHUNK:
+                    _, h0, E0, Ed, dh, cnt = anchor
+                    if dh is None:
+                        dh = h - h0
+                        Ed = big_exp(k, dh) if dh > 0 else None
+                    if Ed is not None and abs((h - h0) - dh) <= 1e-12 * max(abs(dh), 1e-300):
+                        Eb = E0 @ Ed
+                        anchor = (k, h, Eb, Ed, dh, cnt + 1)
+                if Eb is None:
+                    Eb = big_exp(k, h)
+                    anchor = (k, h, Eb, None, None, 0)
+                G22, G12 = Eb[D_:, D_:], Eb[:D_, D_:]
+                E, I_ = G22, G22.T @ G12
                 phi = suffix_phi[k + 1] @ E
                 H = I_ + E.T @ suffix_H[k + 1] @ E
             else:                                   # p = q
@@ -266,22 +317,49 @@ def _jet(K: int, est: bool) -> Callable:
     return run
 
 
+def _jet_numba(K: int, est: bool) -> Callable:
+    def run(pb: Problem, d: np.ndarray, rtol: float) -> Any:
+        return invimbed.solve_imbedding(pb.problem, pb.x, d, control=pb.control,
+                                        closure="jet", order=K, estimate_error=est,
+                                        rtol=rtol, atol=rtol / 100, backend="numba")
+    return run
+
+
 def _stencil(pb: Problem, d: np.ndarray, rtol: float) -> Any:
     return invimbed.solve_imbedding(pb.problem, pb.x, d, control=pb.control,
                                     closure="stencil", rtol=rtol, atol=rtol / 100)
 
 
-def methods(numba_ok: bool) -> list[Method]:
+def methods(numba_ok: bool, sweep_numba_ok: bool = False) -> list[Method]:
     out = []
     if numba_ok:
         out.append(Method("ensemble numba", _adjoint("ensemble", "numba")))
     out.append(Method("ensemble", _adjoint("ensemble")))
+    if sweep_numba_ok:
+        for K in (1, 2, 3, 4):
+            out.append(Method(f"nb jet-{K}", _jet_numba(K, False), True, K))
+            out.append(Method(f"nb jet-{K}+est", _jet_numba(K, True), True, K + 1))
     for K in (1, 2, 3, 4):
         out.append(Method(f"jet-{K}", _jet(K, False), True, K))
         out.append(Method(f"jet-{K}+est", _jet(K, True), True, K + 1))
     out.append(Method("stencil", _stencil, True))
     out.append(Method("per_depth", _adjoint("per_depth")))
     return out
+
+
+def methods_at(ms: list[Method], n: int, faster_ensemble: str | None) -> list[Method]:
+    """The methods run at ``n`` depths: all of them up to ``BIG_N``; from ``BIG_N`` on the
+    two ensembles, the numpy jet of order 1 and the numba sweeps (the per-depth loop, the
+    stencil and the numpy jets of higher order are left out: their cost or their
+    truncation floor is on record at the smaller ``n``); from ``HUGE_N`` on only the
+    ensemble that was the faster at the largest smaller ``n`` (``faster_ensemble``) and
+    the numba sweeps."""
+    if n < BIG_N:
+        return ms
+    if n < HUGE_N:
+        return [m for m in ms if m.name in ("ensemble numba", "ensemble", "jet-1")
+                or m.name.startswith("nb ")]
+    return [m for m in ms if m.name == faster_ensemble or m.name.startswith("nb ")]
 
 
 def probe_numba(pb: Problem) -> tuple[bool, str | None]:
@@ -298,6 +376,22 @@ def probe_numba(pb: Problem) -> tuple[bool, str | None]:
         return True, (f"ensemble numba probe on {pb.name}: {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0] if str(exc) else ''}")
     return True, None if res.success else f"ensemble numba probe: {res.message}"
+
+
+def probe_sweep_numba(pb: Problem) -> tuple[bool, str | None, float]:
+    """``(available, note, seconds)``: the compiled adaptive sweep
+    (``solve_imbedding(backend="numba")``) tried once; its seconds are the process's
+    first call: it compiles the kernel, or loads it from numba's on-disk cache."""
+    t0 = time.perf_counter()
+    try:
+        res = invimbed.solve_imbedding(pb.problem, pb.x, pb.depths(2), control=pb.control,
+                                       order=1, estimate_error=False, rtol=1e-6, atol=1e-8,
+                                       backend="numba")
+    except Exception as exc:  # noqa: BLE001 - no numba sweep here: its rows are dropped
+        return False, (f"numba sweep skipped: {type(exc).__name__}: "
+                       f"{str(exc).splitlines()[0] if str(exc) else ''}"), math.nan
+    spent = time.perf_counter() - t0
+    return True, None if res.success else f"numba sweep probe: {res.message}", spent
 
 
 # -- measuring -------------------------------------------------------------------------------
@@ -367,7 +461,11 @@ def estimate_ratio(res: Any, ref: dict) -> float | None:
 
 
 def is_sweep(method: str) -> bool:
-    return method.startswith("jet") or method == "stencil"
+    return "jet" in method or method == "stencil"
+
+
+def is_ensemble(method: str) -> bool:
+    return method.startswith("ensemble")
 
 
 def too_big(pb: Problem, m: Method) -> bool:
@@ -389,6 +487,20 @@ def dominated(t: float, done: set[float], others: list[Row], method: str,
     return True
 
 
+def cut(t: float, met: set[float], others: list[Row], m: Method) -> bool:
+    """Rule 4 of the module docstring: whether the rest of ``m``'s rtol sweep can change
+    neither the summary nor the speed-up table (an ensemble only yields to the other
+    ensemble, a numba sweep also to another numba sweep, a numpy sweep to another
+    sweep)."""
+    if is_ensemble(m.name):
+        return dominated(t, met, others, m.name, is_ensemble, 1)
+    if not dominated(t, met, others, m.name):
+        return False
+    if is_numba_sweep(m.name):
+        return dominated(t, met, others, m.name, is_numba_sweep, 1)
+    return not m.truncation_limited or dominated(t, met, others, m.name, is_sweep, 1)
+
+
 def sweep(pb: Problem, n: int, m: Method, rtols: list[float], ref: dict, repeats: int,
           cap: float, others: list[Row]) -> list[Row]:
     """The rtol sweep of one method (see the module docstring for when it stops)."""
@@ -404,9 +516,7 @@ def sweep(pb: Problem, n: int, m: Method, rtols: list[float], ref: dict, repeats
     met: set[float] = set()
     for rtol in rtols:
         row = Row(pb.name, n, pb.N, m.name, rtol)
-        if times and dominated(times[-1], met, others, m.name) and (
-                not m.truncation_limited
-                or dominated(times[-1], met, others, m.name, is_sweep, 1)):
+        if times and cut(times[-1], met, others, m):
             row.note = ("stopped: faster methods meet every target not met yet"
                         + (" (a sweep among them)" if m.truncation_limited else ""))
             rows.append(row)
@@ -523,7 +633,7 @@ def print_full(rows: list[Row]) -> None:
               f"{fmt_t(r.time):>10} {err:>9}  {r.worst_field:<10} {ent:>9} {est:>7}  {r.note}")
 
 
-def summary(rows: list[Row], problems: list[Problem], ns: list[int],
+def summary(rows: list[Row], problems: list[Problem], plan: dict[str, list[int]],
             checks: dict) -> list[dict]:
     out = []
     head = (f"{'problem':<10} {'n':>5} {'N':>3} {'target':>7}  {'fastest':<22} {'time':>9}  "
@@ -532,7 +642,7 @@ def summary(rows: list[Row], problems: list[Problem], ns: list[int],
     print(head)
     print("-" * len(head))
     for pb in problems:
-        for n in ns:
+        for n in plan[pb.name]:
             sel = [r for r in rows if r.problem == pb.name and r.n == n]
             for tgt in TARGETS:
                 ranked = best_for(sel, tgt)
@@ -557,32 +667,107 @@ def summary(rows: list[Row], problems: list[Problem], ns: list[int],
     return out
 
 
-def sweep_floors(rows: list[Row], problems: list[Problem], ns: list[int],
+def sweep_floors(rows: list[Row], problems: list[Problem], plan: dict[str, list[int]],
                  ms: list[Method]) -> None:
     """The best accuracy each imbedding closure reached (over its rtol sweep)."""
     names = [m.name for m in ms if m.truncation_limited]
-    head = f"{'problem':<10} {'n':>5}  " + " ".join(f"{k:>10}" for k in names)
+    head = f"{'problem':<10} {'n':>6}  " + " ".join(f"{k:>14}" for k in names)
     print(head)
     print("-" * len(head))
     for pb in problems:
-        for n in ns:
+        for n in plan[pb.name]:
             cells = []
             for k in names:
                 errs = [r.err for r in rows if r.problem == pb.name and r.n == n
                         and r.method == k and math.isfinite(r.err)]
-                cells.append(f"{min(errs):>10.1e}" if errs else f"{'-':>10}")
-            print(f"{pb.name:<10} {n:>5}  " + " ".join(cells))
+                cells.append(f"{min(errs):>14.1e}" if errs else f"{'-':>14}")
+            print(f"{pb.name:<10} {n:>6}  " + " ".join(cells))
     print()
+
+
+def fastest(rows: list[Row], target: float, among: Callable[[str], bool]) -> Row | None:
+    """The fastest row meeting ``target`` among the methods ``among`` accepts, or None."""
+    return next((r for r in best_for(rows, target) if among(r.method)), None)
+
+
+def is_numba_sweep(method: str) -> bool:
+    return method.startswith("nb jet")
+
+
+# the speed targets: (problems, n, accuracy targets, least speed-up of the numba sweep over
+# the fastest exact ensemble, numpy or numba backend)
+SPEED_TARGETS = (
+    (("lq4", "lq16"), 1024, TARGETS, 10.0),
+    (("lq4", "lq16"), 128, TARGETS, 3.0),
+    (("pendulums", "duffing"), 1024, (1e-3,), 3.0),
+    (("lq4",), HUGE_N, TARGETS, 100.0),
+)
+
+
+def speedups(rows: list[Row], problems: list[Problem],
+             plan: dict[str, list[int]]) -> dict[tuple, tuple]:
+    """Per (problem, n, target): ``(numba sweep row, fastest ensemble row, speed-up)``,
+    printed as a table; the speed-up is the ensemble's time over the sweep's (None where
+    either did not meet the target)."""
+    out = {}
+    head = (f"{'problem':<10} {'n':>6} {'target':>7}  {'numba sweep':<20} {'time':>9}  "
+            f"{'fastest ensemble':<24} {'time':>9}  {'speed-up':>8}  {'numpy sweep':>9}")
+    print(head)
+    print("-" * len(head))
+    for pb in problems:
+        for n in plan[pb.name]:
+            sel = [r for r in rows if r.problem == pb.name and r.n == n]
+            for tgt in TARGETS:
+                sw = fastest(sel, tgt, is_numba_sweep)
+                en = fastest(sel, tgt, is_ensemble)
+                npy = fastest(sel, tgt, lambda m: is_sweep(m) and not is_numba_sweep(m))
+                ratio = en.time / sw.time if sw and en else None
+                out[(pb.name, n, tgt)] = (sw, en, ratio)
+                f1 = f"{sw.method} @{sw.rtol:.0e}" if sw else "not reached"
+                f2 = f"{en.method} @{en.rtol:.0e}" if en else "not reached"
+                r_s = f"{ratio:.1f}x" if ratio else "-"
+                r_np = f"{npy.time / sw.time:.1f}x" if sw and npy else "-"
+                print(f"{pb.name:<10} {n:>6} {tgt:>7.0e}  {f1:<20} "
+                      f"{fmt_t(sw.time) if sw else '-':>9}  {f2:<24} "
+                      f"{fmt_t(en.time) if en else '-':>9}  {r_s:>8}  {r_np:>9}")
+        print()
+    return out
+
+
+def target_report(ups: dict[tuple, tuple]) -> None:
+    """Each speed target: met, not met, or not measured in this run."""
+    for names, n, tgts, least in SPEED_TARGETS:
+        for name in names:
+            for tgt in tgts:
+                key = (name, n, tgt)
+                what = f"{name}, n = {n}, target {tgt:.0e}: numba sweep >= {least:g}x"
+                if key not in ups:
+                    print(f"  {what}: not measured in this run")
+                    continue
+                sw, en, ratio = ups[key]
+                if ratio is None:
+                    who = ("the numba sweep did not reach the target" if sw is None else
+                           "no ensemble reached the target within the call cap")
+                    print(f"  {what}: not measured ({who})")
+                    continue
+                verdict = "met" if ratio >= least else "NOT met"
+                print(f"  {what}: {ratio:.1f}x ({sw.method} @{sw.rtol:.0e} {fmt_t(sw.time)} "
+                      f"against {en.method} @{en.rtol:.0e} {fmt_t(en.time)}): {verdict}")
 
 
 FAMILY_COLOURS = {"ensemble": "#1f77b4", "ensemble numba": "#17becf", "per_depth": "#7f7f7f",
                   "jet-1": "#2ca02c", "jet-1+est": "#98df8a", "jet-2": "#ff7f0e",
                   "jet-2+est": "#ffbb78", "jet-3": "#d62728", "jet-3+est": "#ff9896",
-                  "jet-4": "#9467bd", "jet-4+est": "#c5b0d5", "stencil": "#8c564b"}
+                  "jet-4": "#9467bd", "jet-4+est": "#c5b0d5", "stencil": "#8c564b",
+                  "nb jet-1": "#006400", "nb jet-1+est": "#66aa66", "nb jet-2": "#b35900",
+                  "nb jet-2+est": "#d99a5e", "nb jet-3": "#8b0000", "nb jet-3+est": "#c06060",
+                  "nb jet-4": "#4b2a7b", "nb jet-4+est": "#8e7bb0"}
 
 
 def plot(cells: list[dict], problems: list[Problem], ns: list[int], path: str,
          title: str) -> None:
+    """The map: one panel per problem, a column per ``n`` in ``ns`` (grey where that
+    problem did not run at that ``n``), a row per target."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -591,16 +776,19 @@ def plot(cells: list[dict], problems: list[Problem], ns: list[int], path: str,
 
     cols = 2
     rows_ = math.ceil(len(problems) / cols)
-    fig, axes = plt.subplots(rows_, cols, figsize=(6.2 * cols, 4.0 * rows_ + 0.9),
+    width = 6.2 * max(1.0, len(ns) / 3)
+    fig, axes = plt.subplots(rows_, cols, figsize=(width * cols, 4.0 * rows_ + 0.9),
                              squeeze=False)
     used = set()
     for ax, pb in zip(axes.ravel(), problems):
         for i, n in enumerate(ns):
             for j, tgt in enumerate(TARGETS):
-                c = next(c for c in cells if c["problem"] == pb.name and c["n"] == n
-                         and c["target"] == tgt)
-                first, second = c["first"], c["second"]
-                if first is None:
+                c = next((c for c in cells if c["problem"] == pb.name and c["n"] == n
+                          and c["target"] == tgt), None)
+                first, second = (c["first"], c["second"]) if c else (None, None)
+                if c is None:
+                    colour, text = "#f7f7f7", "not run"
+                elif first is None:
                     colour, text = "#eeeeee", "not\nreached"
                 else:
                     colour = FAMILY_COLOURS.get(first.method, "#bbbbbb")
@@ -646,6 +834,23 @@ def load() -> str:
     return "%.2f %.2f %.2f" % os.getloadavg() if hasattr(os, "getloadavg") else "?"
 
 
+def parse_cells(specs: list[str], builders: dict) -> dict[str, list[int]]:
+    """``["lq4:1024,100000", "duffing:8"]`` -> ``{"lq4": [1024, 100000], "duffing": [8]}``."""
+    out: dict[str, list[int]] = {}
+    for spec in specs:
+        name, _, ns_ = spec.partition(":")
+        if name not in builders or not ns_:
+            raise ValueError(f"--cells expects PROBLEM:N[,N...] with PROBLEM one of "
+                             f"{list(builders)}, but got {spec!r}")
+        out.setdefault(name, [])
+        out[name] += [int(float(v)) for v in ns_.split(",")]
+    return {k: sorted(set(v)) for k, v in out.items()}
+
+
+DEFAULT_PLAN = {"lq4": [8, 128, 1024, BIG_N, HUGE_N], "lq16": [8, 128, 1024, BIG_N],
+                "pendulums": [8, 128, 1024], "duffing": [8, 128, 1024]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
@@ -656,8 +861,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-call-seconds", type=float, default=None,
                         help="stop a method's sweep past this call time (default 2, "
                              "--quick 1)")
+    parser.add_argument("--big-call-seconds", type=float, default=120.0,
+                        help=f"the same from n = {BIG_N} on (default 120)")
     parser.add_argument("--problems", nargs="+", default=None,
                         help="subset of lq4 lq16 pendulums duffing")
+    parser.add_argument("--cells", nargs="+", default=None, metavar="PROBLEM:N[,N...]",
+                        help="the (problem, n) cells to run, e.g. lq4:1024,100000 "
+                             "pendulums:1024 (default: lq4 at 8 to 1e5, lq16 at 8 to 1e4, "
+                             "the nonlinear problems at 8, 128, 1024)")
+    parser.add_argument("--methods", nargs="+", default=None, metavar="NAME",
+                        help="run only these methods (names as in the tables: 'ensemble', "
+                             "'ensemble numba', 'nb jet-1', 'jet-2+est', 'stencil', "
+                             "'per_depth', ...; a name ending in '*' is a prefix, e.g. "
+                             "'nb*')")
+    parser.add_argument("--no-numba-sweep", action="store_true",
+                        help="leave out solve_imbedding(backend='numba')")
     parser.add_argument("--plot", metavar="FILE", default="docs/img/choosing-map.png",
                         help="figure of the fastest method per (n, target) and problem "
                              "(default docs/img/choosing-map.png; 'none' for no figure)")
@@ -666,10 +884,25 @@ def main(argv: list[str] | None = None) -> int:
         args.repeats = 2 if args.quick else 5
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    ns = [8, 128] if args.quick else [8, 128, 1024]
     rtols = ([1e-3, 1e-6, 1e-9, 1e-12] if args.quick
              else [10.0 ** -k for k in range(3, 13)])
+    big_rtols = [10.0 ** -k for k in range(3, 10)]
     cap = args.max_call_seconds or (1.0 if args.quick else 2.0)
+
+    builders = {"lq4": lambda: lq_problem(4), "lq16": lambda: lq_problem(16),
+                "pendulums": pendulum_problem, "duffing": duffing_problem}
+    if args.cells:
+        try:
+            plan = parse_cells(args.cells, builders)
+        except ValueError as exc:
+            parser.error(str(exc))
+    else:
+        plan = {k: ([8, 128] if args.quick else v) for k, v in DEFAULT_PLAN.items()}
+    names = [k for k in (args.problems or list(builders)) if k in plan]
+    unknown = sorted(set(args.problems or []) - set(builders))
+    if unknown:
+        parser.error(f"unknown problem(s) {unknown}; choose from {list(builders)}")
+    all_ns = sorted({n for k in names for n in plan[k]})
 
     t_start = time.perf_counter()
     start_load = load()
@@ -679,17 +912,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"command  : python benchmarks/bench_accuracy.py {' '.join(argv or sys.argv[1:])}")
     print(f"targets  : worst relative error over the five fields (_pendulums.worst_rel_error, "
           f"floor {P.REL_FLOOR:g}: field-normwise) <= {', '.join(f'{t:.0e}' for t in TARGETS)}")
-    print(f"depths   : n = {ns}, linspace({Q_END:g}, {P_MIN:g}, n)")
-    print(f"sweep    : rtol = {', '.join(f'{r:.0e}' for r in rtols)}, atol = rtol/100, RK45; "
-          f"best of {args.repeats}; call cap {cap:g} s")
+    print(f"depths   : linspace({Q_END:g}, {P_MIN:g}, n); "
+          + "; ".join(f"{k}: n = {plan[k]}" for k in names))
+    print(f"sweep    : rtol = {', '.join(f'{r:.0e}' for r in rtols)} (from n = {BIG_N}: "
+          f"{big_rtols[0]:.0e} to {big_rtols[-1]:.0e}), atol = rtol/100, RK45; best of "
+          f"{args.repeats}; call cap {cap:g} s (from n = {BIG_N}: {args.big_call_seconds:g} s)")
 
     t0 = time.perf_counter()
-    builders = {"lq4": lambda: lq_problem(4), "lq16": lambda: lq_problem(16),
-                "pendulums": pendulum_problem, "duffing": duffing_problem}
-    names = args.problems or list(builders)
-    unknown = sorted(set(names) - set(builders))
-    if unknown:
-        parser.error(f"unknown problem(s) {unknown}; choose from {list(builders)}")
     problems = [builders[k]() for k in names]
     print(f"problems : built in {time.perf_counter() - t0:.1f} s")
     for pb in problems:
@@ -699,7 +928,30 @@ def main(argv: list[str] | None = None) -> int:
     numba_ok, why = probe_numba(problems[0])
     if why:
         print(f"  note: {why}")
-    ms = methods(numba_ok)
+    sweep_ok = False
+    if not args.no_numba_sweep:
+        sweep_ok, why, first = probe_sweep_numba(problems[0])
+        if why:
+            print(f"  note: {why}")
+        if sweep_ok:
+            t1 = time.perf_counter()
+            probe_sweep_numba(problems[0])
+            print(f"  numba sweep compilation: first call in this process {first:.2f} s "
+                  f"(compiles the kernel, or loads it from numba's disk cache), second "
+                  f"call {time.perf_counter() - t1:.3f} s (n = 2, jet-1); excluded from "
+                  f"every time below")
+    ms = methods(numba_ok, sweep_ok)
+    if args.methods:
+        def wanted(name: str) -> bool:
+            return any(name == w or (w.endswith("*") and name.startswith(w[:-1]))
+                       for w in args.methods)
+        known = [m.name for m in ms]
+        missing = [w for w in args.methods if not any(
+            k == w or (w.endswith("*") and k.startswith(w[:-1])) for k in known)]
+        if missing:
+            parser.error(f"--methods: no method {missing}; this run has {known}")
+        ms = [m for m in ms if wanted(m.name)]
+    print(f"methods  : {', '.join(m.name for m in ms)}")
     print()
     for pb in problems:
         print(f"  {pb.name:<10} code generation / compilation (one call of each method at "
@@ -708,13 +960,30 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     checks: dict[tuple, float | None] = {}
     for pb in problems:
-        for n in ns:
-            ref, chk, spent = reference(pb, n, check_exact=n == ns[0])
+        for n in plan[pb.name]:
+            if pb.exact is None and n >= BIG_N:
+                print(f"  {pb.name:<10} n = {n:>6}: skipped (its per-depth DOP853 "
+                      f"reference is too slow here)")
+                continue
+            ref, chk, spent = reference(pb, n, check_exact=n == plan[pb.name][0] and n < BIG_N)
             checks[(pb.name, n)] = chk
+            faster = None
+            if n >= HUGE_N:
+                smaller = [r for r in rows if r.problem == pb.name and r.n < n
+                           and is_ensemble(r.method) and math.isfinite(r.time)]
+                if smaller:
+                    top = max(r.n for r in smaller)
+                    faster = min((r for r in smaller if r.n == top), key=lambda r: r.time).method
+                else:
+                    faster = "ensemble numba" if numba_ok else "ensemble"
+            here_ms = methods_at(ms, n, faster)
+            big = n >= BIG_N
             t1 = time.perf_counter()
             here: list[Row] = []
-            for m in ms:
-                here += sweep(pb, n, m, rtols, ref, args.repeats, cap, here)
+            for m in here_ms:
+                here += sweep(pb, n, m, big_rtols if big else rtols, ref,
+                              1 if big else args.repeats,
+                              args.big_call_seconds if big else cap, here)
             rows += here
             if pb.exact is None:
                 what = f"check: ensemble RK45 at the same tolerances, worst rel {chk:.1e}"
@@ -722,8 +991,10 @@ def main(argv: list[str] | None = None) -> int:
                 what = f"exact; check: per_depth DOP853 rtol 1e-13 against it, worst rel {chk:.1e}"
             else:
                 what = "exact"
-            print(f"  {pb.name:<10} n = {n:>5}: reference {spent:.1f} s ({what}); sweeps "
-                  f"{time.perf_counter() - t1:.1f} s; load {load()}", flush=True)
+            print(f"  {pb.name:<10} n = {n:>6}: reference {spent:.1f} s ({what}); sweeps "
+                  f"{time.perf_counter() - t1:.1f} s ({len(here_ms)} methods); "
+                  f"load {load()}", flush=True)
+    plan = {k: [n for n in v if (k, n) in checks] for k, v in plan.items()}
     print()
     print("Every configuration (time: best wall time; worst rel: worst field-normwise "
           "relative error over the five fields, max|a - b| / max|b|, and the field it is in; "
@@ -734,23 +1005,33 @@ def main(argv: list[str] | None = None) -> int:
     print_full(rows)
     print()
     print("Fastest configuration per target (runner-up: the fastest other method; fastest "
-          "sweep: the fastest imbedding closure (jet, stencil); ratio: its time over the "
-          "winner's; ref check: worst rel error of an independent solve against the "
-          "reference, (!) where it exceeds target/10, so that the reference itself is "
-          "uncertain at that target):")
+          "sweep: the fastest imbedding closure (jet on numpy or numba ('nb'), stencil); "
+          "ratio: its time over the winner's; ref check: worst rel error of an independent "
+          "solve against the reference, (!) where it exceeds target/10, so that the "
+          "reference itself is uncertain at that target):")
     print()
-    cells = summary(rows, problems, ns, checks)
+    cells = summary(rows, problems, plan, checks)
+    print("The numba sweep against the exact ensemble (numba sweep: the fastest "
+          "solve_imbedding(backend='numba') configuration meeting the target; fastest "
+          "ensemble: the fastest solve_adjoint(strategy='ensemble'), numpy or numba backend; "
+          "speed-up: the ensemble's time over the numba sweep's; numpy sweep: the fastest "
+          "numpy sweep's time over the numba sweep's):")
+    print()
+    ups = speedups(rows, problems, plan)
+    print("Speed targets (ratios of this run; never asserted):")
+    target_report(ups)
+    print()
     print("Best accuracy each imbedding closure reached over its rtol sweep (worst relative "
-          "error; '-': skipped). On the nonlinear problems it is the closure's truncation "
-          "floor; on the LQ problems, where the jets are exact, it is only the integration "
-          "error at the tightest rtol the sweep ran:")
+          "error; '-': skipped or not run). On the nonlinear problems it is the closure's "
+          "truncation floor; on the LQ problems, where the jets are exact, it is only the "
+          "integration error at the tightest rtol the sweep ran:")
     print()
-    sweep_floors(rows, problems, ns, ms)
+    sweep_floors(rows, problems, plan, ms)
     if args.plot and args.plot.lower() != "none":
         title = (f"Fastest method to a worst relative error (invimbed bench_accuracy.py, "
                  f"{datetime.date.today().isoformat()}, {os.cpu_count()} CPUs, "
                  f"load {start_load})")
-        plot(cells, problems, ns, args.plot, title)
+        plot(cells, problems, all_ns, args.plot, title)
         print(f"figure saved to {args.plot}")
     print(f"load avg : {start_load} at the start, {load()} at the end (1, 5, 15 min)")
     print(f"total benchmark time {time.perf_counter() - t_start:.1f} s")
