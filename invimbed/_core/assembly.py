@@ -194,7 +194,8 @@ def _collect_stacked(setup: Setup, outcome: Any, stacked_fields: tuple, shapes: 
                      **extra: Any) -> ImbeddingResult:
     """`collect_results` for fields given stacked (``stacked_fields``)."""
     fields, errs, lower, upper = (tuple(stacked_fields) + (None, None))[:4]
-    reached = np.array([bool(np.all(np.isfinite(y))) for y in outcome.ys], dtype=bool)
+    ys = np.asarray(outcome.ys)
+    reached = np.all(np.isfinite(ys.reshape(ys.shape[0], -1)), axis=1)   # one pass, not per depth
     stacked = {k: fields[k] for k in shapes if k in fields}
     errors = {k: errs[k] for k in err_keys} if with_errors and errs is not None else None
     if errors is None:
