@@ -336,9 +336,9 @@ def dense_conflicts(method: Any, backend: Any, tol: Any, fallback: Any) -> dict[
         "method": (method, "a fixed-step method keeps no continuous extension of its steps; "
                            "use one of scipy's adaptive methods ('RK45', 'RK23', 'DOP853', "
                            "'Radau', 'BDF', 'LSODA')" if method in FIXED_METHODS else None),
-        "backend": (backend, "the fixed-step sweeps of the accelerated backends keep no "
-                             "continuous extension of their steps; use backend='numpy' (or "
-                             "backend='numba' with method='RK45' or 'RK23')"
+        "backend": (backend, "of the accelerated backends only numba's RK45 and RK23 sweep "
+                             "keeps a continuous extension of its steps; use backend='numpy' "
+                             "(or backend='numba' with method='RK45' or 'RK23')"
                     if backend == "cupy" or (backend == "numba" and method not in
                                              ("RK45", "RK23")) else None),
         "tol": (tol, "with `tol` each depth's fields come from the jet order that converged "
