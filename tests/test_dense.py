@@ -202,7 +202,8 @@ def test_depths_outside_the_swept_interval_are_refused():
     (dict(method="disc"), "method='disc'"),
     (dict(tol=1e-3), "tol=0.001"),
     (dict(fallback="adjoint"), "fallback='adjoint'"),
-    (dict(backend="numba"), "backend='numba'"),
+    (dict(backend="numba", method="Radau"), "backend='numba'"),
+    (dict(backend="cupy"), "backend='cupy'"),
 ])
 def test_dense_output_where_it_cannot_work_names_it(kw, name):
     pb = lq_problem(**LQ)

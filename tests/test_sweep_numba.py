@@ -201,3 +201,61 @@ def test_budget_min_step_and_other_closures_end_as_on_numpy(problem):
     for closure in ("crop", "stencil"):
         with pytest.raises(ValueError, match=f"closure='jet' only.*{closure}.*backend='numpy'"):
             solve_imbedding(problem, X, DEPTHS, control=CTRL, backend="numba", closure=closure)
+
+
+def sympy_lq():
+    """`test_dense`'s LQ problem written with sympy, so that it runs on the numba tapes."""
+    from test_dense import LQ
+
+    t = sp.Symbol("t")
+    z = sp.Matrix(sp.symbols("z0 z1"))
+    th = sp.Matrix([sp.Symbol("u")])
+    A, B, Q, Rth, PT = (sp.Matrix(LQ[k]) for k in ("A", "B", "Q", "Rth", "PT"))
+    f = list(A * z + B * th)
+    R = ((z.T * Q * z)[0] + (th.T * Rth * th)[0]) / 2
+    T = (z.T * PT * z)[0] / 2
+    return invimbed.from_sympy(t, list(z), list(th), f, R, T)
+
+
+@pytest.mark.parametrize("method", ["RK45", "RK23"])
+def test_numba_dense_output_equals_the_numpy_one(problem, method):
+    """`sol(p)` of the numba sweep is that of the numpy sweep at random depths: the same
+    steps, so the same continuous extension; in a batch, input b's is that of the numpy
+    sweep of x[b] alone (each input has its own steps)."""
+    kw = dict(control=CTRL, order=2, method=method, dense_output=True)
+    xs = np.array([[0.3, -0.1], [1.2, 0.4]])
+    res = solve_imbedding(problem, xs, DEPTHS, backend="numba", **kw)
+    assert res.sol.interval == (-1.0, 0.0)   # x[1] not converged at -1: as on numpy
+    p = np.random.default_rng(3).uniform(-1.0, 0.0, 40)
+    got = res.sol(p)
+    for b, x in enumerate(xs):
+        ref = solve_imbedding(problem, x, DEPTHS, **kw).sol(p)
+        np.testing.assert_array_equal(got.converged[:, b], ref.converged)
+        for k in FIELDS:
+            np.testing.assert_allclose(got[k][:, b], ref[k], rtol=1e-10, atol=1e-10,
+                                       err_msg=k)
+        for k in EST:
+            np.testing.assert_allclose(got.error_estimate[k][:, b], ref.error_estimate[k],
+                                       rtol=1e-10, atol=1e-10, err_msg=k)
+    one = solve_imbedding(problem, X, DEPTHS, backend="numba", **kw)
+    assert_same(one.sol(p), solve_imbedding(problem, X, DEPTHS, **kw).sol(p))
+    again = one.sol(DEPTHS)                    # the requested depths, from the steps
+    for k in FIELDS:
+        np.testing.assert_allclose(again[k], one[k], rtol=1e-12, atol=1e-13, err_msg=k)
+
+
+def test_numba_dense_output_of_lq_matches_the_ensemble():
+    """The LQ problem (where the jet is exact) against the exact ensemble at random depths,
+    within the dense output's stated accuracy (tests/test_dense.py)."""
+    from test_dense import (ATOL, DENSE_FACTOR, RTOL, X as XL, error_in_tolerance_units,
+                            exact, random_depths)
+
+    pb, ctrl = sympy_lq(), invimbed.Constant([0.3])
+    res = solve_imbedding(pb, XL, [-3.0, 0.0], control=ctrl, backend="numba",
+                          dense_output=True, rtol=RTOL, atol=ATOL)
+    assert res.success and res.sol.interval == (-3.0, 0.0)
+    p = random_depths(200, -3.0, 0.0, seed=4)
+    got = res.sol(p)
+    units = error_in_tolerance_units(got, exact(pb, ctrl, p))
+    assert max(units.values()) < DENSE_FACTOR, units
+    assert got.success and got.status == 0 and np.all(got.converged)

@@ -47,6 +47,9 @@ from . import _sweep_kernels as kern
 
 #: The methods of the compiled adaptive sweep.
 ADAPTIVE_METHODS = tuple(TABLEAUX)
+#: Steps per input kept at first for a dense output (the sweep reruns with room for all
+#: of them where an input takes more).
+DENSE_STEPS = 64
 _KEYS = ("z", "value", "adjoint", "param_grad")
 
 
@@ -225,12 +228,14 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
                          est: bool, ratio_test: bool, look_ahead: bool, tol: Any,
                          warnings_: list, keep_steps: int = 0, max_steps: int | None = None,
                          first_step: float | None = None, max_step: float | None = None,
-                         min_step: float | None = None) -> Any:
+                         min_step: float | None = None, dense_output: bool = False,
+                         finish: Any = None) -> Any:
     """One adaptive jet sweep at order ``order`` on numba (see the module docstring):
     the `ImbeddingResult` of `collect_results`, with ``tol`` and the order loop's
     predictions (``predict``). ``keep_steps > 0`` also returns the `SweepSteps` (the
     first ``keep_steps`` steps are kept; the sweep is rerun with room for all of them
-    where an input took more)."""
+    where an input took more). ``dense_output``: the result's ``sol`` from the kept steps
+    (`attach_steps`; ``finish`` as for `invimbed._core.dense.attach_dense`)."""
     if closure != "jet":
         raise ValueError(f"backend='numba' runs method={method!r} for closure='jet' only, but "
                          f"got closure={closure!r}; use backend='numpy' for it")
@@ -274,7 +279,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
     budget = int(DEFAULT_MAX_STEPS if max_steps is None else max_steps)
     depths = np.ascontiguousarray(setup.depths_desc, dtype=float)
     n, width, kq = depths.size, 2 * N + 1 + nw, tab.P.shape[1]
-    cap = int(keep_steps)
+    cap = int(keep_steps) or (DENSE_STEPS if dense_output else 0)
     while True:
         out = np.full((n, B, len(orders), width), np.nan)
         info = np.zeros((B, 3), dtype=np.int64)
@@ -294,12 +299,52 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         cap = int(info[:, 2].max())
     res = _assemble(setup, out, info, where, orders, order, est, method, tol, warnings_,
                     budget, N, nw, min_step)
-    if not keep_steps:
+    if not cap:
         return res
     S = int(info[:, 2].max()) if B else 0
     steps = SweepSteps(d_t[:, :S], d_h[:, :S], d_y[:, :S], d_Q[:, :S], info[:, 2].copy(),
                        np.array(orders), offs, cZs, cVs, N, nw)
-    return res, steps
+    if dense_output:
+        from .._core.closures import JetClosure
+
+        clo = JetClosure(prov, ctrl, setup.x, setup.q, order=order, estimate_error=est,
+                         ratio_test=ratio_test and tol is not None, look_ahead=look_ahead)
+        attach_steps(res, setup, steps, clo, method, finish)
+    return (res, steps) if keep_steps else res
+
+
+def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: str,
+                 finish: Any = None) -> Any:
+    """Give ``res`` its ``sol`` (`invimbed._core.dense.DenseSolution`) from the kept steps:
+    input ``b``'s continuous extension (`StateInterpolant.from_steps` on its own steps)
+    fills its columns of the state of ``clo`` (`JetClosure`, the same jets as the kernel:
+    `carried_orders`), `input_columns`; the fields and estimate of that state are the
+    closure's, the rest the core's assembly. The swept interval is where every input
+    reached; no ``sol`` (None) where an input took no step."""
+    from .._core.dense import DenseSolution, StateInterpolant, input_columns
+
+    res["sol"] = None
+    if steps.n_steps.size == 0 or steps.n_steps.min() < 1:
+        return res
+    parts, deepest = [], float(setup.depths_desc[-1])
+    for b, n in enumerate(steps.n_steps):
+        t, end = steps.t_old[b, n - 1], steps.t_old[b, n - 1] + steps.h[b, n - 1]
+        if abs(end - deepest) <= 4 * np.spacing(max(abs(t), abs(deepest))):
+            end = deepest       # the kernel's last step ends there; t_old + h rounds
+        ts = np.append(steps.t_old[b, :n], end)
+        parts.append(StateInterpolant.from_steps(
+            ts, steps.y_old[b, :n], steps.Q[b, :n], columns=input_columns(clo.layout.shapes, b),
+            size=clo.layout.size))
+
+    def stacked(ys: np.ndarray) -> tuple[dict, dict | None]:
+        return clo.fields(ys), clo.error_estimate(ys)
+
+    res["sol"] = DenseSolution(setup, StateInterpolant.stack(parts, clo.layout.size), None,
+                               _shapes(setup), stacked=stacked, finish=finish, closure="jet",
+                               method=method, with_errors=clo.has_error_estimate,
+                               backend="numba")
+    res["sol"].layout = clo.layout
+    return res
 
 
 def _assemble(setup: Setup, out: np.ndarray, info: np.ndarray, where: np.ndarray,

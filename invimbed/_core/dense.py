@@ -101,7 +101,7 @@ class StateInterpolant:
         Q : array_like, shape (m, S, k)
             Each step's coefficients: ``y(p) = y_old[j] + h_j Q[j] @ [x, x^2, ..., x^k]``
             with ``h_j = ts[j + 1] - ts[j]`` and ``x = (p - ts[j]) / h_j`` (scipy's
-            ``RkDenseOutput``: ``k = 5`` for RK45, 4 for RK23).
+            ``RkDenseOutput``: ``k = 4`` for RK45, 3 for RK23).
         columns : slice or array of int, optional
             Where the ``S`` values sit in the state (default all, ``size = S``).
         size : int, optional
@@ -336,9 +336,11 @@ def dense_conflicts(method: Any, backend: Any, tol: Any, fallback: Any) -> dict[
         "method": (method, "a fixed-step method keeps no continuous extension of its steps; "
                            "use one of scipy's adaptive methods ('RK45', 'RK23', 'DOP853', "
                            "'Radau', 'BDF', 'LSODA')" if method in FIXED_METHODS else None),
-        "backend": (backend, "the accelerated backends keep no continuous extension of their "
-                             "steps; use backend='numpy'"
-                    if isinstance(backend, str) and backend in ("numba", "cupy") else None),
+        "backend": (backend, "of the accelerated backends only numba's RK45 and RK23 sweep "
+                             "keeps a continuous extension of its steps; use backend='numpy' "
+                             "(or backend='numba' with method='RK45' or 'RK23')"
+                    if backend == "cupy" or (backend == "numba" and method not in
+                                             ("RK45", "RK23")) else None),
         "tol": (tol, "with `tol` each depth's fields come from the jet order that converged "
                      "it, so no single sweep covers the interval; drop `tol` and choose "
                      "`order`" if tol is not None else None),

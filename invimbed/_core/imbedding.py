@@ -107,8 +107,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         (`invimbed.DenseSolution`) gives every field at any depth ``p`` of the swept
         interval ``[min(depths), q]``, ``res.sol(p)``, at the cost of one sweep; its error
         is that of the sweep (docs/accuracy.md, "Dense output: any depth from one sweep").
-        Needs a scipy ``method`` and ``backend="numpy"``, without ``tol`` or
-        ``fallback``.
+        Needs a scipy ``method`` on ``backend="numpy"`` (on ``"numba"``: ``"RK45"`` or
+        ``"RK23"``), without ``tol`` or ``fallback``.
     memory_budget : int, str or None, default None
         Bytes (or ``"2GiB"``) the sweep may hold, as in `solve_adjoint`. Where its state at
         every requested depth does not fit, each depth's fields are computed as the sweep
@@ -395,7 +395,8 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
         return sweep_numba_adaptive(
             setup, closure=closure, order=order, method=method, rtol=rtol, atol=atol, est=est,
             ratio_test=ratio_test, tol=tol, warnings_=warnings, **options,
-            look_ahead=_serves(setup.provider, order + 2, est, setup.control.n_params))
+            look_ahead=_serves(setup.provider, order + 2, est, setup.control.n_params),
+            finish=lambda r: mark_unchecked(r, closure, est, method))
     if backend != "numpy":
         from .._backends import sweep_backend
 
