@@ -205,8 +205,8 @@ KINDS = ["empty", "truncated", "tail-cut", "garbage", "pickled", "missing-key", 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_damaged_bouncing_balls_cache_is_rebuilt(kind, tmp_path):
-    """Each kind of damage used to raise EOFError, BadZipFile, ValueError or KeyError
-    without naming the file (or, for a NaN, to train on it): now a RuntimeWarning names
+    """Each kind of damage (which numpy reports as EOFError, BadZipFile, ValueError or
+    KeyError without naming the file, or, for a NaN, not at all): a RuntimeWarning names
     the file and it is made again."""
     d = data.bouncing_balls(3, 2, cache_dir=tmp_path)
     victim = next(tmp_path.glob("bballs-train-*.npz"))

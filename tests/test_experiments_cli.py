@@ -240,8 +240,8 @@ def _mat(path: Path, X: np.ndarray) -> Path:
 
 def test_nan_in_a_held_out_frame_is_reported_as_such(tmp_path, capsys):
     """A NaN in the 5th frame (held out of the training loss) of one sequence: the
-    command says the data is not finite and where, naming the file, before training;
-    it used to train and stop with 'training loss is nan ... lower `--lr`'."""
+    command says the data is not finite and where, naming the file, before training
+    (not a 'training loss is nan ... lower `--lr`' after it)."""
     X = np.random.default_rng(0).random((12, 16, 784)).astype(np.float32)
     X[0, 4, 100] = np.nan
     path = _mat(tmp_path / "rot-mnist-3s.mat", X)

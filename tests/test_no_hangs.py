@@ -1,6 +1,6 @@
 """No hangs, no scipy-internal exceptions: numerical trouble ends the sweep with a message.
 
-Every case that used to hang runs under a time limit (`time_limit`, SIGALRM), so that a
+Every case that could hang runs under a time limit (`time_limit`, SIGALRM), so that a
 regression fails here instead of stalling the suite. Covered:
 
 * a stiff problem on an explicit method stops early, says "stiff" and names Radau/BDF;
@@ -8,7 +8,7 @@ regression fails here instead of stalling the suite. Covered:
 * the step budget ``max_steps`` (adaptive and fixed-step) ends the sweep with a message;
 * a non-finite value inside scipy's own linear algebra is reported, not raised;
 * the stencil's default spacing keeps stiff chemical kinetics where they are defined;
-* the fixed-step loop, now written once for every array namespace, returns the numbers
+* the fixed-step loop, written once for every array namespace, returns the numbers
   it returned before to 1e-14.
 """
 
@@ -58,9 +58,9 @@ STIFF = BolzaProblem(lambda t, z, th: -1e6 * z, terminal_loss=quadratic_T, vecto
 # -- stiffness ---------------------------------------------------------------------------
 @pytest.mark.parametrize("method", ["RK45", "RK23", "DOP853"])
 def test_stiff_problem_on_an_explicit_method_stops_early_and_says_stiff(method):
-    """dz/dt = -1e6 z: RK45 used to give no answer in 60 s (about 1e6 steps at the
-    stability limit). Now the last 25 steps at the limit project past max_steps and the
-    sweep stops after a few hundred evaluations, naming the implicit methods."""
+    """dz/dt = -1e6 z: RK45 would need about 1e6 steps at the stability limit. The last
+    25 steps at the limit project past max_steps, so the sweep stops after a few hundred
+    evaluations, naming the implicit methods."""
     start = time.perf_counter()
     with time_limit(60):
         res = solve_imbedding(STIFF, [1.0], [-1.0, -0.5], method=method)
@@ -129,7 +129,7 @@ def test_dynamics_nan_part_way_name_the_depth_and_keep_the_depths_before(method)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_overflow_inside_radau_is_reported_not_raised():
     """Finite but huge derivatives overflow in Radau's Newton iteration, where scipy
-    raised 'array must not contain infs or NaNs'; now the solve stops with a message."""
+    raises 'array must not contain infs or NaNs': the solve stops with a message."""
     def rhs(p, y, piece=None):
         return np.array([1e300 * np.tanh(y[0]), y[1]])
 
@@ -164,7 +164,7 @@ def test_max_steps_exhausted_ends_the_sweep_with_a_message(method):
 
 
 def test_max_steps_of_the_fixed_step_grid():
-    """A tiny `step` used to mean a billion steps; now the grid stops at max_steps, keeps
+    """A tiny `step` would mean a billion steps: the grid stops at max_steps, keeps
     the depths it reached, and says how many steps the grid needs."""
     def rhs(p, y, piece=None):
         return -y
@@ -215,8 +215,8 @@ def test_default_spacing_is_relative_with_a_floor():
 
 
 def test_robertson_kinetics_with_the_stencil_and_radau():
-    """Issue case: the old spacing 1e-3 put a stencil point at a negative concentration
-    (x2 = 3e-5) and Radau raised scipy's ValueError. Now it returns, within seconds."""
+    """A stencil spacing of 1e-3 would put a stencil point at a negative concentration
+    (x2 = 3e-5), where Radau raises scipy's ValueError: the solve returns within seconds."""
     problem = BolzaProblem(robertson, terminal_loss=lambda z: 0.5 * z @ z)
     x = [0.98, 3e-5, 0.02]
     for method in ("Radau", "BDF"):

@@ -383,7 +383,7 @@ def test_understated_estimate_is_flagged_not_converged():
 
 def test_newton_with_finite_differences_converges_by_default():
     """Plain callables, not control-affine declared: Newton's stopping rule follows the
-    finite differences' accuracy (it used to demand 1e-12 and fail)."""
+    finite differences' accuracy (a fixed 1e-12 would fail)."""
     cubic = invimbed.BolzaProblem(lambda t, z, u: -z ** 3 + u,
                                   lambda t, z, u: 0.5 * (z @ z + u @ u),
                                   lambda z: 0.5 * (z[0] - 0.5) ** 2)

@@ -3,7 +3,7 @@
 The mistakes a new user makes, one per case: wrong types, wrong values, wrong sizes,
 misspelt keywords, missing controls, at every public entry point. Each case asserts the
 exception type and that the message names the argument (``match=``); the numerical
-troubles that used to hang (NaN dynamics, a stiff problem with an explicit method) run
+troubles that could hang (NaN dynamics, a stiff problem with an explicit method) run
 under a time limit and must end with ``success=False`` and a message saying where.
 """
 
@@ -111,7 +111,7 @@ def case(call, exc, match, id):
     return pytest.param(call, exc, match, id=id)
 
 
-# -- a time limit for what used to hang ------------------------------------------------
+# -- a time limit for what could hang ----------------------------------------------------
 class TimeLimitExceeded(Exception):
     pass
 

@@ -96,7 +96,7 @@ def fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
     if res.status in (-1, -2):
         if ref.success:
             failed = res.status == -1
-            if failed:    # the sweep's own failure, now repaired, stays on record
+            if failed:    # the sweep's own failure, repaired, stays on record
                 res["warnings"].append(SolverWarning("sweep_failed", res.message, first))
             where = "the sweep failed or its jet did not converge" if failed else \
                 "its jet did not converge"

@@ -79,7 +79,7 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
     the measured growth per order, `COST_GROWTH` before two are measured), the exact solve
     ``m t`` for ``m`` pairs (``t`` the probe's time, measured once, on the deepest pair);
     the loop goes on to the ``k`` that saves the most, ``m_k t - cost(k)`` with ``m_k`` the
-    pairs predicted to converge by ``k`` (the others stop now), and stops where no ``k``
+    pairs predicted to converge by ``k`` (the others stop at once), and stops where no ``k``
     saves anything.
     """
     res, cost = _timed("sweep", sweep, setup, order)
