@@ -16,11 +16,15 @@ Run: ``python examples/ocp_bryson_denham.py [--intervals K] [--plot PATH]``.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import sympy as sp
 
 import invimbed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _ocp_gallery as gallery  # noqa: E402  (the gallery's shared plot and check)
 
 X0, TARGET, LIMIT, PUBLISHED = [0.0, 1.0], [0.0, -1.0], 1.0 / 9.0, 4.0
 TOLERANCE = {20: 1e-2, 100: 5e-4}
@@ -50,38 +54,28 @@ def solve(intervals: int = 100, **kwargs):
                               state_bounds=(None, [LIMIT, np.inf]), **kwargs)
 
 
+def constraint_panel(ax, res, t0: float = 0.0) -> None:
+    ax.axhline(LIMIT, color="r", ls="--", lw=1)
+    ax.plot(res.trajectory.t, res.trajectory.z[:, 0], lw=1.2)
+    ax.plot(res.times, res.states[:, 0], ".", color="k", ms=3)
+    ax.set(title="constraint: z1 <= 1/9 (dashed), at the nodes", xlabel="t",
+           ylim=(0.08, 0.115))
+
+
 def plot(res, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
-    ax[0].plot(res.trajectory.t, res.trajectory.z, lw=1.2)
-    ax[0].plot(res.times, res.states, ".", color="k", ms=3)
-    ax[0].set(title="state z1, z2 (dots: shooting nodes)", xlabel="t")
-    ax[1].step(res.times[:-1], res.controls[:, 0], where="post")
-    ax[1].set(title="control u", xlabel="t")
-    ax[2].axhline(LIMIT, color="r", ls="--", lw=1)
-    ax[2].plot(res.trajectory.t, res.trajectory.z[:, 0], lw=1.2)
-    ax[2].plot(res.times, res.states[:, 0], ".", color="k", ms=3)
-    ax[2].set(title="constraint: z1 <= 1/9 (dashed), at the nodes", xlabel="t",
-              ylim=(0.08, 0.115))
-    fig.suptitle(f"Bryson-Denham: J = {res.fun:.5f} (published {PUBLISHED}), K = {len(res.controls)}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    gallery.plot(res, path, f"Bryson-Denham: J = {res.fun:.5f} (published {PUBLISHED})",
+                 constraint_panel)
 
 
 def main(argv: list[str]) -> None:
-    K = int(argv[argv.index("--intervals") + 1]) if "--intervals" in argv else 20
+    K = gallery.intervals(argv)
     res = solve(K)
-    err = abs(res.fun - PUBLISHED) / PUBLISHED
     excess = float(np.max(res.states[:, 0]) - LIMIT)
-    print(f"Bryson-Denham, K = {K}: J = {res.fun:.6f} (published {PUBLISHED}, relative "
-          f"{err:.1e}); max z1 - 1/9 at the nodes = {excess:.1e}; {res.message}")
-    assert res.success, res.message
-    assert err <= TOLERANCE.get(K, 1e-2), err
+    gallery.check("Bryson-Denham", res, res.fun, PUBLISHED, TOLERANCE.get(K, 1e-2),
+                  f"J = {res.fun:.6f} (published {PUBLISHED}); max z1 - 1/9 at the nodes = "
+                  f"{excess:.1e}; ")
     assert excess <= 1e-6, excess
-    if "--plot" in argv:
-        plot(res, argv[argv.index("--plot") + 1])
+    gallery.maybe_plot(argv, lambda path: plot(res, path))
 
 
 if __name__ == "__main__":

@@ -18,13 +18,16 @@ Run: ``python examples/ocp_lq_tracking.py [--intervals K] [--plot PATH]``.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import sympy as sp
 from scipy.integrate import solve_ivp
-from scipy.linalg import expm
 
 import invimbed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _ocp_gallery as gallery  # noqa: E402  (the gallery's shared plot and check)
 
 X0, TF, RHO = [0.0, 0.0], 5.0, 0.1
 # the augmented linear system (z1, z2, w1, w2), u; cost xi' Q xi + u' R u
@@ -42,24 +45,7 @@ def dynamics(z, u):
 
 def riccati_discrete(K: int) -> float:
     """The exact optimum over controls constant on K equal intervals."""
-    n, m = B.shape
-    h = TF / K
-    Ah = np.zeros((n + m, n + m))
-    Ah[:n, :n], Ah[:n, n:] = A, B
-    Qh = np.zeros((n + m, n + m))
-    Qh[:n, :n], Qh[n:, n:] = Q, R
-    big = np.zeros((2 * (n + m), 2 * (n + m)))
-    big[:n + m, :n + m], big[:n + m, n + m:], big[n + m:, n + m:] = -Ah.T, Qh, Ah
-    M = expm(big * h)
-    Phi = M[n + m:, n + m:]
-    W = Phi.T @ M[:n + m, n + m:]                   # int_0^h e^(Ah' s) Qh e^(Ah s) ds
-    Ad, Bd, Qd, Nd, Rd = Phi[:n, :n], Phi[:n, n:], W[:n, :n], W[:n, n:], W[n:, n:]
-    P = np.zeros((n, n))
-    for _ in range(K):
-        G = Rd + Bd.T @ P @ Bd
-        Hm = Nd.T + Bd.T @ P @ Ad
-        P = Qd + Ad.T @ P @ Ad - Hm.T @ np.linalg.solve(G, Hm)
-    return float(XI0 @ P @ XI0)
+    return gallery.sampled_lq_optimum(A, B, Q, R, np.zeros_like(Q), TF / K, K, XI0)
 
 
 def riccati_continuous() -> float:
@@ -87,36 +73,20 @@ def solve(intervals: int = 20, **kwargs):
 
 
 def plot(res, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
-    t = res.trajectory.t
-    ax[0].plot(t, res.trajectory.z, lw=1.2)
-    ax[0].plot(t, np.sin(t), "k--", lw=1)
-    ax[0].set(title="state z1, z2; reference sin t (dashed)", xlabel="t")
-    ax[1].step(res.times[:-1], res.controls[:, 0], where="post")
-    ax[1].set(title="control u", xlabel="t")
-    ax[2].semilogy(res.times[1:], np.abs(res.defects).max(axis=1) + 1e-17, ".")
-    ax[2].set(title="constraint: continuity defects |s_k+1 - F_k|", xlabel="t")
-    fig.suptitle(f"LQ tracking: J = {res.fun:.6f} (discrete Riccati "
-                 f"{riccati_discrete(len(res.controls)):.6f}), K = {len(res.controls)}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    gallery.plot(res, path, f"LQ tracking: J = {res.fun:.6f} (discrete Riccati "
+                 f"{riccati_discrete(len(res.controls)):.6f})",
+                 state_title="state z1, z2; reference sin t (dashed)", reference=np.sin)
 
 
 def main(argv: list[str]) -> None:
-    K = int(argv[argv.index("--intervals") + 1]) if "--intervals" in argv else 20
+    K = gallery.intervals(argv)
     res = solve(K)
     ref, limit = riccati_discrete(K), riccati_continuous()
-    err = abs(res.fun - ref) / ref
-    print(f"LQ tracking, K = {K}: J = {res.fun:.8f}, discrete Riccati {ref:.8f} (relative "
-          f"{err:.1e}); continuous Riccati {limit:.8f}; {res.message}")
-    assert res.success, res.message
-    assert err <= 1e-7, err
+    gallery.check("LQ tracking", res, res.fun, ref, 1e-7,
+                  f"J = {res.fun:.8f}, discrete Riccati {ref:.8f}, continuous Riccati "
+                  f"{limit:.8f}; ")
     assert limit <= ref                  # more controls can only lower the optimum
-    if "--plot" in argv:
-        plot(res, argv[argv.index("--plot") + 1])
+    gallery.maybe_plot(argv, lambda path: plot(res, path))
 
 
 if __name__ == "__main__":

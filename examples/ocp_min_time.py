@@ -14,11 +14,15 @@ Run: ``python examples/ocp_min_time.py [--intervals K] [--plot PATH]``.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import sympy as sp
 
 import invimbed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _ocp_gallery as gallery  # noqa: E402  (the gallery's shared plot and check)
 
 X0, TARGET, PUBLISHED, BOUNDS, Q = [1.0, 0.0], [0.0, 0.0], 2.0, (-1.0, 1.0), 0.0
 TOLERANCE = 1e-6
@@ -48,36 +52,18 @@ def solve(intervals: int = 100, **kwargs):
 
 
 def plot(res, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
-    t = res.trajectory.t - res.p
-    ax[0].plot(t, res.trajectory.z, lw=1.2)
-    ax[0].plot(res.times - res.p, res.states, ".", color="k", ms=3)
-    ax[0].set(title="state z1, z2; target (0, 0)", xlabel="t - p")
-    ax[1].step(res.times[:-1] - res.p, res.controls[:, 0], where="post")
-    ax[1].set(title="control u", xlabel="t - p")
-    for b in BOUNDS:
-        ax[2].axhline(b, color="r", ls="--", lw=1)
-    ax[2].step(res.times[:-1] - res.p, res.controls[:, 0], where="post")
-    ax[2].set(title="constraint: |u| <= 1 (dashed)", xlabel="t - p")
-    fig.suptitle(f"Minimum time: H = {res.horizon:.6f} (published {PUBLISHED}), "
-                 f"K = {len(res.controls)}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    gallery.plot(res, path, f"Minimum time: H = {res.horizon:.6f} (published {PUBLISHED})",
+                 gallery.bounds_panel(BOUNDS, "constraint: |u| <= 1 (dashed)"), t0=res.p,
+                 state_title="state z1, z2; target (0, 0)")
 
 
 def main(argv: list[str]) -> None:
-    K = int(argv[argv.index("--intervals") + 1]) if "--intervals" in argv else 20
+    K = gallery.intervals(argv)
     res = solve(K)
-    err = abs(res.fun - PUBLISHED) / PUBLISHED
-    print(f"Minimum time, K = {K}: H = {res.horizon:.8f}, J = {res.fun:.8f} (published "
-          f"{PUBLISHED}, relative {err:.1e}); final state {res.states[-1]}; {res.message}")
-    assert res.success, res.message
-    assert err <= TOLERANCE, err
-    if "--plot" in argv:
-        plot(res, argv[argv.index("--plot") + 1])
+    gallery.check("Minimum time", res, res.fun, PUBLISHED, TOLERANCE,
+                  f"H = {res.horizon:.8f}, J = {res.fun:.8f} (published {PUBLISHED}); "
+                  f"final state {res.states[-1]}; ")
+    gallery.maybe_plot(argv, lambda path: plot(res, path))
 
 
 if __name__ == "__main__":

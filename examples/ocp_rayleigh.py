@@ -16,11 +16,15 @@ Run: ``python examples/ocp_rayleigh.py [--intervals K] [--plot PATH]``.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import sympy as sp
 
 import invimbed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _ocp_gallery as gallery  # noqa: E402  (the gallery's shared plot and check)
 
 X0, TF, PUBLISHED = [-5.0, -5.0], 2.5, 29.3763
 #: relative distance to the published optimum accepted on K intervals (O(h^2), measured)
@@ -50,32 +54,15 @@ def solve(intervals: int = 100, **kwargs):
 
 
 def plot(res, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
-    ax[0].plot(res.trajectory.t, res.trajectory.z, lw=1.2)
-    ax[0].plot(res.times, res.states, ".", color="k", ms=3)
-    ax[0].set(title="state z1, z2 (dots: shooting nodes)", xlabel="t")
-    ax[1].step(res.times[:-1], res.controls[:, 0], where="post")
-    ax[1].set(title="control u (piecewise constant)", xlabel="t")
-    ax[2].semilogy(res.times[1:], np.abs(res.defects).max(axis=1) + 1e-17, ".")
-    ax[2].set(title="constraint: continuity defects |s_k+1 - F_k|", xlabel="t")
-    fig.suptitle(f"Rayleigh: J = {res.fun:.5f} (published {PUBLISHED}), K = {len(res.controls)}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    gallery.plot(res, path, f"Rayleigh: J = {res.fun:.5f} (published {PUBLISHED})")
 
 
 def main(argv: list[str]) -> None:
-    K = int(argv[argv.index("--intervals") + 1]) if "--intervals" in argv else 20
+    K = gallery.intervals(argv)
     res = solve(K)
-    err = abs(res.fun - PUBLISHED) / PUBLISHED
-    print(f"Rayleigh, K = {K}: J = {res.fun:.6f} (published {PUBLISHED}, relative "
-          f"{err:.1e}); {res.message}")
-    assert res.success, res.message
-    assert err <= TOLERANCE.get(K, 4e-3), err
-    if "--plot" in argv:
-        plot(res, argv[argv.index("--plot") + 1])
+    gallery.check("Rayleigh", res, res.fun, PUBLISHED, TOLERANCE.get(K, 4e-3),
+                  f"J = {res.fun:.6f} (published {PUBLISHED}); ")
+    gallery.maybe_plot(argv, lambda path: plot(res, path))
 
 
 if __name__ == "__main__":

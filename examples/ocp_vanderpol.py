@@ -14,11 +14,15 @@ Run: ``python examples/ocp_vanderpol.py [--intervals K] [--plot PATH]``.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import sympy as sp
 
 import invimbed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _ocp_gallery as gallery  # noqa: E402  (the gallery's shared plot and check)
 
 X0, TF, PUBLISHED, BOUNDS = [1.0, 0.0], 5.0, 2.8673, (-0.3, 1.0)
 TOLERANCE = {20: 6e-3, 100: 3e-4}
@@ -48,35 +52,17 @@ def solve(intervals: int = 100, **kwargs):
 
 
 def plot(res, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
-    ax[0].plot(res.trajectory.t, res.trajectory.z, lw=1.2)
-    ax[0].plot(res.times, res.states, ".", color="k", ms=3)
-    ax[0].set(title="state z1, z2 (dots: shooting nodes)", xlabel="t")
-    ax[1].step(res.times[:-1], res.controls[:, 0], where="post")
-    ax[1].set(title="control u", xlabel="t")
-    for b in BOUNDS:
-        ax[2].axhline(b, color="r", ls="--", lw=1)
-    ax[2].step(res.times[:-1], res.controls[:, 0], where="post")
-    ax[2].set(title="constraint: -0.3 <= u <= 1 (dashed)", xlabel="t")
-    fig.suptitle(f"Van der Pol: J = {res.fun:.5f} (published {PUBLISHED}), K = {len(res.controls)}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    gallery.plot(res, path, f"Van der Pol: J = {res.fun:.5f} (published {PUBLISHED})",
+                 gallery.bounds_panel(BOUNDS, "constraint: -0.3 <= u <= 1 (dashed)"))
 
 
 def main(argv: list[str]) -> None:
-    K = int(argv[argv.index("--intervals") + 1]) if "--intervals" in argv else 20
+    K = gallery.intervals(argv)
     res = solve(K)
-    err = abs(res.fun - PUBLISHED) / PUBLISHED
-    print(f"Van der Pol, K = {K}: J = {res.fun:.6f} (published {PUBLISHED}, relative "
-          f"{err:.1e}); {res.message}")
-    assert res.success, res.message
-    assert err <= TOLERANCE.get(K, 6e-3), err
+    gallery.check("Van der Pol", res, res.fun, PUBLISHED, TOLERANCE.get(K, 6e-3),
+                  f"J = {res.fun:.6f} (published {PUBLISHED}); ")
     assert np.all(res.controls >= BOUNDS[0] - 1e-8) and np.all(res.controls <= BOUNDS[1] + 1e-8)
-    if "--plot" in argv:
-        plot(res, argv[argv.index("--plot") + 1])
+    gallery.maybe_plot(argv, lambda path: plot(res, path))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.linalg import expm
 
 import invimbed
 from invimbed._control.ocp_constraints import Defects, FinalState, Path, Terminal
@@ -44,27 +43,21 @@ def lq_problem(A, B, Q, R, PT, q):
                      "T_z": lambda z: z @ PT})
 
 
+def _example(name):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def zoh_lq_optimum(A, B, Q, R, PT, h, K, x0):
     """The exact optimum of ``J = 1/2 int (x'Qx + u'Ru) + 1/2 x(T)'PT x(T)`` over controls
-    constant on K intervals of length h: Van Loan's integrals and a Riccati recursion."""
-    n, m = B.shape
-    Ah = np.zeros((n + m, n + m))
-    Ah[:n, :n], Ah[:n, n:] = A, B
-    Qh = np.zeros((n + m, n + m))
-    Qh[:n, :n], Qh[n:, n:] = Q, R
-    big = np.zeros((2 * (n + m), 2 * (n + m)))
-    big[:n + m, :n + m], big[:n + m, n + m:], big[n + m:, n + m:] = -Ah.T, Qh, Ah
-    E = expm(big * h)
-    Phi = E[n + m:, n + m:]
-    W = Phi.T @ E[:n + m, n + m:]
-    Ad, Bd = Phi[:n, :n], Phi[:n, n:]
-    Qd, Md, Rd = W[:n, :n], W[:n, n:], W[n:, n:]
-    P = PT.copy()
-    for _ in range(K):
-        G = Rd + Bd.T @ P @ Bd
-        Hm = Md.T + Bd.T @ P @ Ad
-        P = Qd + Ad.T @ P @ Ad - Hm.T @ np.linalg.solve(G, Hm)
-    return 0.5 * x0 @ P @ x0
+    constant on K intervals of length h (Van Loan's integrals and a Riccati recursion, in
+    examples/_ocp_gallery.py)."""
+    return 0.5 * _example("_ocp_gallery").sampled_lq_optimum(A, B, Q, R, PT, h, K, x0)
 
 
 LQ = dict(A=np.array([[0.0, 1.0], [-2.0, -0.3]]), B=np.array([[0.0], [1.0]]),
@@ -321,16 +314,6 @@ def test_misuse_raises_clear_errors():
 
 
 # -- the gallery on its full grids (the coarse grids run in tests/test_examples.py) -----
-def _example(name):
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["ocp_rayleigh", "ocp_vanderpol", "ocp_min_time",
                                   "ocp_bryson_denham"])
