@@ -128,7 +128,7 @@ def simulate(problem: BolzaProblem, x: Any, control: Any, horizon: Any, *,
     >>> import numpy as np, invimbed
     >>> pb = invimbed.BolzaProblem(lambda t, z, u: u, lambda t, z, u: 0.5 * (z @ z + u @ u))
     >>> sim = invimbed.simulate(pb, [1.0], lambda t, z: -z, 2.0, rtol=1e-10, atol=1e-12)
-    >>> round(float(sim.cost), 8), round(0.5 * (1 - np.exp(-4.0)), 8)
+    >>> round(float(sim.cost), 8), round(float(0.5 * (1 - np.exp(-4.0))), 8)
     (0.49084218, 0.49084218)
     """
     if not isinstance(problem, BolzaProblem):
