@@ -73,89 +73,46 @@ def _depth_grid(p_min: Any, step: Any, depths: Any) -> list[float]:
 class InImNet(nn.Module):
     r"""Discrete invariant-imbedding network: the outputs of every depth in one pass.
 
-    The network of depth ``p`` maps an input ``x`` to ``Z(p, x) = z(q; p, x)`` with
-    ``q = 0``. Layers are added at the *input* end: with depths
-    ``0 = p_0 > p_1 > ... > p_L = p_min`` and per-layer dynamics
-    ``Phi(p_i, x)``, eq. (14)
-
-    ```text
-    Z(p_i, x) = Z(p_{i-1}, x) - (p_i - p_{i-1}) grad_x Z(p_{i-1}, x) . Phi(p_i, x),
-    Z(0, x) = x,
-    ```
-
-    gives every ``Z(p_i, x)`` from one pass, with every ``Phi`` evaluated at the input
-    ``x`` (the first-order expansion of the ResNet composition
-    ``Z(p_{i-1}, x + |h| Phi(p_i, x))``, docs/theory.md, "The discrete architecture"). The same recursion is the
-    numpy core's ``invimbed.solve_imbedding(..., method="disc")``.
+    The network of depth ``p`` maps ``x`` to ``Z(p, x) = z(q; p, x)`` with ``q = 0``.
+    Layers are added at the *input* end: with depths ``0 = p_0 > ... > p_L = p_min`` and
+    per-layer dynamics ``Phi(p_i, x)``, eq. (14),
+    ``Z(p_i, x) = Z(p_{i-1}, x) - (p_i - p_{i-1}) grad_x Z(p_{i-1}, x) . Phi(p_i, x)``,
+    ``Z(0, x) = x``, gives every output from one pass (docs/theory.md, "The discrete
+    architecture"; the numpy core's ``solve_imbedding(..., method="disc")``). Options,
+    costs and accuracy in detail: docs/nn.md.
 
     Parameters
     ----------
     dim : int
-        Size ``N`` of the input and of every output (for images, ``C * H * W``: the
-        Jacobians act on the flattened vector, as in the paper's convolutional model).
+        Size ``N`` of the input and of every output (for images, ``C * H * W``).
     p_min : float, default -4
-        Deepest depth; the layers are ``ceil(-p_min / step)`` equal steps of at most
-        ``step`` from 0 to ``p_min``.
+        Deepest depth, reached in ``ceil(-p_min / step)`` equal steps.
     step : float, default 1.0
         Largest layer step (the paper's experiments use unit steps).
     depths : sequence of float, optional
-        The depths themselves, strictly decreasing from 0 (given steps); overrides
-        ``p_min`` and ``step``.
+        The depths themselves, strictly decreasing from 0; overrides ``p_min``, ``step``.
     shared : bool, default False
-        One ``Phi`` for every layer (``Phi(p_i, x) = Phi(x)``, the paper's extrapolation
-        variant, Appendix F.3) instead of one per layer. Its state dict does not depend
-        on the number of layers, so a model trained at one ``p_min`` loads into a deeper
-        one to extrapolate.
-    hidden_layers : int, default 2
-        The default ``Phi``'s number of linear layers, the paper's ``n`` (Table
-        Table 1: 2 or 3); see :class:`invimbed.nn.MLP`.
-    inflation : float, default 2
-        Hidden width of the default ``Phi`` over ``dim``.
-    dropout : float, default 0.0
-        Dropout after every hidden layer of the default ``Phi`` (the paper: 0.3).
-    activation : str or callable, default "tanh"
-        Activation of the default ``Phi``.
+        One ``Phi`` for every layer (Appendix F.3): the state dict does not depend on the
+        depth, so a trained model loads into a deeper one to extrapolate.
+    hidden_layers, inflation, dropout, activation : default 2, 2, 0.0, "tanh"
+        The default ``Phi``, :class:`invimbed.nn.MLP` (the paper's ``n``, Table 1).
     closure : {"exact", "crop", "jet"}, default "exact"
-        How the nested Jacobian ``grad_x Z(p_{i-1}, x)`` in eq. (14) is obtained, the
-        adapter's counterpart of the core's ``closure=`` (docs/theory.md, "The
-        closures"; costs and accuracy in docs/nn.md):
-
-        - ``"exact"``: automatic differentiation through the depth recursion
-          (``torch.func.jvp`` nested ``L`` deep): the exact discrete network, cost
-          growing exponentially with ``L`` (the paper's Appendix F.1). Prefer it for
-          shallow networks and for checking the others.
-        - ``"jet"``: the core's jet of order 1, ``J_i = J_{i-1} (I - h_i grad Phi_i)``;
-          ``L (L - 1) / 2`` Jacobian-vector products. Exact when every ``Phi`` is affine.
-        - ``"crop"``: the paper's eq. (21), ``J_i = J_{i-1} - h_i grad Phi_i``, as its
-          experiments used; same cost as ``"jet"``, not exact even for affine ``Phi``.
-
-        With one or two layers the three coincide.
+        The nested Jacobian ``grad_x Z(p_{i-1}, x)`` of eq. (14), the core's
+        ``closure=``: ``"exact"`` (nested ``torch.func.jvp``, cost exponential in the
+        layers), ``"jet"`` (the jet of order 1; exact for affine ``Phi``), ``"crop"``
+        (eq. (21), as the paper's experiments). They coincide for one or two layers.
     backward : {"autograd", "adjoint"}, default "autograd"
-        ``"autograd"`` differentiates through the recursion. ``"adjoint"`` computes the
-        same gradients (exactly, up to rounding) by the *imbedded* adjoint, the layer
-        recursion of eq. (15) (Theorem 2's discrete form) and eq. (32) for the
-        parameters, see :func:`imbedded_adjoint`: a second sweep in depth from ``p = 0``
-        that carries ``Lam(p_i, x) = grad_x V(p_i, x)``, without storing the forward
-        graph. It is not the classical adjoint method (a backward solve in ``t``, as
-        ``torchdiffeq.odeint_adjoint`` or :func:`invimbed.solve_adjoint`). Needs
-        ``closure="exact"``: it is the gradient of the exact discrete network, not of a
-        truncated one. Not twice differentiable.
+        ``"adjoint"``: the same gradients by the *imbedded* adjoint, a second sweep in
+        depth of eq. (15) (Theorem 2) and eq. (32) from ``p = 0``
+        (:func:`imbedded_adjoint`), storing no forward graph; not a backward solve in
+        ``t``. Needs ``closure="exact"``; not twice differentiable.
     phi : callable, optional
-        Factory ``phi(layer_index) -> nn.Module`` mapping ``(B, dim) -> (B, dim)``; layer
-        ``l`` (0-based) is ``Phi(p_{l+1}, .)``, the one between ``depths[l]`` and
-        ``depths[l + 1]``; called once with 0 when ``shared``. The module may reshape
-        inside (a convolutional ``Phi`` on ``C * H * W``). Default: the paper's MLP.
-        It must act on each sample separately for the Jacobians to be per-sample: batch
-        norm in training mode couples the samples through the batch statistics, and the
-        Jacobian products then include those cross-sample terms (the exact derivative of
-        the batched map).
+        Factory ``phi(layer_index) -> nn.Module`` mapping ``(B, dim) -> (B, dim)``;
+        layer ``l`` is ``Phi(p_{l+1}, .)``; it should act on each sample separately.
     materialize : bool, default False
-        Form the ``(B, dim, dim)`` Jacobians instead of Jacobian-vector products (as the
-        numpy core's jet carries them). For comparisons and benchmarks only: memory
-        ``B dim^2`` and, with ``"exact"``, cost ``~ dim^L``.
+        Form the ``(B, dim, dim)`` Jacobians (for comparisons and benchmarks only).
     jacobian : {"exact", "crop", "jet"}, optional
-        Deprecated alias of ``closure`` (a ``DeprecationWarning``; giving both raises
-        ``TypeError``).
+        Deprecated alias of ``closure`` (``DeprecationWarning``; both: ``TypeError``).
 
     Attributes
     ----------
@@ -163,19 +120,8 @@ class InImNet(nn.Module):
         ``0 = p_0 > ... > p_min`` (a buffer, moved with the module).
     phis : nn.ModuleList
         The per-layer dynamics (one module when ``shared``).
-
-    Notes
-    -----
-    Dropout draws one mask per layer per forward, shared by every Jacobian-vector
-    product of that layer, so the products are those of the function evaluated. Batch
-    norm in training mode normalises with the batch statistics inside the recursion and
-    updates its running statistics by one extra plain evaluation of each layer's ``Phi``
-    at ``x`` (torch.func transforms do not allow in-place buffer updates).
-
-    References
-    ----------
-    A. Corbett and D. Kangin, "Imbedding Deep Neural Networks", ICLR 2022, sec.
-    arch-discrete, eqs. (14), (15), cropping, (32).
+    closure : str
+        The closure (settable; ``jacobian`` is its deprecated alias).
 
     Examples
     --------
