@@ -51,8 +51,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     r"""Solve an optimal-control problem by multiple shooting with an NLP solver.
 
     Minimises ``J`` of eq. (4) from ``z(p) = x`` over controls constant on each interval
-    of a grid on ``[p, q]``; all intervals are the rows of one ensemble solve, so ``J``,
-    the defects and their Jacobians are exact to ``rtol``, ``atol``. Details:
+    of a grid on ``[p, q]``, all intervals one exact ensemble solve. Details:
     docs/optimization.md, "solve_ocp in detail".
 
     Parameters
@@ -61,10 +60,8 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         Its first derivatives are used: give them for exact gradients.
     x : array_like, shape (N,)
         The initial state ``z(p)``.
-    p : float, optional
-        The start time (``p < q``); required unless ``grid`` is given.
-    intervals, grid : int (default 20), array_like of shape (K + 1,), optional
-        ``K`` equal shooting intervals, or the node times from ``p`` to ``problem.q``.
+    p, intervals, grid : float, int (default 20), array_like (K + 1,), optional
+        The start time ``p < q`` and ``K`` equal intervals, or the node times to ``q``.
     n_controls : int, optional
         ``M``, the control size, where nothing else tells it.
     control_bounds, state_bounds : (low, high), optional
@@ -77,10 +74,9 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         Make ``H = q - p`` a decision variable (a free final time), within bounds.
     initial_guess : OptimizeResult or dict, optional
         A warm start: a previous result, or ``"states"``, ``"controls"``, ``"horizon"``.
-    solver : {"auto", "ipopt", "trust-constr", "slsqp"}, default "auto"
-        IPOPT (``cyipopt``) where installed, otherwise scipy's SLSQP.
-    hessian : {"limited-memory", "finite-differences"}, default "limited-memory"
-        IPOPT's Hessian of the Lagrangian: L-BFGS or colored differences.
+    solver, hessian : str, default "auto", "limited-memory"
+        ``"ipopt"`` (``cyipopt``, the default where installed), ``"trust-constr"`` or
+        ``"slsqp"``; IPOPT's Hessian by L-BFGS or ``"finite-differences"``.
     tol, constraint_tol : float, default 1e-6
         The KKT tolerance of our check; the largest constraint violation accepted.
     max_iter, solver_options : int (default 1000), dict

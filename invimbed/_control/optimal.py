@@ -55,9 +55,8 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         ``M``; inferred from ``control_bounds`` or ``theta0`` when omitted.
     control_bounds : array_like, shape (M, 2), optional
         Box ``lo <= theta <= hi`` (projected Newton); rules out the Riccati path.
-    closure : {"jet"}
-    order : int, default 1
-        Jet order ``K``: ``V`` is carried to degree ``K + 1``.
+    closure, order : {"jet"}, int (default 1)
+        The jet of order ``K``: ``V`` is carried to degree ``K + 1``.
     method, rtol, atol, step
         As in `solve_imbedding`.
     estimate_error : bool, default True
@@ -66,10 +65,8 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         Declare ``f`` affine and ``R`` quadratic in ``theta``: one Newton step (probed).
     linear_quadratic : bool or None, default None
         Take the Riccati path; ``None`` detects it, ``True`` declares it (probed).
-    theta0 : array_like, shape (M,), optional
-        Starting guess of the Newton iterations at ``p = q``.
-    newton_tol, max_newton : float (default 1e-12), int (default 50)
-        Relative step at which the pointwise Newton iteration stops; its iteration limit.
+    theta0, newton_tol, max_newton : array_like (M,), float (1e-12), int (50), optional
+        The pointwise Newton iteration's start at ``p = q``, step tolerance and limit.
     tol : float or (float, float), optional
         ``(rtol, atol)`` the jet's estimate must meet, with the ratio test.
     closed_loop : bool or None, default None
@@ -91,8 +88,7 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     Raises
     ------
     TypeError, ValueError
-        A bad or unknown argument (named); ``control_affine=True`` or
-        ``linear_quadratic=True`` on a problem without that structure.
+        A bad or unknown argument (named); a declared structure the problem lacks.
 
     Examples
     --------
