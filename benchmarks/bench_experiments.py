@@ -75,7 +75,7 @@ def bench(name, args):
     torch.manual_seed(0)
     inim = LatentInImNet(s["enc"](s["latent"]), s["dec"](s["latent"]), s["latent"],
                          p_min=s["p_min"], hidden_layers=s["layers"], dropout=0.3,
-                         jacobian=args.jacobian)
+                         closure=args.jacobian)
     torch.manual_seed(0)
     ode = LatentODE(s["enc"](s["latent"]), s["dec"](s["latent"]), s["latent"],
                     hidden_layers=s["layers"], rtol=1e-3, atol=1e-4)

@@ -42,7 +42,7 @@ from invimbed.experiments._runner import masked_mse
 def model() -> LatentInImNet:
     torch.manual_seed(0)
     return LatentInImNet(mnist_encoder(20, 16), mnist_decoder(20, 16), 20, p_min=-4,
-                         hidden_layers=2, inflation=2, dropout=0.3, jacobian="crop")
+                         hidden_layers=2, inflation=2, dropout=0.3, closure="crop")
 
 
 def channels_last_transposed(m: torch.nn.Module) -> torch.nn.Module:

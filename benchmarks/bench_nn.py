@@ -10,7 +10,7 @@ Two tables:
 
 1. **depth**: an MLP ``Phi`` (the paper's, ``n = 2`` layers, inflation 2) on ``dim = 21``
    (the rotating-MNIST latent plus time), batch 25, ``p_min = -1 ... -L``, for
-   ``jacobian="exact"`` (autograd and adjoint backward), ``"jet"``, ``"crop"``.
+   ``closure="exact"`` (autograd and adjoint backward), ``"jet"``, ``"crop"``.
 2. **matrix-free**: a convolutional ``Phi`` on 4 x 32 x 32 images (``dim = 4096``, the
    paper's convolutional model's input size), batch 2, ``p_min = -2``, ``"crop"``, with
    Jacobian-vector products (default) and with ``materialize=True``.
@@ -66,7 +66,7 @@ def _case(spec: dict, queue) -> None:
     torch.manual_seed(0)
     dev = torch.device(spec["device"])
     if spec["kind"] == "mlp":
-        net = InImNet(spec["dim"], p_min=-spec["L"], jacobian=spec["jacobian"],
+        net = InImNet(spec["dim"], p_min=-spec["L"], closure=spec["jacobian"],
                       backward=spec["backward"], materialize=spec["materialize"])
     else:
         side = spec["side"]
@@ -81,7 +81,7 @@ def _case(spec: dict, queue) -> None:
             def forward(self, x):
                 return self.net(x.reshape(-1, 4, side, side)).reshape(x.shape[0], -1)
 
-        net = InImNet(4 * side * side, p_min=-spec["L"], jacobian=spec["jacobian"],
+        net = InImNet(4 * side * side, p_min=-spec["L"], closure=spec["jacobian"],
                       backward=spec["backward"], materialize=spec["materialize"],
                       phi=lambda i: Conv())
     net = net.to(dev)

@@ -127,12 +127,12 @@ def test_default_phi_is_the_papers_mlp():
     assert kinds == ["Linear", "ReLU", "Linear"]
 
 
-@pytest.mark.parametrize("jacobian", ["exact", "crop", "jet"])
-def test_every_depth_from_one_pass(jacobian):
+@pytest.mark.parametrize("closure", ["exact", "crop", "jet"])
+def test_every_depth_from_one_pass(closure):
     """Each layer's Phi is evaluated once per forward, whatever the number of depths, and
     the output at p_i is the depth-p_i network's: a shallower model built from the same
     layers gives the same outputs."""
-    net = make_net(3, depths=[0, -1, -1.5, -3], jacobian=jacobian)
+    net = make_net(3, depths=[0, -1, -1.5, -3], closure=closure)
     calls = []
     for i, m in enumerate(net.phis):
         m.register_forward_hook(lambda mod, inp, out, i=i: calls.append(i))
@@ -140,7 +140,7 @@ def test_every_depth_from_one_pass(jacobian):
     out = net(x)
     assert sorted(calls) == [0, 1, 2]
     layers = list(net.phis)
-    shallow = InImNet(3, depths=[0, -1, -1.5], jacobian=jacobian, phi=lambda i: layers[i])
+    shallow = InImNet(3, depths=[0, -1, -1.5], closure=closure, phi=lambda i: layers[i])
     torch.testing.assert_close(shallow(x), out[:3], rtol=0, atol=1e-14)
 
 
@@ -173,18 +173,18 @@ def core():
     return run
 
 
-def tanh_net(jacobian, **kw):
+def tanh_net(closure, **kw):
     W = torch.nn.Parameter(torch.tensor(W0))
     b = torch.nn.Parameter(torch.tensor(B0))
-    return InImNet(2, depths=DEPTHS, jacobian=jacobian,
+    return InImNet(2, depths=DEPTHS, closure=closure,
                    phi=lambda i: TanhLayer(W, b, DEPTHS[i + 1]), **kw)
 
 
 @pytest.mark.parametrize("materialize", [False, True])
-@pytest.mark.parametrize("jacobian", ["exact", "crop", "jet"])
-def test_outputs_match_numpy_core(core, jacobian, materialize):
-    out = tanh_net(jacobian, materialize=materialize)(torch.tensor(X))
-    np.testing.assert_allclose(out.detach().numpy(), core[jacobian].z, rtol=0, atol=1e-10)
+@pytest.mark.parametrize("closure", ["exact", "crop", "jet"])
+def test_outputs_match_numpy_core(core, closure, materialize):
+    out = tanh_net(closure, materialize=materialize)(torch.tensor(X))
+    np.testing.assert_allclose(out.detach().numpy(), core[closure].z, rtol=0, atol=1e-10)
 
 
 def test_paper_form_adjoint_matches_numpy_core(core):
@@ -220,7 +220,7 @@ def test_discrete_form_is_the_gradient_and_paper_form_differs_by_h2():
 # -- what distinguishes the three Jacobians (as documented) ----------------------------------
 def test_one_or_two_layers_all_jacobians_coincide():
     x = torch.randn(3, 3, dtype=D64)
-    outs = [make_net(3, p_min=-2, jacobian=j)(x) for j in ("exact", "crop", "jet")]
+    outs = [make_net(3, p_min=-2, closure=j)(x) for j in ("exact", "crop", "jet")]
     torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=1e-14)
     torch.testing.assert_close(outs[2], outs[0], rtol=0, atol=1e-14)
 
@@ -231,7 +231,7 @@ def test_affine_phi_jet_exact_crop_not():
     torch.manual_seed(1)
     mods = [Affine(0.5 * torch.randn(3, 3, dtype=D64), torch.randn(3, dtype=D64)) for _ in range(4)]
     x = torch.randn(2, 3, dtype=D64)
-    out = {j: InImNet(3, p_min=-4, jacobian=j, phi=lambda i: mods[i])(x)
+    out = {j: InImNet(3, p_min=-4, closure=j, phi=lambda i: mods[i])(x)
            for j in ("exact", "jet", "crop")}
     torch.testing.assert_close(out["jet"], out["exact"], rtol=0, atol=1e-12)
     assert (out["crop"] - out["exact"]).abs().max() > 1e-2
@@ -257,7 +257,7 @@ def test_truncation_error_is_third_order_in_depth():
         depths = [-s * i for i in range(5)]
         ex = InImNet(3, depths=depths, phi=lambda i: layers[i])(x)
         for j in errs:
-            out = InImNet(3, depths=depths, jacobian=j, phi=lambda i: layers[i])(x)
+            out = InImNet(3, depths=depths, closure=j, phi=lambda i: layers[i])(x)
             errs[j].append((out - ex).abs().max().item())
     for j, e in errs.items():
         slope = np.polyfit(np.log(ss), np.log(e), 1)[0]
@@ -308,9 +308,9 @@ def test_imbedded_adjoint_one_cotangent_every_depth():
 @pytest.mark.parametrize("mode", ["exact/adjoint", "exact/autograd", "crop/autograd",
                                   "jet/autograd", "exact/adjoint/materialize"])
 def test_gradcheck(mode):
-    jacobian, backward, *mat = mode.split("/")
+    closure, backward, *mat = mode.split("/")
     net = make_net(2, p_min=-2 if mat else -3, hidden_layers=2, inflation=1.5,
-                   jacobian=jacobian, backward=backward, materialize=bool(mat))
+                   closure=closure, backward=backward, materialize=bool(mat))
     names = [n for n, _ in net.named_parameters()]
 
     def f(x, *params):
@@ -327,9 +327,9 @@ def test_gradcheck(mode):
 def test_matrix_free_on_4096_dimensions(mode):
     """A convolutional Phi on 4 x 32 x 32 inputs, batch 2, 2 layers: no tensor of
     dim^2 = 16.8 M elements is formed, forward or backward."""
-    jacobian, backward = mode.split("/")
+    closure, backward = mode.split("/")
     torch.manual_seed(0)
-    net = InImNet(4096, p_min=-2, jacobian=jacobian, backward=backward, phi=lambda i: Conv())
+    net = InImNet(4096, p_min=-2, closure=closure, backward=backward, phi=lambda i: Conv())
     x = torch.randn(2, 4096)
     with LargestTensor() as seen:
         out = net(x)
@@ -341,7 +341,7 @@ def test_matrix_free_on_4096_dimensions(mode):
 
 def test_materialize_forms_the_jacobian():
     """The detector above does see a materialised Jacobian (B dim^2 elements)."""
-    net = make_net(32, p_min=-2, jacobian="crop", materialize=True)
+    net = make_net(32, p_min=-2, closure="crop", materialize=True)
     with LargestTensor() as seen:
         net(torch.randn(2, 32, dtype=D64))
     assert seen.numel >= 2 * 32 * 32
@@ -361,7 +361,7 @@ def test_dropout_train_and_eval():
     # the three Jacobians coincide, and do so under dropout too
     for j in ("crop", "jet"):
         torch.manual_seed(5)
-        torch.testing.assert_close(InImNet(3, p_min=-2, jacobian=j, phi=lambda i: net.phis[i])(x),
+        torch.testing.assert_close(InImNet(3, p_min=-2, closure=j, phi=lambda i: net.phis[i])(x),
                                    a, rtol=0, atol=1e-14)
     net.eval()
     torch.testing.assert_close(net(x), net(x))
@@ -431,8 +431,8 @@ def test_normalisation_layers(norm):
     for a, b in zip(ap, gp):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-8)
     net.backward_mode = "autograd"
-    for jacobian in ("exact", "crop", "jet"):
-        net.jacobian = jacobian
+    for closure in ("exact", "crop", "jet"):
+        net.closure = closure
         fd = finite_difference_gradient(lambda xx: loss(net(xx)), x)
         torch.testing.assert_close(grads(net, x, loss)[0], fd, rtol=0, atol=1e-6)
     net.eval()
@@ -442,15 +442,15 @@ def test_normalisation_layers(norm):
 def test_shared_phi_and_extrapolation():
     """shared=True: one Phi for every layer; the state dict does not depend on the depth,
     so a deeper shared model extrapolates the trained one (Appendix F.3)."""
-    net = make_net(3, p_min=-2, shared=True, jacobian="crop")
+    net = make_net(3, p_min=-2, shared=True, closure="crop")
     assert len(net.phis) == 1
     n_mlp = sum(p.numel() for p in MLP(3).parameters())
     assert sum(p.numel() for p in net.parameters()) == n_mlp
     m = net.phis[0]
-    same = InImNet(3, p_min=-2, jacobian="crop", phi=lambda i: m)
+    same = InImNet(3, p_min=-2, closure="crop", phi=lambda i: m)
     x = torch.randn(2, 3, dtype=D64)
     torch.testing.assert_close(same(x), net(x))
-    deep = InImNet(3, p_min=-5, shared=True, jacobian="crop").double()
+    deep = InImNet(3, p_min=-5, shared=True, closure="crop").double()
     deep.load_state_dict(net.state_dict())
     out = deep(x)
     assert out.shape == (6, 2, 3)
@@ -459,18 +459,18 @@ def test_shared_phi_and_extrapolation():
 
 # -- errors and the optional dependency ------------------------------------------------------
 def test_errors_name_the_argument():
-    with pytest.raises(ValueError, match="`jacobian` must be one of"):
-        InImNet(3, jacobian="stencil")
-    with pytest.raises(ValueError, match="backward='adjoint' needs jacobian='exact'"):
-        InImNet(3, jacobian="crop", backward="adjoint")
+    with pytest.raises(ValueError, match="`closure` must be one of"):
+        InImNet(3, closure="stencil")
+    with pytest.raises(ValueError, match="backward='adjoint' needs closure='exact'"):
+        InImNet(3, closure="crop", backward="adjoint")
     with pytest.raises(ValueError, match="`p_min` must be a finite negative"):
         InImNet(3, p_min=1)
     with pytest.raises(ValueError, match="`depths` must be finite and strictly decreasing"):
         InImNet(3, depths=[0, -1, -1])
     with pytest.raises(TypeError, match=r"`phi\(0\)` must return a torch.nn.Module"):
         InImNet(3, phi=lambda i: (lambda x: x))
-    net = InImNet(3, p_min=-1, jacobian="crop")
-    with pytest.raises(ValueError, match="backward='adjoint' needs jacobian='exact'"):
+    net = InImNet(3, p_min=-1, closure="crop")
+    with pytest.raises(ValueError, match="backward='adjoint' needs closure='exact'"):
         net.backward_mode = "adjoint"
     with pytest.raises(ValueError, match=r"`x` must have shape \(B, 3\)"):
         net(torch.randn(3))
@@ -478,6 +478,40 @@ def test_errors_name_the_argument():
         InImNet(3, p_min=-1, phi=lambda i: torch.nn.Linear(3, 2))(torch.randn(2, 3))
     with pytest.raises(ValueError, match="`grad_T` must be a tensor of shape"):
         imbedded_adjoint(net, torch.randn(2, 3), torch.randn(3, 3))
+
+
+def test_jacobian_is_a_deprecated_alias_of_closure():
+    """``jacobian=`` (and the ``jacobian`` attribute) still work, warn and name ``closure``;
+    the model they build is the one ``closure=`` builds, output for output."""
+    x = torch.randn(4, 3, dtype=D64)
+    for value in ("exact", "crop", "jet"):
+        new = make_net(3, p_min=-3, closure=value)
+        with pytest.warns(DeprecationWarning, match="use `closure`") as record:
+            old = make_net(3, p_min=-3, jacobian=value)
+        assert record[0].filename == __file__          # points at the caller
+        assert old.closure == new.closure == value
+        torch.testing.assert_close(old(x), new(x), rtol=0, atol=0)
+    assert make_net(3, p_min=-3).closure == "exact"
+    with pytest.raises(TypeError, match="give `closure` only"):
+        InImNet(3, closure="crop", jacobian="crop")
+    # an error names the keyword the caller used
+    with pytest.warns(DeprecationWarning), \
+            pytest.raises(ValueError, match="`jacobian` must be one of"):
+        InImNet(3, jacobian="stencil")
+    with pytest.warns(DeprecationWarning), \
+            pytest.raises(ValueError, match="backward='adjoint' needs jacobian='exact'"):
+        InImNet(3, jacobian="crop", backward="adjoint")
+    net = InImNet(3, p_min=-2)
+    with pytest.warns(DeprecationWarning, match="use `closure`"):
+        assert net.jacobian == "exact"
+    with pytest.warns(DeprecationWarning, match="use `closure`") as record:
+        net.jacobian = "jet"
+    assert record[0].filename == __file__
+    assert net.closure == "jet" and "closure='jet'" in repr(net)
+    net.closure = "crop"
+    assert net.closure == "crop"
+    with pytest.raises(ValueError, match="`closure` must be one of"):
+        net.closure = "stencil"
 
 
 def test_invimbed_imports_without_torch():

@@ -94,18 +94,10 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
                   **solve_kwargs: Any) -> DepthResult:
     r"""Locate the depth ``p`` in ``p_range`` that minimises ``J(p, x)``.
 
-    ``J(p_i, x)`` and the exact depth gradient ``dJ/dp = -(Lam . Phi + R)`` (docs/theory.md,
-    "The depth gradient") come from `solve_adjoint` (the ensemble: every depth and input one row of
-    a single exact solve, to ``rtol``/``atol``), first on a grid of ``n`` depths. Every
-    sign change of ``dJ/dp`` from negative to positive brackets a local minimum; all
-    brackets are refined together on ``dJ/dp`` (regula falsi with the Illinois
-    modification and a bisection safeguard), each iteration one ensemble solve at the
-    trial depths of every bracket. An end of the range is a candidate when ``J``
-    increases into the range from it (``dJ/dp > 0`` at the low end, ``< 0`` at the high
-    end), which is how a monotone ``J`` returns the grid end. The candidate with the
-    smallest ``J`` is returned. This is the paper's remark on the optimal depth of a
-    network (after eq. (34)), with the true depth gradient in place of the
-    paper's recursion.
+    ``J`` and the exact depth gradient ``dJ/dp = -(Lam . Phi + R)`` (docs/theory.md, "The
+    depth gradient") on a grid of ``n`` depths bracket every local minimum; the brackets
+    are refined together on ``dJ/dp`` and the candidate with the smallest ``J`` is
+    returned. Details: docs/optimization.md, "optimal_depth in detail".
 
     Parameters
     ----------
@@ -121,24 +113,11 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
     xtol : float, default 1e-12
         Absolute tolerance of the root refinement (scaled by ``max(1, |p|)``).
     via : {"adjoint", "sweep"}
-        Where ``J`` and ``dJ/dp`` come from. ``"adjoint"`` (default): `solve_adjoint`,
-        exact, one ensemble solve for the grid and one per refinement iteration.
-        ``"sweep"``: one `solve_imbedding` sweep with ``dense_output=True``; the grid and
-        every refinement read its ``sol(p)`` (no further solve, so a fine grid costs
-        little: ``n=10_000``). Its values carry the sweep's error: exact to the
-        integrator's tolerance for linear dynamics with quadratic losses (the jet of
-        order 1), otherwise within its error estimate, reported as ``value_error``
-        (docs/accuracy.md, "Dense output: any depth from one sweep").
+        ``"adjoint"`` (default): exact values from `solve_adjoint`; ``"sweep"``: one
+        `solve_imbedding` sweep with dense output, within its error estimate.
     **solve_kwargs
-        Passed to `solve_adjoint`: ``method`` (the integrator), ``rtol``, ``atol``
-        (defaults ``1e-6``, ``1e-9``), ``first_step``, ``max_step``, ``max_steps``,
-        ``strategy``, ``backend``. Settings of the imbedding sweep (``closure``,
-        ``order``, ``estimate_error``, ``difference``, ``delta``, ``step``, a fixed-step
-        ``method``, ``backend="cupy"``) are accepted for compatibility but not used (the
-        values are exact), and the result's ``warnings`` says so; with ``via="sweep"``
-        they go to `solve_imbedding` and the settings of `solve_adjoint` alone
-        (``strategy``, ``memory_budget``) are the ones not used. Any other keyword
-        raises ``TypeError`` naming it.
+        Passed to `solve_adjoint` (``rtol``, ``atol``, ``method``, ...), or to
+        `solve_imbedding` with ``via="sweep"``; an unknown keyword raises ``TypeError``.
 
     Returns
     -------
@@ -146,13 +125,7 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
         ``p``, ``value``, ``depth_grad``, ``interior``, ``candidates``,
         ``candidate_values``, ``grid``, ``grid_value``, ``grid_depth_grad``, ``nfev``,
         ``nsolve``, ``success``, ``message``, ``warnings``, and ``plot(ax=None)``; with
-        ``via="sweep"`` also ``value_error``, the sweep's error estimate of ``J`` at
-        ``p`` (0 on a closure without one).
-
-    Notes
-    -----
-    At a jump of a piecewise-constant control ``dJ/dp`` is the derivative from above;
-    a minimum at a kink is then returned at the jump.
+        ``via="sweep"`` also ``value_error``.
 
     Examples
     --------

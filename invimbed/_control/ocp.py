@@ -50,109 +50,49 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
               trajectory_points: int = 10) -> OptimizeResult:
     r"""Solve an optimal-control problem by multiple shooting with an NLP solver.
 
-    Minimises ``J = int_p^q R(t, z, u) dt + T(z(q))`` subject to ``dz/dt = f(t, z, u)``,
-    ``z(p) = x``, over controls constant on each interval of a grid on ``[p, q]``
-    (docs/theory.md, "The Bolza problem", eq. (4)). Every interval starts from its own
-    node state; all intervals are integrated as the rows of ONE ensemble solve with
-    their forward sensitivities, so the objective, the continuity defects
-    ``s_(k+1) - z(t_(k+1); t_k, s_k, u_k)`` and their sparse Jacobians are exact to the
-    integration tolerances ``rtol``, ``atol``.
+    Minimises ``J`` of eq. (4) from ``z(p) = x`` over controls constant on each interval
+    of a grid on ``[p, q]``, all intervals one exact ensemble solve. Details:
+    docs/optimization.md, "solve_ocp in detail".
 
     Parameters
     ----------
     problem : BolzaProblem
-        Its ``f``, ``R``, ``T`` and first derivatives ``f_z``, ``f_theta``, ``R_z``,
-        ``R_theta``, ``T_z`` are used; give them (``derivatives=`` or `from_sympy`) for
-        exact gradients, otherwise they are finite differences. A vectorised problem
-        declared ``autonomous`` is fastest (one call per stage for all intervals).
+        Its first derivatives are used: give them for exact gradients.
     x : array_like, shape (N,)
         The initial state ``z(p)``.
-    p : float, optional
-        The start time (``p < q``). Required unless ``grid`` is given.
-    intervals : int, default 20
-        ``K``, the number of equal shooting intervals (ignored with ``grid``).
-    grid : array_like, shape (K + 1,), optional
-        The node times, strictly increasing from ``p`` to ``problem.q``: a nonuniform
-        grid (e.g. dense near boundary layers).
+    p, intervals, grid : float, int (default 20), array_like (K + 1,), optional
+        The start time ``p < q`` and ``K`` equal intervals, or the node times to ``q``.
     n_controls : int, optional
-        ``M``, the control size, where nothing else tells it (a `from_sympy` problem,
-        ``control_bounds`` or ``initial_guess`` does).
-    control_bounds : (low, high), optional
-        Bounds on ``u``: scalars or arrays of length ``M``; ``None`` for no bound.
-    state_bounds : (low, high), optional
-        Bounds on the state at the nodes ``t_1..t_K`` (scalars or length ``N``, ``None``
-        or ``inf`` for none); with ``path_points > 0`` also at that many times inside
-        each interval.
-    path_constraints : callable ``g(t, z, u) -> array (n_g,)``, optional
-        Path constraints ``g <= 0`` at the nodes ``t_0..t_K`` (with the control of the
-        interval that starts there, the last one at ``t_K``) and at ``path_points`` times
-        inside each interval.
-    path_points : int, default 0
-        Points inside each interval where ``state_bounds`` and ``path_constraints`` are
-        also imposed (from the dense output of the ensemble, with exact sensitivities).
-    final_state : array_like, shape (N,), optional
-        ``z(q) = final_state``; NaN entries are free.
-    terminal_equality, terminal_inequality : callable ``h(z) -> array``, optional
-        ``h(z(q)) = 0`` and ``h(z(q)) <= 0``.
-    free_horizon : bool, default False
-        Make the horizon ``H = q - p`` a decision variable (the node times scale with
-        it, ``t_k = q - H (1 - tau_k)``); ``p`` (or ``grid``) gives its initial value.
-        For a problem that does not depend on ``t`` this is a free final time.
-    horizon_bounds : (low, high), optional
-        Bounds on ``H`` (default ``(1e-6 H0, inf)``); only with ``free_horizon``.
+        ``M``, the control size, where nothing else tells it.
+    control_bounds, state_bounds : (low, high), optional
+        Bounds on ``u``, and on the state at the nodes (and at ``path_points``).
+    path_constraints, path_points : callable ``g(t, z, u) -> array``, int (default 0)
+        ``g <= 0`` at the nodes and at ``path_points`` times inside each interval.
+    final_state, terminal_equality, terminal_inequality : optional
+        ``z(q) = final_state`` (NaN entries free); ``h(z(q)) = 0``; ``h(z(q)) <= 0``.
+    free_horizon, horizon_bounds : bool (default False), (low, high)
+        Make ``H = q - p`` a decision variable (a free final time), within bounds.
     initial_guess : OptimizeResult or dict, optional
-        A previous `solve_ocp` result, or a dict with ``"states"`` (K' + 1, N),
-        ``"controls"`` (K', M) and ``"horizon"``: a warm start. A guess on another grid
-        is interpolated (states linearly, controls piecewise constant, in fractions of
-        the horizon). Default: states on the straight line from ``x`` to
-        ``final_state`` (``x`` where free), controls 0 clipped to their bounds.
-    solver : {"auto", "ipopt", "trust-constr", "slsqp"}, default "auto"
-        ``"ipopt"``: IPOPT through ``cyipopt`` (optional: ``pip install cyipopt``), with
-        the sparse Jacobian and an L-BFGS Hessian. ``"trust-constr"``, ``"slsqp"``:
-        ``scipy.optimize.minimize`` (SLSQP works on dense matrices: for up to a few
-        hundred variables). ``"auto"``: IPOPT where installed, otherwise SLSQP.
-    hessian : {"limited-memory", "finite-differences"}, default "limited-memory"
-        IPOPT's Hessian of the Lagrangian: L-BFGS (one ensemble solve per iteration), or
-        colored central differences of the exact Lagrangian gradient (block diagonal,
-        ``2 (n + m)`` more points per iteration, integrated together in one more ensemble
-        solve; far fewer iterations on hard problems such as the hypersensitive one). The scipy solvers use their own
-        quasi-Newton updates.
-    tol : float, default 1e-6
-        The KKT tolerance of our check: ``||grad J + A^T y||_inf <= tol max(1,
-        ||grad J||_inf)`` with multipliers ``y`` fitted to the active constraints, and
-        the complementarity as large. Also passed to the solver.
-    constraint_tol : float, default 1e-6
-        The largest constraint or bound violation accepted (absolute).
-    max_iter : int, default 1000
-        Iterations of the NLP solver.
-    solver_options : dict, optional
-        Passed to the solver (IPOPT options, or scipy's ``options``).
+        A warm start: a previous result, or ``"states"``, ``"controls"``, ``"horizon"``.
+    solver, hessian : str, default "auto", "limited-memory"
+        ``"ipopt"`` (``cyipopt``, the default where installed), ``"trust-constr"`` or
+        ``"slsqp"``; IPOPT's Hessian by L-BFGS or ``"finite-differences"``.
+    tol, constraint_tol : float, default 1e-6
+        The KKT tolerance of our check; the largest constraint violation accepted.
+    max_iter, solver_options : int (default 1000), dict
+        The NLP solver's iterations and options (IPOPT's, or scipy's ``options``).
     callback : callable ``callback(iteration, objective, infeasibility)``, optional
         Called after each iteration; returning ``True`` stops the solver.
-    rtol, atol : float, default 1e-8, 1e-10
-        Tolerances of the ensemble solve (per interval, with the sensitivities).
-    method : {"RK45", "RK23"}, default "RK45"
-    max_steps : int, default 10000
-        Attempted steps per interval.
-    trajectory_points : int, default 10
-        Points per interval in the returned ``trajectory``.
+    rtol, atol, method, max_steps, trajectory_points
+        The ensemble's tolerances, method (``"RK45"``, ``"RK23"``), steps per interval,
+        and points per interval in ``trajectory`` (1e-8, 1e-10, "RK45", 10000, 10).
 
     Returns
     -------
     OptimizeResult
-        - ``success``: True only if our check passed: ``kkt`` within ``tol`` and
-          ``constraint_violation <= constraint_tol`` (never the solver's word alone);
-          ``status`` (`OCP_STATUS`) and ``message``;
-        - ``fun``: ``J`` at the solution; ``horizon``, ``p`` (``q - horizon``);
-        - ``times`` (K + 1,), ``states`` (K + 1, N), ``controls`` (K, M), and
-          ``control``: the `PiecewiseConstant` of ``controls`` on ``times``;
-        - ``solver``, ``solver_status``, ``solver_message``, ``nit``: what the solver
-          reported, passed through;
-        - ``kkt``: dict with ``stationarity`` and ``complementarity`` (our check);
-          ``constraint_violation`` (largest, absolute) and ``violations`` (per kind);
-        - ``x``: the decision vector; ``nsolve`` (ensemble solves), ``nfev``;
-        - ``defects`` (K, N): the continuity defects ``s_(k+1) - z(t_(k+1); t_k, s_k, u_k)``;
-        - ``trajectory``: ``t``, ``z``, ``u`` from the dense output of the intervals.
+        ``success`` (our KKT check passed, never the solver's word alone), ``status``
+        (`OCP_STATUS`), ``fun`` (``J``), ``times``, ``states``, ``controls``,
+        ``control``, ``horizon``, ``kkt``, ``constraint_violation``, ``trajectory``, ...
 
     Raises
     ------

@@ -40,135 +40,59 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                   **options: Any) -> ImbeddingResult:
     """Optimal feedback control of every depth by one imbedding sweep (Theorem 3).
 
-    At each ``(p, x)`` the control ``Psi(p, x)`` minimises the Hamiltonian
-    ``R + Lam . f`` (its first-order condition is eq. (13)), and the value function
-    ``V(p, x)``, the optimal cost-to-go, obeys the HJB equation
-    ``-dV/dp = min_theta [R + grad_x V . f]``. For linear-quadratic problems it is the
-    matrix Riccati equation, solved directly (the Riccati path); otherwise the jet
-    closure carries ``V`` as a Taylor polynomial (the HJB sweep). See
-    docs/optimal-control.md.
+    ``Psi(p, x)`` minimises the Hamiltonian ``R + Lam . f`` (eq. (13)); the value obeys
+    the HJB equation, solved as a Riccati equation for linear-quadratic problems and by
+    the jet otherwise. Details: docs/optimal-control.md, "solve_optimal in detail".
 
     Parameters
     ----------
     problem : BolzaProblem
-        Dynamics ``f(t, z, theta)`` and losses; ``theta`` is the control (size
-        ``n_controls``). ``R`` must make the Hamiltonian strictly convex in ``theta``.
+        ``f(t, z, theta)`` and losses; the Hamiltonian strictly convex in ``theta``.
     x : array_like, shape (N,) or (B, N)
     depths : array_like, shape (n,)
         Depths ``p_i <= q``; the horizon of depth ``p_i`` is ``q - p_i``.
     n_controls : int, optional
         ``M``; inferred from ``control_bounds`` or ``theta0`` when omitted.
     control_bounds : array_like, shape (M, 2), optional
-        Box constraints ``lo <= theta <= hi`` (projected Newton; the feedback's jet is
-        zero in the active components). Bounds rule out the Riccati path.
-    closure : {"jet"}
-        The closure of the HJB sweep (the jet; its order ``K`` carries ``V`` to degree
-        ``K + 1``).
-    order : int, default 1
-        Jet order ``K`` (not used by the Riccati path, which is exact).
+        Box ``lo <= theta <= hi`` (projected Newton); rules out the Riccati path.
+    closure, order : {"jet"}, int (default 1)
+        The jet of order ``K``: ``V`` is carried to degree ``K + 1``.
     method, rtol, atol, step
-        As in `solve_imbedding`; the Riccati path integrates with the same method and
-        tolerances.
+        As in `solve_imbedding`.
     estimate_error : bool, default True
-        Carry orders ``K + 1`` and ``K - 1`` alongside: the estimate is the difference
-        between ``K`` and ``K + 1``, and a depth where the differences between successive
-        orders of the value or the output do not shrink geometrically (the ratio test of
-        `solve_imbedding`), or where the estimate is large, is not converged: ``success``
-        is False, ``status`` -2 and the message names the depth
-        (docs/optimal-control.md, "The error estimate"). The Riccati path reports a zero
-        estimate (it is exact up to the integrator's tolerance).
+        Estimate the error from order ``K + 1``; a depth that fails is status -2.
     control_affine : bool, default False
-        The registered fast path: ``f`` affine and ``R`` quadratic in ``theta``, so
-        ``Psi`` is one (exact) Newton step. Checked by a probe at a few random points: a
-        problem that is not control-affine raises `ValueError`.
+        Declare ``f`` affine and ``R`` quadratic in ``theta``: one Newton step (probed).
     linear_quadratic : bool or None, default None
-        Whether to take the Riccati path (``f`` affine in ``(z, theta)``, ``R`` and ``T``
-        quadratic). ``None`` detects it: from the polynomial degrees of the expressions
-        for `from_sympy` problems, by a probe (the functions against their interpolated
-        affine/quadratic models at random points and three times) otherwise. ``True``
-        declares it (still probed: a problem that is not LQ raises `ValueError`);
-        ``False`` always runs the jet sweep.
-    theta0 : array_like, shape (M,), optional
-        Starting guess of the Newton iterations at ``p = q`` (then warm-started).
-    newton_tol : float, optional
-        Relative step size at which the pointwise Newton iteration stops; default
-        ``1e-12``. With finite-difference derivatives it also stops once its steps are
-        within ten times what the derivatives' own noise explains (a warning
-        ``"newton_at_derivative_noise"`` says so).
-    max_newton : int, default 50
-        Iteration limit of the pointwise minimisation.
+        Take the Riccati path; ``None`` detects it, ``True`` declares it (probed).
+    theta0, newton_tol, max_newton : array_like (M,), float (1e-12), int (50), optional
+        The pointwise Newton iteration's start at ``p = q``, step tolerance and limit.
     tol : float or (float, float), optional
-        ``(rtol, atol)`` (a float ``t`` means ``(t, t)``) the jet sweep's estimate must
-        meet at every depth, with the convergence test of the series of orders ``K - 1``,
-        ``K``, ``K + 1`` (docs/accuracy.md). Without it the criterion is the estimate within
-        10% of ``max(1, |field|)``. A depth that fails is status -2. Only with ``tol``
-        does the sweep carry the jet of order ``K - 1`` (the ratio test's), which is the
-        first to blow up as the horizon grows.
+        ``(rtol, atol)`` the jet's estimate must meet, with the ratio test.
     closed_loop : bool or None, default None
-        Check the value against its own feedback: simulate the sweep's feedback
-        (``policy``) from ``(p_i, x)`` to ``q`` for every depth reached (`simulate`, the
-        exact ensemble; RK45 after a fixed-step sweep) and report its true cost as
-        ``closed_loop_value``. A depth where ``|J - V|`` exceeds the tolerance (``tol``,
-        or 10% of ``max(1, |V|)`` without it) is not converged: ``success`` False,
-        ``status`` -2, and the message names the depth (docs/optimal-control.md,
-        "Closed loop"). ``None`` checks the HJB sweep, whose value carries the jet's
-        truncation error, and not the Riccati path, which is exact (``True`` checks both,
-        ``False`` neither). Unless ``False``, the sweep keeps its feedback at 64 depths
-        spread over the depth range (a fixed-step sweep: at some of its own step ends)
-        for the result's ``policy``.
+        Simulate the sweep's own feedback and check its true cost against ``V``.
     max_time : float, optional
-        Seconds the sweep may run. When they are spent it stops where it is and returns
-        what it reached: the depths passed keep their fields, the others are NaN,
-        ``success`` False, ``status`` -1 and the message says so. (``max_steps``, an
-        integrator option, bounds the steps the same way.)
-    progress : bool, default False
-        Show the share of the depth range swept, at most once a second (``tqdm`` when
-        installed, otherwise a line on stderr).
-    dense_output : bool, default False
-        Keep the continuous extension of the sweep's accepted steps: the result's ``sol``
-        (`invimbed.DenseSolution`) gives every field at any depth ``p`` of
-        ``[min(depths), q]``, so ``res.sol(q - h).feedback_jacobian`` is the feedback gain
-        ``d Psi / d x`` (``-K`` on the Riccati path) at any horizon ``h`` (docs/accuracy.md,
-        "Dense output: any depth from one sweep"). Needs a scipy ``method``.
+        Seconds the sweep may run; it then returns what it reached (status -1).
+    progress, dense_output : bool, default False
+        Show the share of the depth range swept; keep ``sol`` (any depth's fields).
     **options
-        Passed to the integrator: ``first_step``, ``max_step``, ``min_step`` (as in
-        `scipy.integrate.solve_ivp`; ``step`` is the default ``max_step``) and
-        ``max_steps``. Any other keyword raises `TypeError` naming it (``control``
-        too: the feedback is what this function computes).
+        ``first_step``, ``max_step``, ``min_step``, ``max_steps``; others raise.
 
     Returns
     -------
     ImbeddingResult
-        ``depths``, ``z`` (the output under the optimal feedback), ``value`` (the optimal
-        cost-to-go ``V(p_i, x)``), ``adjoint`` (``grad_x V``), ``feedback``
-        (``Psi(p_i, x)``, shape (n, [B,] M)), ``feedback_jacobian`` (``d Psi / d x``, shape
-        (n, [B,] M, N)), ``depth_grad`` (``dV/dp = -min H``), ``error_estimate``,
-        ``success``, ``status`` (`STATUS`), ``message``, ``nfev``, ``linear_quadratic``
-        (whether the Riccati path ran), ``warnings`` (`SolverWarning` entries),
-        ``optimality_error``; where the closed loop was checked, ``closed_loop_value``
-        (the true cost of the sweep's feedback from ``(p_i, x)``, shape (n, [B]), NaN
-        where no value was reached); unless ``closed_loop=False``, ``policy`` (the
-        feedback ``u(t, z)``, `SweepFeedback`, for `simulate`; None otherwise). A failure of the pointwise minimisation (an
-        `OptimalityError`: the Hamiltonian not strictly convex in ``theta``, or Newton's
-        method not converging) ends the sweep with ``success=False`` and a message naming
-        the depth; the depths reached before it keep their fields (NaN only beyond), and
-        ``optimality_error`` is the exception, whose ``depths`` and ``fields`` are those
-        depths and their fields. ``optimality_error`` is None otherwise.
+        ``z``, ``value`` (``V``), ``adjoint``, ``feedback`` (``Psi``, (n, [B,] M)),
+        ``feedback_jacobian`` (``d Psi / d x``, (n, [B,] M, N)), ``depth_grad``,
+        ``linear_quadratic``, ``policy``, ``closed_loop_value``, ``optimality_error``.
 
     Raises
     ------
-    TypeError
-        An argument of the wrong type (``rtol="1e-6"``, ``estimate_error="no"``), or an
-        unknown keyword (a misspelt ``rtoll=``, or ``control=``); the message names it.
-    ValueError
-        Bad values; ``control_affine=True`` or ``linear_quadratic=True`` on a problem
-        without that structure.
+    TypeError, ValueError
+        A bad or unknown argument (named); a declared structure the problem lacks.
 
     Examples
     --------
-    Finite-horizon LQR, ``dz/dt = u``, ``R = (z^2 + u^2)/2``: ``P(s) = tanh(s)``.
-
-    >>> import numpy as np, invimbed
+    >>> import numpy as np, invimbed            # dz/dt = u, R = (z^2 + u^2)/2: V = tanh(s)/2
     >>> pb = invimbed.BolzaProblem(lambda t, z, u: u, lambda t, z, u: 0.5 * (z @ z + u @ u))
     >>> res = invimbed.solve_optimal(pb, [1.0], [-1.0], n_controls=1, rtol=1e-10, atol=1e-12)
     >>> round(float(res.value[0]), 6), round(float(0.5 * np.tanh(1.0)), 6), res.linear_quadratic

@@ -53,98 +53,45 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
                      **solve_kwargs: Any) -> OptimizeResult:
     r"""Minimise the exact ``J(w; p, x)`` over the parameters ``w`` of an open-loop control.
 
-    The direct method: ``scipy.optimize.minimize`` on ``w -> J(w; p, x)``. The objective
-    the optimiser sees, and the reported ``fun``, are the exact ``J`` of the classical
-    adjoint method (`solve_adjoint`, the ensemble, to the given ``rtol``/``atol``), never
-    an imbedded model's. The gradient ``dJ/dw`` comes from the same exact solve
-    (``gradient="adjoint"``, default) or from the imbedding sweep
-    (``gradient="imbedding"``, `solve_imbedding`'s ``param_grad``, eq. (32)).
+    ``scipy.optimize.minimize`` on ``w -> J(w; p, x)``; the value is always the exact
+    ``J`` of `solve_adjoint`, and ``dJ/dw`` comes from the same solve or from the sweep's
+    ``param_grad`` (eq. (32)). Details: docs/optimization.md, "optimize_control in detail".
 
     Parameters
     ----------
     problem : BolzaProblem
     x : array_like, shape (N,) or (B, N)
-        The input (state at ``t = p``). For a batch the objective is the **mean** of
-        ``J(w; p, x_b)`` over the ``B`` inputs (and its gradient the mean gradient): one
-        open-loop control for all of them.
+        The input; for a batch the objective is the mean of ``J`` over the inputs.
     control : Constant, PiecewiseConstant or Control
-        The control family and the starting point ``w0 = control.w``; the optimum is
-        returned as ``control.with_params(w*)``.
+        The control family and the starting point ``w0 = control.w``.
     p : float, optional
-        The depth (start time). Default: ``control.knots[0]`` for a `PiecewiseConstant`
-        (its lower time limit), otherwise ``problem.q - 1``. Must satisfy ``p < q``.
+        The depth, ``p < q`` (default ``control.knots[0]``, otherwise ``problem.q - 1``).
     gradient : {"adjoint", "imbedding"}, default "adjoint"
-        Where ``dJ/dw`` comes from. ``"adjoint"``: the exact gradient, from the same
-        `solve_adjoint` call as the value (no extra cost). ``"imbedding"``: one sweep in
-        ``p`` from ``q`` down to ``p`` per evaluation, in addition to the exact solve of the
-        value. With the jet closure of order 1 it is exact (to integrator tolerance) for
-        linear dynamics with quadratic losses, and otherwise carries the closure's
-        truncation error ``O((q - p)^3)`` (docs/theory.md, "The closures"). At the solution one more
-        sweep estimates that error (``estimate_error``, default True); the result reports
-        it (``gradient_error``, ``gradient_exact``) and warns when it exceeds ``rtol``:
-        the value is then still the exact ``J``, but the point was found with an
-        approximate gradient, so it is not an exact stationary point of ``J``.
+        ``dJ/dw`` exact from the value's solve, or from one sweep per evaluation (the
+        closure's error estimated at the solution, with a warning above ``rtol``).
     method : str or callable, default "L-BFGS-B"
-        Any ``scipy.optimize.minimize`` method. Gradient-free methods (Nelder-Mead,
-        Powell, COBYLA, COBYQA) get the value only (and no sweep is run).
-    bounds : sequence of (low, high) pairs, one (low, high) pair, or scipy.optimize.Bounds
-        Bounds on ``w``; a single pair applies to every parameter; ``None`` for no bound.
+        Any ``scipy.optimize.minimize`` method (gradient-free ones get the value only).
+    bounds : sequence of (low, high) pairs, one pair, or scipy.optimize.Bounds, optional
+        Bounds on ``w``; a single pair applies to every parameter.
     options : dict, optional
         Passed to ``minimize`` (e.g. ``{"maxiter": 200, "gtol": 1e-10}``).
     callback : callable ``callback(intermediate_result)``, optional
-        Called after each iteration with an ``OptimizeResult`` holding ``x`` (``w``),
-        ``fun`` (the exact ``J``), ``jac`` (the gradient the optimiser uses, when known),
-        ``nit`` and ``control``. Returning ``True`` stops the optimisation (``status``
-        99, as scipy does for ``StopIteration``).
+        Called after each iteration; returning ``True`` stops (``status`` 99).
     progress : bool, default False
-        Show a progress bar (``tqdm``, when installed; otherwise one line per iteration
-        on ``stderr``).
+        Show a progress bar.
     trajectory_points : int, default 201
         Number of times in the returned trajectory.
     **solve_kwargs
-        Solver settings, split between the two solvers (any other keyword raises
-        ``TypeError`` naming it). Both solves: ``rtol``, ``atol`` (default those of
-        `solve_adjoint`, ``1e-6`` and ``1e-9``), ``first_step``, ``max_step``,
-        ``solver_method`` (the integrator; ``method`` names the optimiser here) and
-        ``backend``. The exact solve only: ``max_steps``, ``strategy``. The sweep only
-        (``gradient="imbedding"``): ``closure``, ``order``, ``estimate_error``,
-        ``difference``, ``delta``, ``step``, and an integrator or backend that
-        `solve_adjoint` does not run (fixed-step ``"euler"``, ``"midpoint"``, ``"rk4"``,
-        ``"disc"``; ``backend="cupy"``), with which the exact solve keeps ``"RK45"`` and
-        ``"numpy"``. Sweep-only settings given with ``gradient="adjoint"`` are not used,
-        and the result's ``warnings`` says so.
+        Solver settings (``rtol``, ``atol``, ``solver_method``, ``closure``, ...), split
+        between the exact solve and the sweep; an unknown keyword raises ``TypeError``.
 
     Returns
     -------
     OptimizeResult
-        scipy's result (``x`` = ``w*``, ``fun`` = the exact ``J(w*)``, ``jac`` = the
-        gradient the optimiser used at ``w*``, ``nit``, ``nfev``, ``success``, ``status``,
-        ``message``) plus
-
-        - ``control``: ``control.with_params(w*)``;
-        - ``p``, ``gradient``: what was optimised and with which gradient;
-        - ``jac_exact``: the exact ``dJ/dw`` at ``w*`` (from the solve of ``fun``);
-        - ``gradient_exact``: whether the gradient the optimiser used is exact to
-          ``rtol`` (always True for ``"adjoint"``; for ``"imbedding"`` only where its
-          estimated error is at most ``rtol``);
-        - ``gradient_error``: for ``"imbedding"``, the sweep's estimated error of
-          ``dJ/dw`` at ``w*`` (max-norm, batch mean of the absolute errors) relative to
-          the gradient's size, ``max(|dJ/dw(w0)|, |dJ/dw(w*)|)`` in max-norm with the
-          exact gradients (at an interior optimum the gradient vanishes, so its size at
-          the solution alone is no scale); ``None`` when not estimated, 0.0 for
-          ``"adjoint"``;
-        - ``warnings``: a list of str (an approximate gradient, settings not used, the
-          exact solver's own notes), also appended to ``message``;
-        - ``trajectory``: an ``OptimizeResult`` with ``t`` (``trajectory_points`` times in
-          ``[p, q]``), ``z`` (shape (n_t, N) or (n_t, B, N)) and ``theta`` (shape
-          (n_t, M)), from a forward ``scipy.integrate.solve_ivp`` under the optimal
-          control (independent of both solvers);
-        - ``nfev_solver``: right-hand-side evaluations of all the solves;
-          ``nsolve``: number of solves (exact solves and sweeps).
-
-        A solve that fails inside the objective ends the optimisation with
-        ``success=False`` and the solver's message; ``x`` is then the last parameter
-        vector whose solves succeeded.
+        scipy's (``x = w*``, ``fun`` = the exact ``J(w*)``, ``jac``, ``success``, ...) plus
+        ``control`` (``control.with_params(w*)``), ``jac_exact``, ``gradient_exact``,
+        ``gradient_error``, ``warnings``, ``trajectory``, ``nsolve``. A failed solve ends
+        the optimisation with ``success=False`` and the solver's message.
 
     Raises
     ------

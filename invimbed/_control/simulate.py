@@ -80,11 +80,9 @@ def simulate(problem: BolzaProblem, x: Any, control: Any, horizon: Any, *,
     """Simulate the closed loop of a feedback (or an open-loop control) and its true cost.
 
     Integrates ``dz/dt = f(t, z, u)``, ``z(q - h) = x``, to ``t = q`` with
-    ``u = control(t, z)`` and returns the trajectory and ``J = int R dt + T(z(q))``, the
-    cost that the control actually achieves (eq. (4)). The value ``V`` that
-    `solve_optimal` reports is what its feedback should achieve; `solve_optimal` checks it
-    with this simulation (its result's ``closed_loop_value``), and this function runs it
-    for any feedback or control (docs/optimal-control.md, "Closed loop").
+    ``u = control(t, z)`` and returns the trajectory and ``J = int R dt + T(z(q))``
+    (eq. (4)), the cost the control actually achieves. Details: docs/optimal-control.md,
+    "simulate in detail".
 
     Parameters
     ----------
@@ -92,34 +90,27 @@ def simulate(problem: BolzaProblem, x: Any, control: Any, horizon: Any, *,
     x : array_like, shape (N,) or (B, N)
         The initial state(s), at ``t = q - h``.
     control : callable, OpenLoopControl or the result of `solve_optimal`
-        A feedback ``u = control(t, z)`` called with ``t`` of shape (k, 1) (every row's
-        own time, broadcastable against ``z``) and ``z`` of shape (k, N), returning
-        (k, M); or an open-loop control (`Constant`, `PiecewiseConstant`, `Control`),
-        which must cover ``[q - max(h), q]`` (its jumps end steps exactly); or a
-        `solve_optimal` result, whose ``policy`` (the sweep's own feedback) is used: then
-        ``x`` must be the result's input(s) and the horizons within its depths.
+        A feedback ``u = control(t, z)`` (``t`` (k, 1), ``z`` (k, N) -> (k, M)), an
+        open-loop control, or a `solve_optimal` result (its ``policy``).
     horizon : float or array_like, shape (n,)
         ``h = q - t_0 >= 0``.
     method : str, default "RK45"
-        ``"RK45"`` or ``"RK23"``: every (horizon, input) row in one vectorised solve of
-        the exact ensemble; any other `scipy.integrate.solve_ivp` method (``"Radau"``,
-        ``"BDF"`` for stiff closed loops, ``"DOP853"``, ``"LSODA"``): one solve per
-        horizon, batched over the inputs.
+        ``"RK45"``, ``"RK23"`` (one ensemble solve of every row) or any other
+        `scipy.integrate.solve_ivp` method (one solve per horizon).
     rtol, atol : float
         Tolerances of the solve (scipy's meaning, per row).
     n_points : int, default 101
         Trajectory points saved per row (at least 2).
     **options
-        ``first_step``, ``max_step`` (as in `scipy.integrate.solve_ivp`) and
-        ``max_steps`` (default 10,000 attempted steps per row or solve).
+        ``first_step``, ``max_step``, ``max_steps`` (default 10,000).
 
     Returns
     -------
     SimulationResult
         ``t``, ``z``, ``control``, ``cost``, ``running_cost``, ``terminal_cost``,
         ``success``, ``status``, ``message``, ``nfev``, ``nsteps``, ``method``,
-        ``strategy``. A row that fails (non-finite value, step-size underflow, step
-        budget) has NaN fields and makes ``success`` False; the message names it.
+        ``strategy``. A row that fails has NaN fields, ``success`` False, and the message
+        names it.
 
     Raises
     ------
@@ -137,7 +128,7 @@ def simulate(problem: BolzaProblem, x: Any, control: Any, horizon: Any, *,
     >>> import numpy as np, invimbed
     >>> pb = invimbed.BolzaProblem(lambda t, z, u: u, lambda t, z, u: 0.5 * (z @ z + u @ u))
     >>> sim = invimbed.simulate(pb, [1.0], lambda t, z: -z, 2.0, rtol=1e-10, atol=1e-12)
-    >>> round(float(sim.cost), 8), round(0.5 * (1 - np.exp(-4.0)), 8)
+    >>> round(float(sim.cost), 8), round(float(0.5 * (1 - np.exp(-4.0))), 8)
     (0.49084218, 0.49084218)
     """
     if not isinstance(problem, BolzaProblem):

@@ -90,29 +90,11 @@ def check_derivatives(problem: BolzaProblem | DerivativeProvider, x: Any, theta:
                       tol: float = TOL) -> DerivativeCheck:
     r"""Compare every derivative of a problem with finite differences.
 
-    For each of ``f``, ``R``, ``T`` and each derivative ``(dz, dth)`` with
-    ``1 <= dz + dth <= order`` and ``dth <= 1`` (``dth = 0`` for ``T``), the tensor
-    ``D`` given by the provider of ``problem`` is compared with fourth-order central
-    differences of its parent(s) from the same provider: ``f_zz`` with differences of
-    ``f_z`` in ``z``, ``f_theta`` with differences of ``f`` in ``theta``, a mixed
-    ``f_ztheta`` with both differences of ``f_z`` in ``theta`` and of ``f_theta`` in
-    ``z`` (which also checks the axis order). Each derivative is therefore checked
-    against the one below it, so the first wrong name in a chain is the culprit.
-
-    The error of a derivative is
-
-    .. math::
-
-        \mathrm{err} = \min_h \frac{\max |D - D_h|}{\max(1, \max |D_h|)}
-
-    over all points and tensor entries, ``D_h`` the difference quotient with relative
-    step ``h`` in ``(3e-2, 1e-2, 1e-3, 1e-4)`` (times ``max(1, |u_j|)`` for coordinate
-    ``u_j``):
-    relative for large tensors, absolute for tensors of size below one, and from the
-    step that suits the function best. With exact derivatives (user callables in closed
-    form, sympy) errors are about ``1e-9`` or less; finite-difference providers show
-    their own difference error, up to about ``1e-6`` at order 3 and ``5e-5`` at order 4
-    (raise ``tol`` to check those); a wrong derivative shows an error of order one.
+    Each derivative of ``f``, ``R``, ``T`` up to total order ``order`` (at most one in
+    ``theta``) is compared with fourth-order central differences of its parent from the
+    same provider, so the first wrong name in a chain is the culprit. Exact derivatives
+    show errors of about ``1e-9``, a wrong one an error of order one. The error measure
+    and the steps: docs/derivatives.md, "check_derivatives in detail".
 
     Parameters
     ----------
@@ -121,17 +103,13 @@ def check_derivatives(problem: BolzaProblem | DerivativeProvider, x: Any, theta:
     x : array_like, shape (N,) or (B, N)
         The state(s) at which to check.
     theta : array_like, shape (M,) or (B, M), optional
-        Control values ``theta`` (not the parameters of a control object). Give either
-        ``theta`` or ``control``; neither means ``M = 0``.
+        Control values (not a control's parameters); neither this nor ``control``: ``M = 0``.
     control : Constant, PiecewiseConstant or Control, optional
-        An invimbed control, as the solvers take it: the check is made at its value
-        ``theta(t)``.
+        An invimbed control: the check is made at its value ``theta(t)``.
     t : float, optional
-        The time at which ``f`` and ``R`` are checked (and ``control`` is evaluated);
-        default ``problem.q`` (0 for a provider).
+        The time of ``f``, ``R`` and ``control``; default ``problem.q`` (0 for a provider).
     order : int, default 2
-        Highest total order checked. Derivatives above the provider's order limit are
-        listed in ``skipped``.
+        Highest total order checked; those above the provider's limit are ``skipped``.
     tol : float, default 1e-4
         ``ok`` is ``True`` when every error is at most ``tol``.
 
@@ -145,18 +123,10 @@ def check_derivatives(problem: BolzaProblem | DerivativeProvider, x: Any, theta:
     Raises
     ------
     TypeError
-        If ``problem`` is neither a BolzaProblem nor a DerivativeProvider, ``x``,
-        ``theta``, ``t`` are not real numbers, ``control`` is not an invimbed control,
-        both ``theta`` and ``control`` are given, or a keyword is unknown.
+        Arguments of the wrong type, both ``theta`` and ``control``, an unknown keyword.
     ValueError
-        If the shapes of ``x`` and ``theta`` disagree (with each other, the provider or
-        what the dynamics return or read: the message names ``x``, ``theta`` or
-        ``control``), a control the problem needs is missing, a value is not finite,
-        ``order`` is not an integer >= 1 or ``tol <= 0``.
-
-    See Also
-    --------
-    scipy.optimize.check_grad, torch.autograd.gradcheck
+        Shapes that disagree (naming ``x``, ``theta`` or ``control``), a missing control,
+        a non-finite value, ``order < 1`` or ``tol <= 0``.
 
     Examples
     --------

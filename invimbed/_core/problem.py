@@ -32,7 +32,8 @@ class BolzaProblem:
     J(theta; p, x) = int_p^q R(t, z, theta) dt + T(z(q))
     ```
 
-    (the paper's eq. (4)).
+    (the paper's eq. (4)). Every setting in detail: docs/derivatives.md, "BolzaProblem in
+    detail".
 
     Parameters
     ----------
@@ -45,41 +46,17 @@ class BolzaProblem:
     q : float, default 0.0
         The output end of the depth interval; every depth ``p`` must satisfy ``p <= q``.
     derivatives : dict, DerivativeProvider or {"auto", "trace", "finite-differences"}, optional
-        Where the derivatives come from (docs/derivatives.md). A dict maps names to
-        callables with the same arguments as the function they differentiate:
-        ``"f_z"`` (N, N), ``"f_theta"`` (N, M), ``"f_zz"`` (N, N, N), ``"f_ztheta"``
-        (N, N, M), ``"f_zzz"``, ``"R_z"`` (N,), ``"R_theta"`` (M,), ``"R_zz"`` (N, N),
-        ``"R_ztheta"`` (N, M), ``"R_zzz"``, ``"T_z"`` (N,), ``"T_zz"`` (N, N),
-        ``"T_zzz"``; output axes first, then ``z`` axes, then ``theta`` axes. Anything
-        missing is obtained by central finite differences of the highest derivative
-        given (see `invimbed.FiniteDifferences`). A `invimbed.DerivativeProvider`
-        instance is used as it is. Without either (``None`` or ``"auto"``), the
-        functions (numpy code, or a ``numba.njit`` function's ``py_func``) are traced
-        into sympy at the first solve, verified at random points, and give exact
-        derivatives of every order; where tracing fails (``if z[0] > 0``, no sympy, ...)
-        finite differences are used, and `derivative_source` and every result's
-        ``derivatives`` say why. ``"trace"`` raises ``ValueError`` instead;
-        ``"finite-differences"`` never traces.
+        Where the derivatives come from: callables by name (``"f_z"``, ``"R_theta"``, ...),
+        a provider, or (``"auto"``) the functions traced into sympy, finite differences
+        where tracing fails (docs/derivatives.md).
     vectorized : bool, default False
-        If True, every function (and derivative) accepts a batch: ``z`` of shape
-        (B, N) and ``theta`` of shape (B, M), and returns the batch of results
-        ((B, N) for the dynamics, (B,) for the losses). Vectorised functions make
-        batched solves and finite differences fast; otherwise they are called row by
-        row. ``t`` is a float where the rows of a batch share one time, and an array of
-        shape (B,), ``t[b]`` the time of row ``b``, where they do not (the ensemble
-        `invimbed.solve_adjoint`, the depth gradients of every depth): it broadcasts
-        against ``z[:, 0]``, so ``np.sin(t) * z[:, 0]`` is right for both; write
-        ``np.expand_dims(t, -1) * z`` for all of ``z``, ``np.where(t < c, a, b)`` for a
-        switch. This is checked at the first call with per-row times, on a few rows,
-        against one call per time: a function that takes a scalar ``t`` only
-        (``math.sin(t)``, ``float(t)``, ``if t < c``) is then called once per distinct
-        time, and every result says so (a `invimbed.SolverWarning` with code
-        ``"scalar_time"`` in ``warnings``, and a note in ``message``).
+        Every function accepts a batch, ``z`` (B, N) and ``theta`` (B, M); ``t`` is a
+        float or an array (B,) of per-row times.
     autonomous : bool, default False
-        Declares that ``dynamics`` and ``running_loss`` do not depend on ``t``: vectorised
-        functions then always receive a float ``t``, and the per-row-time check above is
-        skipped. The declaration is checked once, at the first solve, by evaluating the
-        functions at two times; a function that depends on ``t`` raises ``ValueError``.
+        Declares that ``dynamics`` and ``running_loss`` do not depend on ``t`` (checked).
+    check_derivatives : bool, default True
+        Compare the callables given in ``derivatives`` with finite differences at the
+        first solve (as `invimbed.check_derivatives` does) and raise on a wrong one.
 
     Raises
     ------

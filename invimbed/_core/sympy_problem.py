@@ -18,27 +18,10 @@ def from_sympy(t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
     r"""A :class:`~invimbed.BolzaProblem` from sympy symbols and expressions, with exact
     derivatives of every order.
 
-    The problem is the paper's eq. (4),
-
-    .. math::
-
-        \dot z = f(t, z, \theta),\quad z(p) = x,\qquad
-        J(\theta; p, x) = \int_p^q R(t, z, \theta)\,dt + T(z(q)),
-
-    with ``f``, ``R``, ``T`` given as sympy expressions. Every derivative in ``z`` and
-    ``theta`` that a solver asks for --- full tensors or the Taylor coefficients of a jet
-    of any order (``solve_imbedding(..., closure="jet", order=K)``) --- is differentiated
-    symbolically, simplified by common-subexpression elimination (``sympy.cse``),
-    lambdified to numpy (vectorised over a batch) and cached: code is generated once per
-    request, on first use. Prefer this over finite differences whenever the jet order
-    is above 1 (finite differences serve total orders up to 3 only, with a few digits
-    lost per order) and over hand-written derivative callables whenever the model fits
-    in sympy (no transcription errors; check them with :func:`invimbed.check_derivatives`).
-    High-order Taylor coefficients (a jet of order 3 and above, as ``tol`` asks for) are
-    propagated through the expression graph instead (Taylor mode, see
-    :class:`~invimbed.SympyProvider`'s ``taylor_mode``), at a cost polynomial in the order.
-    Saturations and penalties (``Max``, ``Min``, ``Abs``, ``Piecewise``, ``Heaviside``,
-    ``sign``) have derivatives almost everywhere: those of the branch at the point.
+    ``f``, ``R``, ``T`` of eq. (4) are given as sympy expressions; every derivative a
+    solver asks for is differentiated symbolically, simplified, lambdified to numpy and
+    cached. Prefer it over finite differences whenever the jet order is above 1. Details:
+    docs/derivatives.md, "from_sympy in detail".
 
     Parameters
     ----------
@@ -47,8 +30,7 @@ def from_sympy(t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
     z : sequence of N sympy.Symbol
         The state variables.
     theta : sequence of M sympy.Symbol
-        The control variables; ``[]`` for none. A control passed to the solvers
-        (``control=invimbed.Constant(...)``) supplies their values.
+        The control variables; ``[]`` for none (a solver's ``control`` gives the values).
     dynamics : sequence of N sympy expressions, or a sympy Matrix
         ``f(t, z, theta)``.
     running_loss : sympy expression, optional
@@ -58,39 +40,23 @@ def from_sympy(t: Any, z: Sequence[Any], theta: Sequence[Any], dynamics: Any,
     q : float, default 0.0
         The output end of the depth interval.
     compile : {None, "numba"}, default None
-        ``"numba"`` compiles the generated code with ``numba.njit`` (needs
-        ``pip install invimbed[numba]``): faster per evaluation for small batches, about
-        a second of compilation per derivative request. ``None`` (numpy) is the default
-        and starts fastest.
+        ``"numba"`` compiles the generated code (``pip install invimbed[numba]``).
 
     Returns
     -------
     BolzaProblem
-        With ``vectorized=True`` numeric callables for ``f``, ``R``, ``T`` (lambdified;
-        they also accept a single point) and the :class:`SympyProvider` as
+        Vectorised numeric ``f``, ``R``, ``T`` and the :class:`SympyProvider` as
         ``derivatives``.
 
     Raises
     ------
     TypeError
-        If an argument is a string (text is never parsed with ``sympify``: build the
-        expressions from symbols) or not a sympy symbol/expression.
+        A string (never parsed) or an argument that is not a sympy symbol/expression.
     ValueError
-        If ``len(dynamics) != len(z)``, a symbol repeats, an expression uses a symbol
-        other than ``t``, ``z``, ``theta`` (``z`` only for ``terminal_loss``) or a function
-        without numpy code (``erf``, ``gamma``: named in the message), ``q`` is not
-        finite, or ``compile`` is unknown.
+        Mismatched sizes, a repeated or foreign symbol, a function without numpy code
+        (named), a non-finite ``q`` or an unknown ``compile``.
     ImportError
-        If sympy is missing (``pip install invimbed[symbolic]``), or numba for
-        ``compile="numba"`` (``pip install invimbed[numba]``).
-
-    See Also
-    --------
-    invimbed.check_derivatives : compare a problem's derivatives with finite differences.
-
-    References
-    ----------
-    A. Corbett and D. Kangin, "Imbedding Deep Neural Networks", ICLR 2022 (eq. (4)).
+        sympy missing (``invimbed[symbolic]``), or numba for ``compile="numba"``.
 
     Examples
     --------

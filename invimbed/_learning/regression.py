@@ -240,21 +240,14 @@ def endpoint_loss(dynamics: Callable, w: Any, x: Any, depths: Any, y: Any, *,
                   vectorized: bool | None = None, **solve_kwargs: Any) -> OptimizeResult:
     r"""The end-point regression loss and its gradient in ``w``, by imbedding sweeps only.
 
-    ``L(w) = 1/(n B) sum_i sum_b |Z_obs(p_i, x_b; w) - y_i^b|^2 / 2`` with ``Z`` the
-    output of the depth-``p_i`` network of ``dz/dt = f(t, z; w)``. The paper's Appendix
-    C writes the data as eq. (25) and the loss as eq. (26); here each datum is the
-    terminal loss of its own depth, its input adjoint is eq. (27) and ``dL/dw`` the sum
-    of eq. (28) of the parameter adjoints of eq. (32). One sweep per observed component
-    gives every depth and sample (docs: "Optimisation", section 3, "Learning dynamics
-    from end-point observations").
+    ``L(w) = 1/(n B) sum_i sum_b |Z_obs(p_i, x_b; w) - y_i^b|^2 / 2`` for the outputs
+    ``Z`` of ``dz/dt = f(t, z; w)`` (eqs. (25) to (28), (32)), one sweep per observed
+    component. Details: docs/optimization.md, "endpoint_loss in detail".
 
     Parameters
     ----------
     dynamics : callable ``f(t, z, w)``, or a model such as `MLPDynamics`
-        The parameterised dynamics, written as the dynamics of a `BolzaProblem` whose
-        control is the weight vector (``theta = w``). A model object supplies its own
-        ``derivatives`` and ``vectorized`` unless they are given; when it declares
-        ``n_state`` and ``n_params``, ``x`` and ``w`` are checked against them.
+        The parameterised dynamics (the control is the weight vector, ``theta = w``).
     w : array_like, shape (n_w,)
         The weights; finite.
     x : array_like, shape (N,) or (B, N)
@@ -262,47 +255,32 @@ def endpoint_loss(dynamics: Callable, w: Any, x: Any, depths: Any, y: Any, *,
     depths : array_like, shape (n,)
         The start times ``p_i <= q`` of the observed runs, strictly monotone.
     y : array_like, shape (n, B, n_obs) (or (n, n_obs) for a single ``x``)
-        ``y[i, b] = y(q; p_i, x_b)`` restricted to the observed components (eq. (25));
-        NaN marks a missing observation (left out of the sum; the mean still divides
-        by ``n B``). Infinite values are refused.
+        ``y[i, b] = y(q; p_i, x_b)`` (eq. (25)); NaN marks a missing observation.
     q : float, default 0.0
         The observation time.
     observed : sequence of int, optional
-        Observed state components (default: all). The cost is one sweep per component.
+        Observed state components (default: all); one sweep per component.
     derivatives : dict, optional
         Exact derivatives of ``f`` (``"f_z"``, ``"f_theta"``, ...; see `BolzaProblem`).
     vectorized : bool, optional
         Whether ``f`` accepts batches (see `BolzaProblem`).
     **solve_kwargs
-        Passed to `solve_imbedding` (``order``, ``method``, ``rtol``, ``atol``, ``step``,
-        ...; ``estimate_error`` defaults to False). ``control`` is set by the regression.
+        Passed to `solve_imbedding` (``estimate_error`` defaults to False).
 
     Returns
     -------
     OptimizeResult
-        ``loss``; ``grad`` (n_w,); ``per_depth`` (n,) mean cost at each depth; ``z``
-        (n, B, N) or (n, N), the predictions ``Z(p_i, x_b)``; ``residual`` (n, B, n_obs);
-        ``jacobian`` (n, B, n_obs, n_w) ``= dZ_obs/dw``; ``adjoint`` (n, B, N) or (n, N),
-        ``grad C . grad_x Z`` (eq. (27)); ``n_sweeps``, ``nfev`` (right-hand-side
-        evaluations of the sweeps); ``success``, ``message``.
+        ``loss`` and ``grad`` (n_w,) (what ``scipy.optimize.minimize(..., jac=True)``
+        expects), ``per_depth``, ``z``, ``residual``, ``jacobian``, ``adjoint``,
+        ``n_sweeps``, ``nfev``, ``success``, ``message``.
 
     Raises
     ------
     TypeError
-        A wrong type (``dynamics`` not callable, ``x``, ``w`` or ``y`` not real,
-        ``observed`` not integers, ``vectorized`` not a bool, ``q`` not a real number,
-        ``derivatives`` not a dict), an unknown keyword argument, or ``control``.
+        A wrong type, an unknown keyword argument, or ``control``.
     ValueError
-        A wrong value: shapes, NaN or infinity in ``x`` or ``w``, infinity in ``y`` or
-        no observation at all, depths not monotone or above ``q``, ``observed`` out of
-        range or repeated.
-
-    Notes
-    -----
-    ``loss`` and ``grad`` are what ``scipy.optimize.minimize(..., jac=True)`` expects,
-    so any gradient-based scipy method can train the model directly (see the Examples);
-    `fit_endpoint_dynamics` wraps Adam, gradient descent and L-BFGS-B with a progress
-    bar, a callback and the learned problem in its result.
+        A wrong value: shapes, non-finite ``x`` or ``w``, infinite ``y`` or no
+        observation, depths not monotone or above ``q``, bad ``observed``.
 
     Examples
     --------
@@ -312,10 +290,7 @@ def endpoint_loss(dynamics: Callable, w: Any, x: Any, depths: Any, y: Any, *,
     >>> out = invimbed.endpoint_loss(f, [0.3], [1.0], depths, y)
     >>> bool(out.grad[0] < 0)                             # increase a to fit
     True
-
-    With any gradient-based method of `scipy.optimize.minimize`:
-
-    >>> from scipy.optimize import minimize
+    >>> from scipy.optimize import minimize                # any gradient-based method
     >>> def fun(w):
     ...     out = invimbed.endpoint_loss(f, w, [1.0], depths, y)
     ...     return out.loss, out.grad

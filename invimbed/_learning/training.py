@@ -66,11 +66,10 @@ def fit_endpoint_dynamics(dynamics: Callable, w0: Any, x: Any, depths: Any, y: A
                           **solve_kwargs: Any) -> OptimizeResult:
     r"""Learn ``dz/dt = f(t, z; w)`` from end-point observations ``y(q; p_i, x_b)``.
 
-    The paper's time-series architecture (Appendix C, projectile experiment of Appendix
-    E.2): the regression loss of `endpoint_loss` (data eq. (25), loss eq. (26)) is
-    minimised with its gradient, the sum (eq. (28)) of the per-depth parameter adjoints
-    (eq. (32)). Each epoch is one full-batch gradient, i.e. one imbedding sweep per
-    observed component over all samples and depths; there is no forward pass in ``t``.
+    The paper's time-series architecture (Appendix C): the loss of `endpoint_loss`
+    (eqs. (25), (26)) minimised with its gradient (eqs. (28), (32)), one imbedding sweep
+    per observed component and epoch, no forward pass in ``t``. Details:
+    docs/optimization.md, "fit_endpoint_dynamics in detail".
 
     Parameters
     ----------
@@ -79,12 +78,8 @@ def fit_endpoint_dynamics(dynamics: Callable, w0: Any, x: Any, depths: Any, y: A
     w0 : array_like, shape (n_w,)
         Initial weights (e.g. ``MLPDynamics.init_params``); finite.
     optimizer : {"adam", "gd", "L-BFGS-B"}
-        ``"L-BFGS-B"`` (`scipy.optimize.minimize`) is recommended for these deterministic
-        full-batch problems: it is usually several times faster than Adam and needs no
-        learning rate. For a nonlinear model its line search may stop early, because the
-        imbedded gradient carries the closure's truncation error; then use ``"adam"``
-        (the default; Kingma & Ba 2015), which does not need the gradient and the loss
-        to be consistent. ``"gd"`` is the paper's plain gradient descent.
+        ``"L-BFGS-B"`` is usually fastest; ``"adam"`` (default) tolerates the closure's
+        error in the gradient; ``"gd"`` is the paper's gradient descent.
     learning_rate : float, default 1e-2
         Step size of ``"adam"`` and ``"gd"`` (unused by L-BFGS-B).
     epochs : int, default 200
@@ -92,43 +87,27 @@ def fit_endpoint_dynamics(dynamics: Callable, w0: Any, x: Any, depths: Any, y: A
     gtol : float, default 0
         Stop when the gradient's max-norm falls to ``gtol``.
     options : dict, optional
-        ``"adam"``: ``beta1`` (0.9), ``beta2`` (0.999), ``eps`` (1e-8). ``"L-BFGS-B"``:
-        ``maxcor``, ``ftol``, ``maxfun``, ``maxls`` of `scipy.optimize.minimize`
-        (``maxiter`` and ``gtol`` come from ``epochs`` and ``gtol``). ``"gd"``: none.
-        An option of another optimiser is ignored with an ``OptimizeWarning`` (as
-        `scipy.optimize.minimize` does); a name no optimiser takes is a TypeError.
+        The optimiser's options (Adam's ``beta1``, ``beta2``, ``eps``; L-BFGS-B's).
     callback : callable ``callback(info)``, optional
-        Called after every epoch with an ``OptimizeResult`` (``epoch``, ``w``, and the
-        ``loss`` and ``grad`` at ``w``); returning True stops the training.
+        Called after every epoch (``epoch``, ``w``, ``loss``, ``grad``); True stops.
     progress : bool, default False
         Progress bar (``tqdm`` when installed, else lines on stderr).
     **solve_kwargs
-        Passed to `solve_imbedding` (``rtol``, ``atol``, ``order``, ``method``,
-        ``step``, ...); an unknown keyword is a TypeError.
+        Passed to `solve_imbedding`; an unknown keyword is a TypeError.
 
     Returns
     -------
     OptimizeResult
-        ``x`` (the trained weights), ``fun`` (loss at ``x``), ``jac`` (its gradient),
-        ``history`` (the loss at the initial weights and after each epoch, ``nit + 1``
-        values), ``nit``, ``n_sweeps``, ``nfev`` (right-hand-side evaluations of the
-        sweeps), ``success``, ``status``, ``message``, and ``problem`` (a `BolzaProblem`
-        of the learned dynamics, no losses) with ``control`` (``Constant(x)``) so that
-        ``solve_imbedding(res.problem, x_new, depths, control=res.control).z`` predicts.
-        ``status`` is 0 when the epochs are done or ``gtol`` is met (L-BFGS-B: scipy's
-        codes, 1 when ``epochs`` ran out), 99 when ``callback`` stopped the training and
-        -1 when a sweep failed (``fun`` is then NaN and ``x`` the last good weights).
+        ``x`` (the trained weights), ``fun``, ``jac``, ``history``, ``nit``,
+        ``n_sweeps``, ``nfev``, ``success``, ``status``, ``message``, and ``problem``
+        with ``control`` so that ``solve_imbedding(res.problem, x_new, depths,
+        control=res.control).z`` predicts.
 
     Raises
     ------
-    TypeError
-        As in `endpoint_loss`; ``optimizer`` not a string, ``epochs`` not an integer,
-        ``learning_rate`` or ``gtol`` not a real number, ``options`` not a dict or with
-        an option no optimiser takes, ``callback`` not callable, ``progress`` not a
-        bool.
-    ValueError
-        As in `endpoint_loss`; an unknown ``optimizer``, ``epochs < 0``,
-        ``learning_rate <= 0``, ``gtol < 0``, or a bad Adam option.
+    TypeError, ValueError
+        As in `endpoint_loss`, and for a bad ``optimizer``, ``epochs``,
+        ``learning_rate``, ``gtol``, ``options``, ``callback`` or ``progress``.
 
     Examples
     --------

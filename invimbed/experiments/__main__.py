@@ -31,7 +31,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--p-min", type=float, nargs="+", help="depths to train at, e.g. -1 -4")
     ap.add_argument("--layers", type=int, nargs="+", help="MLP layers n of Phi, e.g. 2 3")
     ap.add_argument("--jacobian", choices=["crop", "jet", "exact"],
-                    help="nested Jacobians (default crop, as the paper)")
+                    help="nested Jacobians, InImNet(closure=) (default crop, as the paper)")
     ap.add_argument("--dataset", nargs="+", choices=["mnist", "balls"],
                     help="extrapolation / latent-ode-baseline: which tasks")
     ap.add_argument("--frames-per-step", type=int,

@@ -48,7 +48,7 @@ def inimnet_variants(cfg: dict, encoder: Callable, decoder: Callable) -> list:
                 return LatentInImNet(encoder(latent, cfg["n_filt"]),
                                      decoder(latent, cfg["n_filt"]), latent,
                                      p_min=p, hidden_layers=n, inflation=cfg["inflation"],
-                                     dropout=cfg["dropout"], jacobian=cfg["jacobian"])
+                                     dropout=cfg["dropout"], closure=cfg["jacobian"])
             variants.append((variant_name(p, n), {"p_min": p, "layers": n}, build))
     return variants
 

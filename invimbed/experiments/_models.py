@@ -124,12 +124,12 @@ class LatentInImNet(nn.Module):
 
     def __init__(self, encoder: nn.Module, decoder: nn.Module, latent: int, *, p_min: float,
                  hidden_layers: int = 2, inflation: float = 2, dropout: float = 0.3,
-                 jacobian: str = "crop", shared: bool = False, depths=None) -> None:
+                 closure: str = "crop", shared: bool = False, depths=None) -> None:
         super().__init__()
         self.encoder, self.decoder, self.latent = encoder, decoder, latent
         self.inimnet = InImNet(latent + 1, p_min, depths=depths, shared=shared,
                                hidden_layers=hidden_layers, inflation=inflation,
-                               dropout=dropout, jacobian=jacobian)
+                               dropout=dropout, closure=closure)
 
     @property
     def depths(self) -> torch.Tensor:
@@ -197,11 +197,11 @@ class ConvInImNet(nn.Module):
     prediction is the first channel of the output."""
 
     def __init__(self, *, p_min: float, in_frames: int = 3, size: int = 32, n_filt: int = 16,
-                 jacobian: str = "crop", depths=None) -> None:
+                 closure: str = "crop", depths=None) -> None:
         super().__init__()
         c = in_frames + 1
         self.shape = (c, size, size)
-        self.inimnet = InImNet(c * size * size, p_min, depths=depths, jacobian=jacobian,
+        self.inimnet = InImNet(c * size * size, p_min, depths=depths, closure=closure,
                                phi=lambda i: ConvAutoencoderPhi(c, size, n_filt))
 
     @property

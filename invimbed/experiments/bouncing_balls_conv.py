@@ -38,6 +38,6 @@ def run(opts: Options) -> dict:
     variants = []
     for p in cfg["p_min"]:
         def build(p=p):
-            return ConvInImNet(p_min=p, n_filt=cfg["n_filt"], jacobian=cfg["jacobian"])
+            return ConvInImNet(p_min=p, n_filt=cfg["n_filt"], closure=cfg["jacobian"])
         variants.append((f"conv-inimnet-p{p:g}", {"p_min": p}, build))
     return run_variants(NAME, task, cfg, opts, variants, paper=PAPER_TABLE)

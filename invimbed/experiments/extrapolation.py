@@ -49,7 +49,7 @@ def run(opts: Options) -> dict:
             return LatentInImNet(enc(latent, cfg["n_filt"]), dec(latent, cfg["n_filt"]), latent,
                                  p_min=p, depths=depths,
                                  hidden_layers=n, inflation=cfg["inflation"],
-                                 dropout=cfg["dropout"], jacobian=cfg["jacobian"], shared=True)
+                                 dropout=cfg["dropout"], closure=cfg["jacobian"], shared=True)
 
         variant = f"shared-p{p_train:g}-n{n}"
         results, curves = [], []

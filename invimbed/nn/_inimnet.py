@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -17,7 +18,7 @@ from ._recursions import (adjoint_sweep, batchnorms, differentiable_norms, exact
 from .._core.validation import as_bool
 from ._phi import MLP
 
-JACOBIANS = ("exact", "crop", "jet")
+CLOSURES = ("exact", "crop", "jet")
 BACKWARDS = ("autograd", "adjoint")
 FORMS = ("discrete", "paper")
 
@@ -27,6 +28,22 @@ def _choice(value: Any, name: str, choices: tuple) -> str:
         raise ValueError(f"`{name}` must be one of {', '.join(map(repr, choices))}, "
                          f"but got {value!r}")
     return value
+
+
+def _deprecated_jacobian(stacklevel: int = 3) -> None:
+    warnings.warn("InImNet's `jacobian` is deprecated: use `closure`, which takes the same "
+                  "values ('exact', 'crop', 'jet')", DeprecationWarning, stacklevel=stacklevel)
+
+
+def _closure_keyword(closure: Any, jacobian: Any) -> tuple[Any, str]:
+    """``(value, the keyword it came from)`` of ``closure=`` or its deprecated alias."""
+    if jacobian is None:
+        return ("exact" if closure is None else closure), "closure"
+    if closure is not None:
+        raise TypeError(f"give `closure` only (`jacobian` is its deprecated alias), but got "
+                        f"closure={closure!r} and jacobian={jacobian!r}")
+    _deprecated_jacobian(stacklevel=4)
+    return jacobian, "jacobian"
 
 
 def _depth_grid(p_min: Any, step: Any, depths: Any) -> list[float]:
@@ -56,86 +73,46 @@ def _depth_grid(p_min: Any, step: Any, depths: Any) -> list[float]:
 class InImNet(nn.Module):
     r"""Discrete invariant-imbedding network: the outputs of every depth in one pass.
 
-    The network of depth ``p`` maps an input ``x`` to ``Z(p, x) = z(q; p, x)`` with
-    ``q = 0``. Layers are added at the *input* end: with depths
-    ``0 = p_0 > p_1 > ... > p_L = p_min`` and per-layer dynamics
-    ``Phi(p_i, x)``, eq. (14)
-
-    ```text
-    Z(p_i, x) = Z(p_{i-1}, x) - (p_i - p_{i-1}) grad_x Z(p_{i-1}, x) . Phi(p_i, x),
-    Z(0, x) = x,
-    ```
-
-    gives every ``Z(p_i, x)`` from one pass, with every ``Phi`` evaluated at the input
-    ``x`` (the first-order expansion of the ResNet composition
-    ``Z(p_{i-1}, x + |h| Phi(p_i, x))``, docs/theory.md, "The discrete architecture"). The same recursion is the
-    numpy core's ``invimbed.solve_imbedding(..., method="disc")``.
+    The network of depth ``p`` maps ``x`` to ``Z(p, x) = z(q; p, x)`` with ``q = 0``.
+    Layers are added at the *input* end: with depths ``0 = p_0 > ... > p_L = p_min`` and
+    per-layer dynamics ``Phi(p_i, x)``, eq. (14),
+    ``Z(p_i, x) = Z(p_{i-1}, x) - (p_i - p_{i-1}) grad_x Z(p_{i-1}, x) . Phi(p_i, x)``,
+    ``Z(0, x) = x``, gives every output from one pass (docs/theory.md, "The discrete
+    architecture"; the numpy core's ``solve_imbedding(..., method="disc")``). Options,
+    costs and accuracy in detail: docs/nn.md.
 
     Parameters
     ----------
     dim : int
-        Size ``N`` of the input and of every output (for images, ``C * H * W``: the
-        Jacobians act on the flattened vector, as in the paper's convolutional model).
+        Size ``N`` of the input and of every output (for images, ``C * H * W``).
     p_min : float, default -4
-        Deepest depth; the layers are ``ceil(-p_min / step)`` equal steps of at most
-        ``step`` from 0 to ``p_min``.
+        Deepest depth, reached in ``ceil(-p_min / step)`` equal steps.
     step : float, default 1.0
         Largest layer step (the paper's experiments use unit steps).
     depths : sequence of float, optional
-        The depths themselves, strictly decreasing from 0 (given steps); overrides
-        ``p_min`` and ``step``.
+        The depths themselves, strictly decreasing from 0; overrides ``p_min``, ``step``.
     shared : bool, default False
-        One ``Phi`` for every layer (``Phi(p_i, x) = Phi(x)``, the paper's extrapolation
-        variant, Appendix F.3) instead of one per layer. Its state dict does not depend
-        on the number of layers, so a model trained at one ``p_min`` loads into a deeper
-        one to extrapolate.
-    hidden_layers : int, default 2
-        The default ``Phi``'s number of linear layers, the paper's ``n`` (Table
-        Table 1: 2 or 3); see :class:`invimbed.nn.MLP`.
-    inflation : float, default 2
-        Hidden width of the default ``Phi`` over ``dim``.
-    dropout : float, default 0.0
-        Dropout after every hidden layer of the default ``Phi`` (the paper: 0.3).
-    activation : str or callable, default "tanh"
-        Activation of the default ``Phi``.
-    jacobian : {"exact", "crop", "jet"}, default "exact"
-        The nested Jacobian ``grad_x Z(p_{i-1}, x)`` in eq. (14) (docs/theory.md,
-        "The closures"):
-
-        - ``"exact"``: automatic differentiation through the depth recursion
-          (``torch.func.jvp`` nested ``L`` deep): the exact discrete network, cost
-          growing exponentially with ``L`` (the paper's Appendix F.1; about 3 times per
-          layer measured, see the docs). Prefer it for shallow networks and for
-          checking the others.
-        - ``"jet"``: the core's jet of order 1, ``J_i = J_{i-1} (I - h_i grad Phi_i)``
-          (second derivatives of ``Z`` dropped); ``L (L - 1) / 2`` Jacobian-vector
-          products. Exact when every ``Phi`` is affine; in general the outputs err by
-          ``O(s^3)`` in the depth ``s``.
-        - ``"crop"``: the paper's eq. (21), ``J_i = J_{i-1} - h_i grad Phi_i``, as its
-          experiments used; same cost as ``"jet"``, not exact even for affine ``Phi``.
-          Kept to reproduce the paper.
-
-        With one or two layers the three coincide.
+        One ``Phi`` for every layer (Appendix F.3): the state dict does not depend on the
+        depth, so a trained model loads into a deeper one to extrapolate.
+    hidden_layers, inflation, dropout, activation : default 2, 2, 0.0, "tanh"
+        The default ``Phi``, :class:`invimbed.nn.MLP` (the paper's ``n``, Table 1).
+    closure : {"exact", "crop", "jet"}, default "exact"
+        The nested Jacobian ``grad_x Z(p_{i-1}, x)`` of eq. (14), the core's
+        ``closure=``: ``"exact"`` (nested ``torch.func.jvp``, cost exponential in the
+        layers), ``"jet"`` (the jet of order 1; exact for affine ``Phi``), ``"crop"``
+        (eq. (21), as the paper's experiments). They coincide for one or two layers.
     backward : {"autograd", "adjoint"}, default "autograd"
-        ``"autograd"`` differentiates through the recursion. ``"adjoint"`` runs the
-        imbedded adjoint of Theorem 2 (eqs. (15) and (32), see
-        :func:`imbedded_adjoint`) in a ``torch.autograd.Function``: the same gradients
-        (exactly, up to rounding), without storing the forward graph, at the cost of a
-        second sweep. Needs ``jacobian="exact"``: the adjoint is the gradient of the
-        exact discrete network, not of a truncated one. Not twice differentiable.
+        ``"adjoint"``: the same gradients by the *imbedded* adjoint, a second sweep in
+        depth of eq. (15) (Theorem 2) and eq. (32) from ``p = 0``
+        (:func:`imbedded_adjoint`), storing no forward graph; not a backward solve in
+        ``t``. Needs ``closure="exact"``; not twice differentiable.
     phi : callable, optional
-        Factory ``phi(layer_index) -> nn.Module`` mapping ``(B, dim) -> (B, dim)``; layer
-        ``l`` (0-based) is ``Phi(p_{l+1}, .)``, the one between ``depths[l]`` and
-        ``depths[l + 1]``; called once with 0 when ``shared``. The module may reshape
-        inside (a convolutional ``Phi`` on ``C * H * W``). Default: the paper's MLP.
-        It must act on each sample separately for the Jacobians to be per-sample: batch
-        norm in training mode couples the samples through the batch statistics, and the
-        Jacobian products then include those cross-sample terms (the exact derivative of
-        the batched map).
+        Factory ``phi(layer_index) -> nn.Module`` mapping ``(B, dim) -> (B, dim)``;
+        layer ``l`` is ``Phi(p_{l+1}, .)``; it should act on each sample separately.
     materialize : bool, default False
-        Form the ``(B, dim, dim)`` Jacobians instead of Jacobian-vector products (as the
-        numpy core's jet carries them). For comparisons and benchmarks only: memory
-        ``B dim^2`` and, with ``"exact"``, cost ``~ dim^L``.
+        Form the ``(B, dim, dim)`` Jacobians (for comparisons and benchmarks only).
+    jacobian : {"exact", "crop", "jet"}, optional
+        Deprecated alias of ``closure`` (``DeprecationWarning``; both: ``TypeError``).
 
     Attributes
     ----------
@@ -143,25 +120,14 @@ class InImNet(nn.Module):
         ``0 = p_0 > ... > p_min`` (a buffer, moved with the module).
     phis : nn.ModuleList
         The per-layer dynamics (one module when ``shared``).
-
-    Notes
-    -----
-    Dropout draws one mask per layer per forward, shared by every Jacobian-vector
-    product of that layer, so the products are those of the function evaluated. Batch
-    norm in training mode normalises with the batch statistics inside the recursion and
-    updates its running statistics by one extra plain evaluation of each layer's ``Phi``
-    at ``x`` (torch.func transforms do not allow in-place buffer updates).
-
-    References
-    ----------
-    A. Corbett and D. Kangin, "Imbedding Deep Neural Networks", ICLR 2022, sec.
-    arch-discrete, eqs. (14), (15), cropping, (32).
+    closure : str
+        The closure (settable; ``jacobian`` is its deprecated alias).
 
     Examples
     --------
     >>> import torch
     >>> from invimbed.nn import InImNet
-    >>> net = InImNet(3, p_min=-2, jacobian="crop")
+    >>> net = InImNet(3, p_min=-2, closure="crop")
     >>> net(torch.randn(5, 3)).shape          # depths 0, -1, -2
     torch.Size([3, 5, 3])
     """
@@ -170,16 +136,17 @@ class InImNet(nn.Module):
 
     def __init__(self, dim: int, p_min: float = -4, *, step: float = 1.0, depths: Any = None,
                  shared: bool = False, hidden_layers: int = 2, inflation: float = 2,
-                 dropout: float = 0.0, activation: Any = "tanh", jacobian: str = "exact",
+                 dropout: float = 0.0, activation: Any = "tanh", closure: str | None = None,
                  backward: str = "autograd", phi: Callable[[int], nn.Module] | None = None,
-                 materialize: bool = False) -> None:
+                 materialize: bool = False, jacobian: str | None = None) -> None:
         super().__init__()
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1:
             raise ValueError(f"`dim` must be a positive integer, but got {dim!r}")
         self.dim = dim = int(dim)
-        self._modes = (_choice(jacobian, "jacobian", JACOBIANS),
+        closure, name = _closure_keyword(closure, jacobian)
+        self._modes = (_choice(closure, name, CLOSURES),
                        _choice(backward, "backward", BACKWARDS))
-        self._check_modes(*self._modes)
+        self._check_modes(*self._modes, name)
         self.shared = as_bool(shared, "shared")
         self.materialize = as_bool(materialize, "materialize")
         grid = _depth_grid(p_min, step, depths)
@@ -204,24 +171,38 @@ class InImNet(nn.Module):
         self.phis = nn.ModuleList(mods)
 
     @staticmethod
-    def _check_modes(jacobian: str, backward: str) -> None:
-        if backward == "adjoint" and jacobian != "exact":
+    def _check_modes(closure: str, backward: str, name: str = "closure") -> None:
+        if backward == "adjoint" and closure != "exact":
             raise ValueError(
-                f"backward='adjoint' needs jacobian='exact', but got jacobian={jacobian!r}: "
+                f"backward='adjoint' needs {name}='exact', but got {name}={closure!r}: "
                 f"the imbedded adjoint (Theorem 2) is the gradient of the exact discrete "
-                f"network, not of the {jacobian!r} truncation. Use backward='autograd' "
+                f"network, not of the {closure!r} truncation. Use backward='autograd' "
                 f"(as the paper's experiments did), or compare with imbedded_adjoint().")
 
     @property
+    def closure(self) -> str:
+        """The nested-Jacobian closure, ``"exact"``, ``"crop"`` or ``"jet"`` (settable)."""
+        return self._modes[0]
+
+    @closure.setter
+    def closure(self, value: str) -> None:
+        self._set_closure(value, "closure")
+
+    def _set_closure(self, value: str, name: str) -> None:
+        value = _choice(value, name, CLOSURES)
+        self._check_modes(value, self._modes[1], name)
+        self._modes = (value, self._modes[1])
+
+    @property
     def jacobian(self) -> str:
-        """The nested-Jacobian mode, ``"exact"``, ``"crop"`` or ``"jet"`` (settable)."""
+        """Deprecated alias of :attr:`closure`."""
+        _deprecated_jacobian()
         return self._modes[0]
 
     @jacobian.setter
     def jacobian(self, value: str) -> None:
-        value = _choice(value, "jacobian", JACOBIANS)
-        self._check_modes(value, self._modes[1])
-        self._modes = (value, self._modes[1])
+        _deprecated_jacobian(stacklevel=4)          # through nn.Module.__setattr__
+        self._set_closure(value, "jacobian")
 
     @property
     def backward_mode(self) -> str:
@@ -244,7 +225,7 @@ class InImNet(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, depths={[round(p, 6) for p in self._grid]}, "
-                f"jacobian={self.jacobian!r}, backward={self.backward_mode!r}, "
+                f"closure={self.closure!r}, backward={self.backward_mode!r}, "
                 f"shared={self.shared}" + (", materialize=True" if self.materialize else ""))
 
     # -- forward ---------------------------------------------------------------------------
@@ -270,11 +251,11 @@ class InImNet(nn.Module):
         if update_stats and batchnorms(self.phis):
             update_statistics(phis, x)
         with differentiable_norms(self.phis):
-            if self.jacobian == "exact":
+            if self.closure == "exact":
                 fn = exact_sweep_materialized if self.materialize else exact_sweep
                 return fn(phis, self._h, x)
             fn = truncated_sweep_materialized if self.materialize else truncated_sweep
-            return fn(phis, self._h, x, self.jacobian)
+            return fn(phis, self._h, x, self.closure)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Outputs of every depth, from one pass (eq. (14)).
@@ -396,7 +377,7 @@ def imbedded_adjoint(model: InImNet, x: torch.Tensor, grad_T: torch.Tensor, *,
 
     (eqs. (15) and (32)), with the nested Jacobians ``grad Lam . Phi``
     computed matrix-free and exactly (nested ``torch.func.jvp`` over ``vjp``), whatever
-    ``model.jacobian`` is: for a ``"crop"`` or ``"jet"`` model this is the gradient of the
+    ``model.closure`` is: for a ``"crop"`` or ``"jet"`` model this is the gradient of the
     exact discrete network, and its difference with backpropagation through the truncated
     model is the closure's error.
 
@@ -425,7 +406,7 @@ def imbedded_adjoint(model: InImNet, x: torch.Tensor, grad_T: torch.Tensor, *,
     -----
     Dropout draws fresh masks: call it in ``eval()`` mode, or seed, to compare with a
     forward pass. Batch norm in training mode uses the batch statistics and leaves the
-    running ones unchanged. Cost: like ``jacobian="exact"``, exponential in the number of
+    running ones unchanged. Cost: like ``closure="exact"``, exponential in the number of
     layers, with a parameter pullback through each ``Phi`` (``L`` times that for
     ``form="paper"``).
     """

@@ -59,7 +59,7 @@ class MLP(nn.Module):
     activation : str or callable, default "tanh"
         ``"tanh"``, ``"relu"``, ``"softplus"``, ``"elu"``, ``"gelu"``, ``"silu"``,
         ``"sigmoid"``, or a callable returning a module. Prefer a smooth one with
-        ``jacobian="exact"`` or ``"jet"``: their nested Jacobians differentiate ``Phi``
+        ``closure="exact"`` or ``"jet"``: their nested Jacobians differentiate ``Phi``
         more than once.
     """
 

@@ -65,6 +65,9 @@ _COMPILERS = (None, "numpy", "numba")
 class SympyProvider(DerivativeProvider):
     r"""Exact derivatives of every order of ``f``, ``R``, ``T`` given as sympy expressions.
 
+    What :func:`invimbed.from_sympy` attaches to its problem; details of the code paths:
+    docs/derivatives.md, "SympyProvider in detail".
+
     Parameters
     ----------
     t : sympy.Symbol
@@ -80,18 +83,10 @@ class SympyProvider(DerivativeProvider):
     terminal_loss : sympy expression, optional
         ``T(z)``, in ``z`` only; zero when omitted.
     compile : {None, "numba"}, default None
-        ``None`` evaluates the lambdified numpy code (vectorised over the batch);
-        ``"numba"`` compiles a loop over the batch with ``numba.njit`` (faster for the
-        small batches of a sweep, at a one-time compilation cost of about a second per
-        request). Prefer ``None`` unless a benchmark on your problem says otherwise.
+        Lambdified numpy code, or a loop compiled with ``numba.njit``.
     taylor_mode : bool or None, default None
-        How Taylor coefficients are computed: ``None`` chooses by order (Taylor mode from
-        degree 4 with numba installed, from degree 5 without; the symbolic derivatives
-        below, whose code is fastest there); ``True`` always Taylor mode (a ValueError
-        here if an expression holds a function it does not compose, e.g. ``atan2``);
-        ``False`` always the symbolic derivatives. Both agree to rounding
-        (benchmarks/bench_taylor_mode.py). Full derivative tensors
-        (:meth:`derivative`) are always symbolic.
+        Taylor coefficients through the expression graph (``True``), by symbolic
+        derivatives (``False``), or chosen by order (``None``).
 
     Attributes
     ----------
@@ -105,16 +100,12 @@ class SympyProvider(DerivativeProvider):
     Raises
     ------
     TypeError
-        If an argument is a string (text is never parsed: build expressions from sympy
-        symbols), or not a sympy symbol/expression where one is expected.
+        A string (never parsed), or an argument that is not a sympy symbol/expression.
     ValueError
-        If the sizes disagree, a symbol is repeated, an expression uses a symbol that is
-        not among ``t``, ``z``, ``theta`` (or ``terminal_loss`` uses ``t`` or ``theta``),
-        an expression contains an undefined function or one without numpy code (named),
-        or ``compile`` or ``taylor_mode`` is unknown.
+        Mismatched sizes, a repeated or foreign symbol, a function without numpy code
+        (named), or an unknown ``compile`` or ``taylor_mode``.
     ImportError
-        If sympy (``pip install invimbed[symbolic]``) or, for ``compile="numba"``, numba
-        (``pip install invimbed[numba]``) is missing.
+        sympy missing (``invimbed[symbolic]``), or numba for ``compile="numba"``.
 
     Examples
     --------
