@@ -26,12 +26,14 @@ from ..failures import (STIFF_H_LAMBDA, below_min_step, budget_exhausted, first_
                         solver_failed, step_collapsed, stiff_stop, sweep_stopped)
 from .common import (DEFAULT_MAX_STEPS, CountingRHS, NonFiniteError, Outcome, check_max_steps,
                      segments)
+from .tableau import TABLEAUX
 
-METHODS = {"RK45": RK45, "RK23": RK23, "DOP853": DOP853, "Radau": Radau, "BDF": BDF,
+#: scipy's solver classes by method name (registered in `invimbed._core.integrators.methods`).
+SOLVERS = {"RK45": RK45, "RK23": RK23, "DOP853": DOP853, "Radau": Radau, "BDF": BDF,
            "LSODA": LSODA}
-SCIPY_METHODS = tuple(METHODS)
-#: The explicit Runge--Kutta methods: their step is bounded by stability on stiff problems.
-EXPLICIT = ("RK45", "RK23", "DOP853")
+#: The explicit Runge--Kutta methods (those with a tableau): their step is bounded by
+#: stability on stiff problems.
+EXPLICIT = tuple(name for name in SOLVERS if name in TABLEAUX)
 #: Consecutive steps at the stability limit (``h |lambda| > STIFF_H_LAMBDA``) after which
 #: an explicit method is judged stiff, and stopped if the budget cannot carry it through.
 STIFF_WINDOW = 25
@@ -107,7 +109,7 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
         solver = None
         try:
             try:
-                solver = METHODS[method](fun, a, y, b, rtol=rtol, atol=atol, **opts)
+                solver = SOLVERS[method](fun, a, y, b, rtol=rtol, atol=atol, **opts)
                 while solver.status == "running":
                     if steps >= max_steps:
                         out.success = False
