@@ -31,7 +31,7 @@ from scipy.integrate import OdeSolution
 
 from .failures import empty_fields, row_failure_reason
 from .integrators import SCIPY_METHODS
-from .integrators.common import DEFAULT_MAX_STEPS, segments
+from .integrators.common import DEFAULT_MAX_STEPS, SolverSteps, segments
 from .integrators.scipy_ivp import SOLVERS as _SCIPY_SOLVERS
 from .integrators.ensemble import DONE, ENSEMBLE_METHODS, MAX_STEPS, NONFINITE, integrate_rows
 from .integrators.tableau import TABLEAUX
@@ -293,23 +293,22 @@ def _solve(fun, t0: float, t1: float, y0: np.ndarray, method: str, rtol: float,
     except _NonFinite as exc:
         return row_failure_reason(NONFINITE, 0, 0.0), exc.t, y0, None, 1, 0
     ts, parts = [t0], []
-    steps = 0
-    while solver.status == "running":
-        if steps >= opts["max_steps"]:
-            return (row_failure_reason(MAX_STEPS, opts["max_steps"], 0.0), solver.t, solver.y,
-                    None, solver.nfev, steps)
-        try:
-            msg = solver.step()
-        except _NonFinite as exc:
-            return row_failure_reason(NONFINITE, 0, 0.0), exc.t, solver.y, None, solver.nfev, steps
-        steps += 1
-        if solver.status == "failed":
-            return f"{msg}", solver.t, solver.y, None, solver.nfev, steps
-        if dense:
-            parts.append(solver.dense_output())
-            ts.append(solver.t)
+    loop = SolverSteps(solver, opts["max_steps"])
+    try:
+        for _ in loop:
+            if dense:
+                parts.append(solver.dense_output())
+                ts.append(solver.t)
+    except _NonFinite as exc:
+        return (row_failure_reason(NONFINITE, 0, 0.0), exc.t, solver.y, None, solver.nfev,
+                loop.steps)
+    if loop.end == "max_steps":
+        return (row_failure_reason(MAX_STEPS, opts["max_steps"], 0.0), solver.t, solver.y,
+                None, solver.nfev, loop.steps)
+    if loop.end == "failed":
+        return f"{loop.message}", solver.t, solver.y, None, solver.nfev, loop.steps
     sol = OdeSolution(ts, parts) if dense else None
-    return None, solver.t, solver.y, sol, solver.nfev, steps
+    return None, solver.t, solver.y, sol, solver.nfev, loop.steps
 
 
 def _per_depth(setup: Setup, method: str, rtol: float, atol: float,

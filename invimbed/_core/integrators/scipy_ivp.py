@@ -24,8 +24,8 @@ from scipy.integrate import BDF, DOP853, LSODA, RK23, RK45, Radau
 
 from ..failures import (STIFF_H_LAMBDA, below_min_step, budget_exhausted, first_evaluation,
                         solver_failed, step_collapsed, stiff_stop, sweep_stopped)
-from .common import (DEFAULT_MAX_STEPS, CountingRHS, NonFiniteError, Outcome, check_max_steps,
-                     segments)
+from .common import (DEFAULT_MAX_STEPS, CountingRHS, NonFiniteError, Outcome, SolverSteps,
+                     check_max_steps, segments)
 from .tableau import TABLEAUX
 
 #: scipy's solver classes by method name (registered in `invimbed._core.integrators.methods`).
@@ -110,25 +110,9 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
         try:
             try:
                 solver = SOLVERS[method](fun, a, y, b, rtol=rtol, atol=atol, **opts)
-                while solver.status == "running":
-                    if steps >= max_steps:
-                        out.success = False
-                        out.failed_at = float(solver.t)
-                        out.message = budget_exhausted(
-                            out.failed_at, max_steps,
-                            stiffness if stiff_run >= STIFF_WINDOW else 0.0)
-                        break
-                    t_old = solver.t
-                    message = solver.step()
-                    steps += 1
-                    if solver.status == "failed":
-                        out.success = False
-                        out.failed_at = float(solver.t)
-                        out.message = (step_collapsed(out.failed_at, message,
-                                                      explicit=explicit)
-                                       if "step size" in str(message) else
-                                       solver_failed(out.failed_at, message))
-                        break
+                loop = SolverSteps(solver, max_steps, steps)
+                for t_old in loop:
+                    steps = loop.steps
                     t_new = solver.t
                     if min_step and solver.status == "running" and solver.h_abs < min_step:
                         out.success = False
@@ -161,6 +145,18 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
                                 out.message = stiff_stop(out.failed_at, max_steps, stiffness,
                                                          projected)
                                 break
+                steps = loop.steps
+                if loop.end == "max_steps":
+                    out.success = False
+                    out.failed_at = float(solver.t)
+                    out.message = budget_exhausted(
+                        out.failed_at, max_steps, stiffness if stiff_run >= STIFF_WINDOW else 0.0)
+                elif loop.end == "failed":
+                    out.success = False
+                    out.failed_at = float(solver.t)
+                    out.message = (step_collapsed(out.failed_at, loop.message, explicit=explicit)
+                                   if "step size" in str(loop.message) else
+                                   solver_failed(out.failed_at, loop.message))
             except ValueError as exc:
                 if _SCIPY_NONFINITE not in str(exc):
                     raise
