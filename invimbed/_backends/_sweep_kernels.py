@@ -6,7 +6,8 @@ The decisions are scipy's, in scipy's order: one solver per interval between the
 control's breakpoints (a fresh first evaluation and ``select_initial_step`` at each), the
 step-size rule of ``RungeKutta._step_impl`` with the constants of the ensemble
 (`invimbed._core.integrators.ensemble`: ``SAFETY``, ``MIN_FACTOR``, ``MAX_FACTOR``, passed
-in at run time), the tableaux of `ensemble.TABLEAUX`, the states at requested depths
+in at run time; `_ensemble_parts.initial_step` and the step factors shared with the
+ensemble kernel), the tableaux of `tableau.TABLEAUX`, the states at requested depths
 from the step's continuous extension (scipy's ``RkDenseOutput``: ``y_old + h Q p(x)``,
 ``Q = K^T P``), a non-finite state or derivative ending the sweep where it appears (as
 `invimbed._core.integrators.common.CountingRHS` ends it), the step budget and
