@@ -42,11 +42,6 @@ class Method:
     solver: type | None = None      # scipy's OdeSolver class ("adaptive")
 
     @property
-    def explicit(self) -> bool:
-        """An explicit Runge--Kutta method: its step is bounded by stability."""
-        return self.tableau is not None
-
-    @property
     def ensemble(self) -> bool:
         """Whether the ensemble (`ensemble.integrate_rows`) and the compiled adaptive
         kernels run it: an embedded pair with a continuous extension."""

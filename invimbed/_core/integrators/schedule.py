@@ -33,7 +33,6 @@ from .common import DEFAULT_GRID_STEPS
 from .tableau import TABLEAUX
 
 
-
 @dataclass
 class Schedule:
     """Steps of a fixed-step sweep, in sweep order (from ``q`` down)."""
