@@ -25,7 +25,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._ensemble_parts import _sum_squares, _rms, _fmin, _fmax, _finite, _next_stop, _piece, _dense_z
+from ._ensemble_parts import (_dense_z, _finite, _fmax, _fmin, _next_stop, _piece, _rms,
+                              _sum_squares, grow_factor, initial_step, initial_step_h0,
+                              shrink_factor)
 from ._numba_calls import _plan_scratch
 
 _jit = njit(cache=True, error_model="numpy")
@@ -194,32 +196,13 @@ def _integrate(mode, t0, t1, y, tab, ctl, num, ints, fns, how, N, M, nw, dense, 
     if first_step > 0:
         h = _fmin(first_step, span)
     else:   # scipy's select_initial_step, as `_initial_step`
-        for i in range(S):
-            a[i] = y[i] / (atol + abs(y[i]) * rtol)
-        d0 = _rms(a)
-        for i in range(S):
-            a[i] = f[i] / (atol + abs(y[i]) * rtol)
-        d1 = _rms(a)
-        if d0 < 1e-5 or d1 < 1e-5:
-            h0 = 1e-6
-        else:
-            h0 = 0.01 * d0 / d1
-        h0 = _fmin(h0, span)
+        d1, h0 = initial_step_h0(y, f, rtol, atol, span, a)
         for i in range(S):
             ys[i] = y[i] + (h0 * direction) * f[i]
         _rhs(mode, t + h0 * direction, ys, piece, K[1], fns, values, dense, nd, ptr, wk,
              how, N, M, nw, kq, fd)
         nfev += 1
-        for i in range(S):
-            a[i] = (K[1, i] - f[i]) / (atol + abs(y[i]) * rtol)
-        d2 = _rms(a) / h0
-        if d1 <= 1e-15 and d2 <= 1e-15:
-            h1 = _fmax(1e-6, h0 * 1e-3)
-        else:
-            h1 = (0.01 / _fmax(d1, d2)) ** (1.0 / (order + 1))
-        if not np.isfinite(h1):
-            h1 = h0
-        h = _fmin(_fmin(100 * h0, h1), span)
+        h = initial_step(y, f, K[1], rtol, atol, d1, h0, order, span, a)
     rejected = False
     last_bad = False
     while True:
@@ -267,14 +250,9 @@ def _integrate(mode, t0, t1, y, tab, ctl, num, ints, fns, how, N, M, nw, dense, 
         accept = finite and norm < 1.0
         nsteps += 1
         if accept:
-            if norm == 0:
-                factor = max_factor
-            else:
-                factor = _fmin(max_factor, safety * norm ** exponent)
-            if rejected:
-                factor = _fmin(1.0, factor)
+            factor = grow_factor(norm, rejected, safety, max_factor, exponent)
         elif finite:
-            factor = _fmax(min_factor, safety * norm ** exponent)
+            factor = shrink_factor(norm, safety, min_factor, exponent)
         else:
             factor = min_factor
         h = ha * factor

@@ -183,3 +183,61 @@ def _dense_z(t, dense, nd, ptr, N, kq, zbuf):
             pw = x if j == 0 else pw * x
             acc += dense[a, 2 + S + s * kq + j] * pw
         zbuf[s] = dense[a, 2 + s] + h * acc
+
+
+# -- the step-size rules of both compiled adaptive kernels (`_ensemble_kernels._integrate`,
+# `_sweep_kernels.sweep_one`), as `invimbed._core.integrators.ensemble` applies them -------
+
+
+@_jit
+def initial_step_h0(y, f, rtol, atol, span, a):
+    """The first half of scipy's ``select_initial_step`` (`ensemble._initial_step`):
+    ``(d1, h0)``, ``h0`` not beyond ``span``; ``a`` is scratch of ``y``'s size."""
+    S = y.shape[0]
+    for i in range(S):
+        a[i] = y[i] / (atol + abs(y[i]) * rtol)
+    d0 = _rms(a)
+    for i in range(S):
+        a[i] = f[i] / (atol + abs(y[i]) * rtol)
+    d1 = _rms(a)
+    if d0 < 1e-5 or d1 < 1e-5:
+        h0 = 1e-6
+    else:
+        h0 = 0.01 * d0 / d1
+    return d1, _fmin(h0, span)
+
+
+@_jit
+def initial_step(y, f, f1, rtol, atol, d1, h0, order, span, a):
+    """The second half of scipy's ``select_initial_step``, from ``f1``, the derivative at
+    ``y + h0 f``: the first step, not beyond ``span`` (``h0`` where the rule gives a
+    non-finite one)."""
+    for i in range(y.shape[0]):
+        a[i] = (f1[i] - f[i]) / (atol + abs(y[i]) * rtol)
+    d2 = _rms(a) / h0
+    if d1 <= 1e-15 and d2 <= 1e-15:
+        h1 = _fmax(1e-6, h0 * 1e-3)
+    else:
+        h1 = (0.01 / _fmax(d1, d2)) ** (1.0 / (order + 1))
+    if not np.isfinite(h1):
+        h1 = h0
+    return _fmin(_fmin(100 * h0, h1), span)
+
+
+@_jit
+def grow_factor(norm, rejected, safety, max_factor, exponent):
+    """The step's factor after an accepted step (scipy's ``RungeKutta._step_impl``):
+    ``min(max_factor, safety norm^exponent)``, not above 1 right after a rejection."""
+    if norm == 0:
+        factor = max_factor
+    else:
+        factor = _fmin(max_factor, safety * norm ** exponent)
+    if rejected:
+        factor = _fmin(1.0, factor)
+    return factor
+
+
+@_jit
+def shrink_factor(norm, safety, min_factor, exponent):
+    """The step's factor after a rejected step: ``max(min_factor, safety norm^exponent)``."""
+    return _fmax(min_factor, safety * norm ** exponent)

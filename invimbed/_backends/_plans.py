@@ -23,7 +23,7 @@ from itertools import combinations_with_replacement
 
 import numpy as np
 
-from .._core.derivatives import DerivativeOrderError
+from .._core.derivatives import DerivativeOrderError, derivative_name
 from .._core.derivatives.finite_difference import relative_step
 from .._core.derivatives.multiindex import factorials, n_coefficients
 
@@ -41,7 +41,7 @@ def key_name(key: tuple[str, int, int]) -> str:
     which, dz, dth = key
     if dz + dth == 0:
         return {"f": "dynamics", "R": "running_loss", "T": "terminal_loss"}[which]
-    return f"{which}_{'z' * dz}{'theta' * dth}"
+    return derivative_name(which, dz, dth)
 
 
 @dataclass

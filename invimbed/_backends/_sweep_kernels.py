@@ -6,7 +6,8 @@ The decisions are scipy's, in scipy's order: one solver per interval between the
 control's breakpoints (a fresh first evaluation and ``select_initial_step`` at each), the
 step-size rule of ``RungeKutta._step_impl`` with the constants of the ensemble
 (`invimbed._core.integrators.ensemble`: ``SAFETY``, ``MIN_FACTOR``, ``MAX_FACTOR``, passed
-in at run time), the tableaux of `ensemble.TABLEAUX`, the states at requested depths
+in at run time; `_ensemble_parts.initial_step` and the step factors shared with the
+ensemble kernel), the tableaux of `tableau.TABLEAUX`, the states at requested depths
 from the step's continuous extension (scipy's ``RkDenseOutput``: ``y_old + h Q p(x)``,
 ``Q = K^T P``), a non-finite state or derivative ending the sweep where it appears (as
 `invimbed._core.integrators.common.CountingRHS` ends it), the step budget and
@@ -34,7 +35,8 @@ import numpy as np
 from numba import njit, prange
 
 from .._core.derivatives._taylor_numba import run_row
-from ._ensemble_parts import _finite, _fmax, _fmin, _rms
+from ._ensemble_parts import (_finite, _fmin, _rms, grow_factor, initial_step, initial_step_h0,
+                              shrink_factor)
 from ._numba_calls import _IDS, _plan_scratch
 from ._numba_kernels import _jet_coefficients, jet_rhs
 
@@ -222,14 +224,7 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
         if first_step > 0:
             h_abs = _fmin(first_step, span)
         else:       # scipy's select_initial_step
-            for i in range(size):
-                err[i] = y[i] / (atol + abs(y[i]) * rtol)
-            d0 = _rms(err)
-            for i in range(size):
-                err[i] = f[i] / (atol + abs(y[i]) * rtol)
-            d1 = _rms(err)
-            h0 = 1e-6 if (d0 < 1e-5 or d1 < 1e-5) else 0.01 * d0 / d1
-            h0 = min(h0, span)
+            d1, h0 = initial_step_h0(y, f, rtol, atol, span, err)
             for i in range(size):
                 ys[i] = y[i] + (h0 * -1.0) * f[i]
             evals += 1
@@ -238,14 +233,8 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
                 code = S_NONFINITE
                 where = t - h0
                 break
-            for i in range(size):
-                err[i] = (K[1, i] - f[i]) / (atol + abs(y[i]) * rtol)
-            d2 = _rms(err) / h0
-            if d1 <= 1e-15 and d2 <= 1e-15:
-                h1 = max(1e-6, h0 * 1e-3)
-            else:
-                h1 = (0.01 / max(d1, d2)) ** (1.0 / (err_order + 1))
-            h_abs = min(min(min(100 * h0, h1), span), max_step)
+            h_abs = min(initial_step(y, f, K[1], rtol, atol, d1, h0, err_order, span, err),
+                        max_step)
         while code == S_DONE:
             if steps >= max_steps:
                 code = S_MAX_STEPS
@@ -303,16 +292,10 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
                     err[i] = (acc * h) / (atol + max(abs(y[i]), abs(y_new[i])) * rtol)
                 norm = _rms(err)
                 if norm < 1:
-                    if norm == 0:
-                        factor = max_factor
-                    else:
-                        factor = _fmin(max_factor, safety * norm ** exponent)
-                    if rejected:
-                        factor = _fmin(1.0, factor)
-                    h_abs *= factor
+                    h_abs *= grow_factor(norm, rejected, safety, max_factor, exponent)
                     accepted = True
                 else:
-                    h_abs *= _fmax(min_factor, safety * norm ** exponent)
+                    h_abs *= shrink_factor(norm, safety, min_factor, exponent)
                     rejected = True
             if code != S_DONE:
                 break

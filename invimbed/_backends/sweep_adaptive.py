@@ -39,14 +39,14 @@ from .._core.derivatives.multiindex import n_coefficients
 from .._core.failures import (below_min_step, budget_exhausted, first_evaluation,
                               step_collapsed, sweep_stopped)
 from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, segments
-from .._core.integrators.ensemble import MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
+from .._core.integrators.ensemble import ENSEMBLE_METHODS, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
 from ._numba import (_jet_tables, _types, eval_signature, function_tuple,
                      import_numba)
 from ._plans import Request, build_plan
 from . import _sweep_kernels as kern
 
 #: The methods of the compiled adaptive sweep.
-ADAPTIVE_METHODS = tuple(TABLEAUX)
+ADAPTIVE_METHODS = ENSEMBLE_METHODS
 #: Steps per input kept at first for a dense output (the sweep reruns with room for all
 #: of them where an input takes more).
 DENSE_STEPS = 64

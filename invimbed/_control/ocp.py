@@ -15,7 +15,7 @@ import numpy as np
 from scipy.optimize import OptimizeResult
 
 from .._core.controls import PiecewiseConstant
-from .._core.integrators.ensemble import TABLEAUX
+from .._core.integrators.ensemble import ENSEMBLE_METHODS
 from .._core.problem import BolzaProblem
 from .._core.validation import (as_float_array, as_int, as_positive_int, as_real, check_callable,
                                 check_choice, describe)
@@ -124,7 +124,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     problem.check_sizes(N, M)
     check_choice(solver, "solver", SOLVERS)
     check_choice(hessian, "hessian", HESSIANS)
-    check_choice(method, "method", tuple(TABLEAUX))
+    check_choice(method, "method", ENSEMBLE_METHODS)
     tol = as_real(tol, "tol", positive=True)
     constraint_tol = as_real(constraint_tol, "constraint_tol", positive=True)
     rtol = as_real(rtol, "rtol", positive=True)

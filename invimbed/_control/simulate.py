@@ -22,7 +22,7 @@ from .._core.adjoint import _solve as solve_budgeted
 from .._core.controls import OpenLoopControl
 from .._core.failures import DONE, NONFINITE, row_failure, row_failure_reason
 from .._core.integrators import DEFAULT_MAX_STEPS, SCIPY_METHODS
-from .._core.integrators.ensemble import TABLEAUX, integrate_rows
+from .._core.integrators.ensemble import ENSEMBLE_METHODS, TABLEAUX, integrate_rows
 from .._core.problem import BolzaProblem
 from .._core.results import ImbeddingResult
 from .._core.validation import (as_float_array, as_int, as_ivp_options, as_state, check_choice,
@@ -175,7 +175,7 @@ def simulate(problem: BolzaProblem, x: Any, control: Any, horizon: Any, *,
         message=("The closed loop reached t = q for every horizon and input."
                  if failure is None else failure),
         nfev=int(out["nfev"]), nsteps=arrange(out["nsteps"]), method=method,
-        strategy="ensemble" if method in TABLEAUX else "solve_ivp")
+        strategy="ensemble" if method in ENSEMBLE_METHODS else "solve_ivp")
 
 
 def _row_control(problem: BolzaProblem, control: Any, xb: np.ndarray, t_lo: float,
@@ -256,7 +256,7 @@ def run_rows(provider, q: float, t0: np.ndarray, x0: np.ndarray, theta_of: RowCo
     reason = np.full(R, None, dtype=object)
     times = np.linspace(t0, q, n_points, axis=1) if n_points else np.empty((R, 0))
     traj = np.full((R, times.shape[1], N + 1), np.nan)
-    if method in TABLEAUX:
+    if method in ENSEMBLE_METHODS:
         out = integrate_rows(rhs, t0, np.full(R, q), y0, tableau=TABLEAUX[method], rtol=rtol,
                              atol=atol, max_steps=max_steps, stops=stops, pieces=pieces,
                              first_step=options.get("first_step"),

@@ -18,8 +18,8 @@ import numpy as np
 
 from .._progress import ProgressBar
 
-from .._core.integrators import (SCIPY_METHODS, NonFiniteError, Outcome, integrate_fixed,
-                                 integrate_scipy)
+from .._core.integrators import NonFiniteError, Outcome
+from .._core.integrators import integrate as integrate_integrators
 from .._core.validation import SOLVE_IVP_OPTIONS, as_ivp_options
 
 #: The keyword arguments the closed-loop solvers pass on to the integrator.
@@ -161,16 +161,10 @@ def integrate(rhs: Callable, y0: np.ndarray, setup: Any, method: str, rtol: floa
             spent.append(exc)
             raise NonFiniteError(exc.p, "time budget") from exc
 
-    if method in SCIPY_METHODS:
-        opts = dict(options)
-        if step is not None:
-            opts.setdefault("max_step", float(step))
-        outcome = integrate_scipy(guarded, y0, where.q, where.depths_desc, np.empty(0),
-                                  where.piece_of, method=method, rtol=rtol, atol=atol, **opts)
-    else:   # the step is fixed: of the options only the step budget applies
-        steps = {"max_steps": options["max_steps"]} if "max_steps" in options else {}
-        outcome = integrate_fixed(guarded, y0, where.q, where.depths_desc, np.empty(0),
-                                  where.piece_of, method=method, step=step, **steps)
+    # a fixed-step method takes of the options only the step budget (`Method.integrate`)
+    outcome = integrate_integrators(method, guarded, y0, where.q, where.depths_desc,
+                                    np.empty(0), where.piece_of, rtol=rtol, atol=atol,
+                                    step=step, options=options)
     if grid is not None:
         outcome.extra["grid"] = (grid, outcome.ys)
         outcome.ys = outcome.ys[np.searchsorted(-grid, -setup.depths_desc)]

@@ -31,9 +31,10 @@ from scipy.integrate import OdeSolution
 
 from .failures import empty_fields, row_failure_reason
 from .integrators import SCIPY_METHODS
-from .integrators.common import DEFAULT_MAX_STEPS, segments
-from .integrators.scipy_ivp import METHODS as _SCIPY_SOLVERS
-from .integrators.ensemble import DONE, MAX_STEPS, NONFINITE, TABLEAUX, integrate_rows
+from .integrators.common import DEFAULT_MAX_STEPS, SolverSteps, segments
+from .integrators.scipy_ivp import SOLVERS as _SCIPY_SOLVERS
+from .integrators.ensemble import DONE, ENSEMBLE_METHODS, MAX_STEPS, NONFINITE, integrate_rows
+from .integrators.tableau import TABLEAUX
 from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
 from .arguments import Setup, prepare
@@ -133,11 +134,11 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
     setup = prepare(problem, x, depths, control, method, rtol, atol, None, SCIPY_METHODS)
     rtol, atol = float(rtol), float(atol)
     warnings: list[SolverWarning] = []
-    if strategy == "ensemble" and method not in TABLEAUX:
+    if strategy == "ensemble" and method not in ENSEMBLE_METHODS:
         strategy = "per_depth"
         warnings.append(SolverWarning(
             "ran_per_depth", f"method={method!r} is not run by the ensemble (it runs "
-            f"{', '.join(map(repr, TABLEAUX))}): the depths were solved one at a time "
+            f"{', '.join(map(repr, ENSEMBLE_METHODS))}): the depths were solved one at a time "
             f"(strategy='per_depth')"))
     if backend == "numba":
         if strategy != "ensemble":
@@ -171,6 +172,29 @@ def _options(options: dict) -> dict:
     return opts
 
 
+# -- the equations (both strategies) ----------------------------------------------------
+def forward_rates(prov: Any, t: Any, z: np.ndarray, th: np.ndarray) -> np.ndarray:
+    """``[f, R]`` of every row: the forward pass of ``y = [z, int R]``, shape (k, N + 1)."""
+    return np.concatenate([prov.derivative("f", t, z, th),
+                           prov.derivative("R", t, z, th)[:, None]], axis=1)
+
+
+def adjoint_rates(prov: Any, t: Any, z: np.ndarray, th: np.ndarray, lam: np.ndarray,
+                  jac: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The adjoint equations of every row (module docstring; the paper's eq. (11)):
+    ``d lambda/dt = -(f_z^T lambda + R_z)`` and, with ``jac`` (``d theta / d w``, shape
+    (k, M, n_w) or (M, n_w)), ``d mu/dt = -((f_theta^T lambda + R_theta) jac)``, else
+    None. ``z``, ``th``, ``lam`` have one row per trajectory."""
+    dlam = -(np.einsum("kji,kj->ki", prov.derivative("f", t, z, th, dz=1), lam)
+             + prov.derivative("R", t, z, th, dz=1))
+    if jac is None:
+        return dlam, None
+    g = (np.einsum("kjm,kj->km", prov.derivative("f", t, z, th, dth=1), lam)
+         + prov.derivative("R", t, z, th, dth=1))
+    jac = np.broadcast_to(jac, (lam.shape[0],) + np.shape(jac)[-2:])
+    return dlam, -np.einsum("km,kmw->kw", g, jac)
+
+
 # -- strategy "ensemble" ----------------------------------------------------------------
 def _row_cost(setup: Setup, method: str) -> RowCost:
     """Bytes per row of `_ensemble` (`invimbed._core.budget`): the working arrays of
@@ -202,10 +226,7 @@ def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
                   first_step=opts.get("first_step"), max_step=opts.get("max_step", np.inf))
 
     def forward(t, y, rows, piece):
-        z = y[:, :N]
-        th = ctrl.theta_rows(t, piece)
-        return np.concatenate([prov.derivative("f", t, z, th),
-                               prov.derivative("R", t, z, th)[:, None]], axis=1)
+        return forward_rates(prov, t, y[:, :N], ctrl.theta_rows(t, piece))
 
     fwd = integrate_rows(forward, p, qs, np.concatenate([x, np.zeros((R, 1))], axis=1),
                          record=True, **common)
@@ -220,16 +241,9 @@ def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
 
     def backward(t, y, rows, piece):
         z = dense(t, rows)[:, :N]
-        th = ctrl.theta_rows(t, piece)
-        lam = y[:, :N]
-        dlam = -(np.einsum("kji,kj->ki", prov.derivative("f", t, z, th, dz=1), lam)
-                 + prov.derivative("R", t, z, th, dz=1))
-        if not nw:
-            return dlam
-        g = (np.einsum("kjm,kj->km", prov.derivative("f", t, z, th, dth=1), lam)
-             + prov.derivative("R", t, z, th, dth=1))
-        dmu = -np.einsum("km,kmw->kw", g, ctrl.jacobian_rows(t, piece))
-        return np.concatenate([dlam, dmu], axis=1)
+        dlam, dmu = adjoint_rates(prov, t, z, ctrl.theta_rows(t, piece), y[:, :N],
+                                  ctrl.jacobian_rows(t, piece) if nw else None)
+        return dlam if dmu is None else np.concatenate([dlam, dmu], axis=1)
 
     start = np.where(ok, q, p)                           # failed rows: nothing to do
     bwd = integrate_rows(backward, start, p, np.concatenate(
@@ -279,23 +293,22 @@ def _solve(fun, t0: float, t1: float, y0: np.ndarray, method: str, rtol: float,
     except _NonFinite as exc:
         return row_failure_reason(NONFINITE, 0, 0.0), exc.t, y0, None, 1, 0
     ts, parts = [t0], []
-    steps = 0
-    while solver.status == "running":
-        if steps >= opts["max_steps"]:
-            return (row_failure_reason(MAX_STEPS, opts["max_steps"], 0.0), solver.t, solver.y,
-                    None, solver.nfev, steps)
-        try:
-            msg = solver.step()
-        except _NonFinite as exc:
-            return row_failure_reason(NONFINITE, 0, 0.0), exc.t, solver.y, None, solver.nfev, steps
-        steps += 1
-        if solver.status == "failed":
-            return f"{msg}", solver.t, solver.y, None, solver.nfev, steps
-        if dense:
-            parts.append(solver.dense_output())
-            ts.append(solver.t)
+    loop = SolverSteps(solver, opts["max_steps"])
+    try:
+        for _ in loop:
+            if dense:
+                parts.append(solver.dense_output())
+                ts.append(solver.t)
+    except _NonFinite as exc:
+        return (row_failure_reason(NONFINITE, 0, 0.0), exc.t, solver.y, None, solver.nfev,
+                loop.steps)
+    if loop.end == "max_steps":
+        return (row_failure_reason(MAX_STEPS, opts["max_steps"], 0.0), solver.t, solver.y,
+                None, solver.nfev, loop.steps)
+    if loop.end == "failed":
+        return f"{loop.message}", solver.t, solver.y, None, solver.nfev, loop.steps
     sol = OdeSolution(ts, parts) if dense else None
-    return None, solver.t, solver.y, sol, solver.nfev, steps
+    return None, solver.t, solver.y, sol, solver.nfev, loop.steps
 
 
 def _per_depth(setup: Setup, method: str, rtol: float, atol: float,
@@ -348,11 +361,9 @@ def _one_depth(setup: Setup, p: float, method: str, rtol: float, atol: float,
         piece = setup.piece_of(hi, lo)
 
         def forward(t, yy, piece=piece):
-            z = yy[:B * N].reshape(B, N)
             th = np.broadcast_to(ctrl.theta(t, piece), (B, M))
-            f = prov.derivative("f", t, z, th)
-            r = prov.derivative("R", t, z, th)
-            return np.concatenate([f.ravel(), r])
+            fr = forward_rates(prov, t, yy[:B * N].reshape(B, N), th)
+            return np.concatenate([fr[:, :N].ravel(), fr[:, N]])
 
         fail, t_end, y_end, sol, count, steps = _solve(forward, lo, hi, y, method, rtol, atol,
                                                       opts, dense=True)
@@ -372,17 +383,9 @@ def _one_depth(setup: Setup, p: float, method: str, rtol: float, atol: float,
         def backward(t, yy, sol_z=sol_z, piece=piece):
             z = sol_z(t)[:B * N].reshape(B, N)
             th = np.broadcast_to(ctrl.theta(t, piece), (B, M))
-            lm = yy[:B * N].reshape(B, N)
-            A = prov.derivative("f", t, z, th, dz=1)
-            rz = prov.derivative("R", t, z, th, dz=1)
-            dl = -(np.einsum("bji,bj->bi", A, lm) + rz)
-            if nw:
-                J = ctrl.jacobian(t, piece)
-                G = prov.derivative("f", t, z, th, dth=1) @ J
-                rw = prov.derivative("R", t, z, th, dth=1) @ J
-                dm = -(np.einsum("biw,bi->bw", G, lm) + rw)
-                return np.concatenate([dl.ravel(), dm.ravel()])
-            return dl.ravel()
+            dl, dm = adjoint_rates(prov, t, z, th, yy[:B * N].reshape(B, N),
+                                   ctrl.jacobian(t, piece) if nw else None)
+            return dl.ravel() if dm is None else np.concatenate([dl.ravel(), dm.ravel()])
 
         fail, t_end, yb_end, _, count, steps = _solve(backward, hi, lo, yb, method, rtol, atol,
                                                      opts, dense=False)

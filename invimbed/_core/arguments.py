@@ -119,3 +119,18 @@ def parse_tol(tol: Any) -> tuple[float, float] | None:
     if out[0] == out[1] == 0.0:
         raise ValueError("`tol` must not be (0, 0): nothing but an exact answer would pass")
     return out[0], out[1]
+
+
+def tolerances_from_tol(tol: tuple[float, float], rtol_scale: tuple[float, ...],
+                        atol_scale: tuple[float, ...], rtol_range: tuple[float, float],
+                        atol_range: tuple[float, float]) -> tuple[float, float]:
+    """An integrator's ``(rtol, atol)`` derived from ``tol`` (`parse_tol`): each part of
+    ``tol`` (the other part where it is 0) multiplied by the factors of its scale in turn,
+    then clipped to its range ``(lo, hi)``."""
+    out = []
+    for t, scale, (lo, hi) in ((tol[0] if tol[0] > 0 else tol[1], rtol_scale, rtol_range),
+                               (tol[1] if tol[1] > 0 else tol[0], atol_scale, atol_range)):
+        for factor in scale:
+            t = factor * t
+        out.append(min(hi, max(lo, t)))
+    return out[0], out[1]

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.optimize import OptimizeResult
 
 from .controls import OpenLoopControl, as_control
-from .derivatives import DerivativeOrderError, DerivativeProvider
+from .derivatives import DerivativeOrderError, DerivativeProvider, derivative_name
 from .problem import BolzaProblem
 from .validation import as_int, as_float_array, as_real, as_state, describe, require_finite
 
@@ -215,7 +215,7 @@ def check_derivatives(problem: BolzaProblem | DerivativeProvider, x: Any, theta:
         t_w = problem.q if (which == "T" and isinstance(problem, BolzaProblem)) else t
         limit = prov.order_limit(which)
         for dz, dth in _requests(which, order, M):
-            name = _name(which, dz, dth)
+            name = derivative_name(which, dz, dth)
             if limit is not None and dz + dth > limit:
                 skipped.append(name)
                 continue
@@ -229,8 +229,8 @@ def check_derivatives(problem: BolzaProblem | DerivativeProvider, x: Any, theta:
             for var, parent in (("z", (dz - 1, dth)), ("theta", (dz, dth - 1))):
                 if min(parent) < 0:
                     continue
-                parents.append(f"{_name(which, *parent)} in {var}")
-                parent_names.append(_name(which, *parent))
+                parents.append(f"{derivative_name(which, *parent)} in {var}")
+                parent_names.append(derivative_name(which, *parent))
                 res = _compare(prov, which, t_w, xb, thb, parent, var, D)
                 if best is None or not res["error"] <= best["error"]:
                     best = res   # the worse of the parents counts
@@ -254,9 +254,6 @@ def _requests(which: str, order: int, M: int) -> list[tuple[int, int]]:
         out += [(dz, 1) for dz in range(0, order)]
     return out
 
-
-def _name(which: str, dz: int, dth: int) -> str:
-    return which if dz + dth == 0 else f"{which}_{'z' * dz}{'theta' * dth}"
 
 
 def _compare(prov: DerivativeProvider, which: str, t: float, z: np.ndarray, th: np.ndarray,

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .derivatives import DerivativeProvider
+from .derivatives import DerivativeProvider, derivative_name
 
 #: Tolerance of :func:`verify_user_derivatives` on its scale-aware error.
 GUARD_TOL = 1e-3
@@ -110,17 +110,17 @@ def verify_user_derivatives(problem: Any, t: float, x: np.ndarray,
         if parent[1:] == (0, 0):
             of = f"`{_FUNCTION_NAMES[parent[0]]}`"
         elif parent in problem.known_derivatives:
-            of = f"`derivatives[{_name(*parent)!r}]`"
+            of = f"`derivatives[{derivative_name(*parent)!r}]`"
         else:
-            of = f"{_name(*parent)} (itself from differences)"
+            of = f"{derivative_name(*parent)} (itself from differences)"
         entry = list(r["index"][1:])
         parts.append(
-            f"`derivatives[{_name(*key)!r}]` does not match finite differences of {of} in "
-            f"{r['var']}: relative error {r['error']:.2g} (tolerance {GUARD_TOL:g}); its entry "
+            f"`derivatives[{derivative_name(*key)!r}]` does not match finite differences of "
+            f"{of} in {r['var']}: relative error {r['error']:.2g} (tolerance {GUARD_TOL:g}); its entry "
             f"{entry} is {r['value']:.6g} where differences give {r['fd_value']:.6g}")
     text = "; ".join(parts)
     if others:
-        text += (". Checked against these, " + ", ".join(f"`derivatives[{_name(*k)!r}]`"
+        text += (". Checked against these, " + ", ".join(f"`derivatives[{derivative_name(*k)!r}]`"
                                                            for k in others)
                  + " fail too")
     raise ValueError(f"user derivatives checked at the first point ({where}): {text}. Fix "
@@ -211,6 +211,3 @@ def _guard_compare(prov: DerivativeProvider, which: str, t: float, z: np.ndarray
     return {"error": float(best[idx]), "index": idx, "value": float(D[idx]),
             "fd_value": float(best_fd[idx])}
 
-
-def _name(which: str, dz: int, dth: int) -> str:
-    return which if dz + dth == 0 else f"{which}_{'z' * dz}{'theta' * dth}"

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .adjoint import solve_adjoint
+from .arguments import tolerances_from_tol
 from .integrators import SCIPY_METHODS
 from .results import ImbeddingResult, SolverWarning
 
@@ -25,8 +26,8 @@ def exact_options(method: str, rtol: float, atol: float, tol: Any,
     ``[1e-14, 1e-9]`` (the sweep's own, capped at 1e-6 and 1e-9, without ``tol``); a
     ``max_steps`` the user gave an adaptive sweep."""
     if tol is not None:
-        a_rtol = min(1e-6, max(1e-12, 0.01 * (tol[0] or tol[1])))
-        a_atol = min(1e-9, max(1e-14, 1e-5 * (tol[1] or tol[0])))
+        a_rtol, a_atol = tolerances_from_tol(tol, (0.01,), (1e-5,), (1e-12, 1e-6),
+                                             (1e-14, 1e-9))
     else:
         a_rtol, a_atol = min(rtol, 1e-6), min(atol, 1e-9)
     out = {"method": method if method in ("RK45", "RK23") else "RK45", "rtol": a_rtol,

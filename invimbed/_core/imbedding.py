@@ -10,12 +10,11 @@ import numpy as np
 from .closures import CLOSURES, JetClosure, StencilClosure
 from .derivatives import DerivativeOrderError
 from .fallback import exact_options, exact_probe, fallback_adjoint
-from .integrators import (ALL_METHODS, FIXED_METHODS, SCIPY_METHODS, integrate_fixed,
-                          integrate_scipy)
+from .integrators import ALL_METHODS, FIXED_METHODS, SCIPY_METHODS, integrate
 from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
 from .accuracy import assess
-from .arguments import parse_tol, prepare
+from .arguments import parse_tol, prepare, tolerances_from_tol
 from .orders import raise_order
 from .assembly import collect_results
 from .budget import resolve_budget
@@ -293,8 +292,7 @@ def integrator_tolerances(rtol: Any, atol: Any,
     with ``tol`` to a hundredth of it (so that the closure error dominates what ``tol``
     is compared with), but not below 1e-12 and 1e-14."""
     if tol is not None:
-        r = min(1e-6, max(1e-12, 0.01 * (tol[0] if tol[0] > 0 else tol[1])))
-        a = min(1e-9, max(1e-14, 0.01 * (tol[1] if tol[1] > 0 else tol[0]) * 1e-3))
+        r, a = tolerances_from_tol(tol, (0.01,), (0.01, 1e-3), (1e-12, 1e-6), (1e-14, 1e-9))
     else:
         r, a = 1e-6, 1e-9
     return (r if rtol is None else rtol), (a if atol is None else atol)
@@ -441,17 +439,9 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
     sink = memory_plan(setup, clo, method, budget, per_depth)   # None: every state kept
     y0 = clo.initial_state()
     breakpoints = setup.control.breakpoints
-    if method in SCIPY_METHODS:
-        if step is not None:
-            options.setdefault("max_step", float(step))
-        outcome = integrate_scipy(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
-                                  setup.piece_of, method=method, rtol=rtol, atol=atol,
-                                  ys=sink, **options)
-    else:
-        steps = {k: v for k, v in options.items() if k == STEP_BUDGET}
-        outcome = integrate_fixed(clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
-                                  setup.piece_of, method=method, step=step,
-                                  disc_step=clo.disc_step, ys=sink, **steps)
+    outcome = integrate(method, clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,
+                        setup.piece_of, rtol=rtol, atol=atol, step=step,
+                        disc_step=clo.disc_step, ys=sink, options=options)
     fields_at = per_depth                  # of any state: for the dense output
     if sink is not None:
         outcome.ys, per_depth = sink.states(), sink.per_depth

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from . import derivative_guard
-from .derivatives import DerivativeProvider, FiniteDifferences, parse_key
+from .derivatives import DerivativeProvider, FiniteDifferences, derivative_name, parse_key
 from .derivatives.symbolic import SympyProvider
 from .derivatives.traced import MODES, PENDING, traced_provider
 from .namespace import array_namespace
@@ -433,4 +433,4 @@ def _symbols(prov: Any, which: str, sep: str = "") -> str:
 
 
 def _key_name(key: tuple[str, int, int]) -> str:
-    return f"{key[0]}_{'z' * key[1]}{'theta' * key[2]}"
+    return derivative_name(*key)

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .._core.derivatives import derivative_name
 from .._core.problem import BolzaProblem
 from .._core.validation import as_bool, as_float_array, as_int, as_real, describe, require_finite
 
@@ -151,7 +152,7 @@ class MLPDynamics:
         for dz in range(4):
             for dth in (0, 1):
                 if dz + dth:
-                    key = "f_" + "z" * dz + "theta" * dth
+                    key = derivative_name("f", dz, dth)
                     d[key] = (lambda t, z, th, dz=dz, dth=dth:
                               self.derivative(t, z, th, dz, dth))
         return d

@@ -190,6 +190,17 @@ def _row_times(t: Any, B: int) -> float | np.ndarray:
     return arr
 
 
+#: The letters of a derivative's name: ``which + "_" + Z * dz + THETA * dth``, e.g.
+#: ``"f_ztheta"`` (`derivative_name`, `parse_key`: the one place they are spelled).
+Z, THETA = "z", "theta"
+
+
+def derivative_name(which: str, dz: int, dth: int) -> str:
+    """The name of derivative ``(which, dz, dth)``, such as ``"f_ztheta"`` (`parse_key`
+    reads it back); ``which`` itself for the function (``dz + dth == 0``)."""
+    return which if dz + dth == 0 else f"{which}_{Z * dz}{THETA * dth}"
+
+
 def parse_key(key: Any) -> tuple[str, int, int]:
     """Parse a user derivative name such as ``"f_z"``, ``"R_ztheta"``, ``"T_zz"``.
 
@@ -207,10 +218,10 @@ def parse_key(key: Any) -> tuple[str, int, int]:
     dz = 0
     dth = 0
     while rest:
-        if rest.startswith("theta"):
+        if rest.startswith(THETA):
             dth += 1
-            rest = rest[5:]
-        elif rest.startswith("z") and dth == 0:
+            rest = rest[len(THETA):]
+        elif rest.startswith(Z) and dth == 0:
             dz += 1
             rest = rest[1:]
         else:

@@ -72,3 +72,37 @@ def segments(q: float, p_min: float, breakpoints: np.ndarray) -> list[tuple[floa
     inner = sorted((float(b) for b in breakpoints if p_min < b < q), reverse=True)
     ends = [q] + inner + [p_min]
     return [(ends[i], ends[i + 1]) for i in range(len(ends) - 1) if ends[i] > ends[i + 1]]
+
+
+class SolverSteps:
+    """The one loop over a scipy ``OdeSolver`` (``solve_ivp``'s), with a step budget.
+
+    Iterating steps the solver while it runs and yields ``t_old`` (where the step
+    began) after each step that did not fail, the last one included. The loop ends with
+    `end` set: ``"finished"`` (``t_bound`` reached), ``"max_steps"`` (``steps`` reached
+    ``max_steps`` before a step; the solver is where the budget ran out) or ``"failed"``
+    (scipy's own failure, its text in `message`); it stays None where the caller broke
+    out. ``steps`` counts on from the ``steps`` given, so that one budget can span
+    several solvers. Exceptions of the right-hand side pass through."""
+
+    def __init__(self, solver: Any, max_steps: int, steps: int = 0) -> None:
+        self.solver = solver
+        self.max_steps = max_steps
+        self.steps = steps
+        self.end: str | None = None
+        self.message: str | None = None
+
+    def __iter__(self):
+        solver = self.solver
+        while solver.status == "running":
+            if self.steps >= self.max_steps:
+                self.end = "max_steps"
+                return
+            t_old = solver.t
+            message = solver.step()
+            self.steps += 1
+            if solver.status == "failed":
+                self.end, self.message = "failed", message
+                return
+            yield t_old
+        self.end = "finished"

@@ -8,10 +8,10 @@ vectorised evaluation of the right-hand side; a row that finishes or fails drops
 the others go on. Nothing is restarted as a whole.
 
 The methods are data: the embedded pairs of `scipy.integrate.RK45` (Dormand-Prince
-5(4)) and `scipy.integrate.RK23` (Bogacki-Shampine 3(2)), their tableaux read from
-scipy's classes. Step-size control, the first-step rule and the dense output are
-scipy's, applied per row, so that a single-row ensemble takes the steps
-``scipy.integrate.solve_ivp`` takes:
+5(4)) and `scipy.integrate.RK23` (Bogacki-Shampine 3(2)), whose tableaux
+`tableau.TABLEAUX` reads from scipy's classes. Step-size control, the first-step rule
+and the dense output are scipy's, applied per row, so that a single-row ensemble takes
+the steps ``scipy.integrate.solve_ivp`` takes:
 
 * error norm ``||err / (atol + rtol max(|y|, |y_new|))||_rms < 1`` accepts the step;
   the next step is ``h * min(10, 0.9 norm^(-1/(k+1)))`` (not grown after a rejection),
@@ -36,42 +36,16 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-from scipy.integrate import RK23, RK45
 
 from ..failures import DONE, MAX_STEPS, NONFINITE, RUNNING, UNDERFLOW
+from .tableau import EMBEDDED, TABLEAUX, ButcherTableau  # noqa: F401 (TABLEAUX re-exported)
 
 SAFETY, MIN_FACTOR, MAX_FACTOR = 0.9, 0.2, 10.0
 
 
-@dataclass(frozen=True)
-class Tableau:
-    """An embedded explicit Runge-Kutta pair with a continuous extension."""
-
-    name: str
-    C: np.ndarray
-    A: np.ndarray
-    B: np.ndarray
-    E: np.ndarray
-    P: np.ndarray
-    error_order: int
-    stiff_stage: int | None   # a stage s < n_stages with C[s] == 1 (Shampine's test)
-
-    @property
-    def n_stages(self) -> int:
-        return int(self.C.size)
-
-    @classmethod
-    def from_scipy(cls, solver: type) -> "Tableau":
-        C = np.asarray(solver.C, dtype=float)
-        ones = [s for s in range(1, C.size) if C[s] == 1.0]
-        return cls(solver.__name__, C, np.asarray(solver.A, dtype=float),
-                   np.asarray(solver.B, dtype=float), np.asarray(solver.E, dtype=float),
-                   np.asarray(solver.P, dtype=float), int(solver.error_estimator_order),
-                   ones[0] if ones else None)
-
-
-#: The methods the ensemble runs natively.
-TABLEAUX = {"RK45": Tableau.from_scipy(RK45), "RK23": Tableau.from_scipy(RK23)}
+#: The methods the ensemble runs natively: the embedded pairs of `tableau.TABLEAUX` (the
+#: one table of every explicit method) with a continuous extension.
+ENSEMBLE_METHODS = EMBEDDED
 
 #: ``rhs(t (k,), y (k, S), rows (k,), piece) -> (k, S)``: the right-hand side of the
 #: rows ``rows`` (indices into the ensemble) at their own times ``t``; ``piece`` is what
@@ -120,7 +94,7 @@ def _next_stop(t: np.ndarray, t1: np.ndarray, direction: np.ndarray,
 
 
 def integrate_rows(rhs: RowRHS, t0: np.ndarray, t1: np.ndarray, y0: np.ndarray, *,
-                   tableau: Tableau, rtol: float, atol: float, max_steps: int,
+                   tableau: ButcherTableau, rtol: float, atol: float, max_steps: int,
                    stops: np.ndarray | None = None,
                    pieces: Callable[[np.ndarray, np.ndarray, np.ndarray], object] | None = None,
                    first_step: float | None = None, max_step: float = np.inf,
@@ -134,7 +108,8 @@ def integrate_rows(rhs: RowRHS, t0: np.ndarray, t1: np.ndarray, y0: np.ndarray, 
     t0, t1 : ndarray, shape (R,)
         Start and end of each row (either direction; ``t0 == t1``: nothing to do).
     y0 : ndarray, shape (R, S)
-    tableau : Tableau
+    tableau : ButcherTableau
+        An embedded pair with a continuous extension (`ENSEMBLE_METHODS`).
     rtol, atol : float
     max_steps : int
         Attempted steps allowed per row.
@@ -236,12 +211,7 @@ def integrate_rows(rhs: RowRHS, t0: np.ndarray, t1: np.ndarray, y0: np.ndarray, 
             & np.all(np.isfinite(y_new), axis=1)
         accept = finite & (norm < 1.0)
         nsteps[act] += 1
-        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-            grow = np.where(norm == 0, MAX_FACTOR,
-                            np.minimum(MAX_FACTOR, SAFETY * norm ** exponent))
-            shrink = np.where(finite, np.maximum(MIN_FACTOR, SAFETY * norm ** exponent),
-                              MIN_FACTOR)
-        grow = np.where(rejected[act], np.minimum(1.0, grow), grow)
+        grow, shrink = step_factors(norm, finite, rejected[act], exponent)
         h[act] = ha * np.where(accept, grow, shrink)
         rejected[act] = ~accept
         last_bad[act] = ~finite
@@ -279,6 +249,19 @@ def integrate_rows(rhs: RowRHS, t0: np.ndarray, t1: np.ndarray, y0: np.ndarray, 
         dense = DenseRows.build(rec, R, S, tab.P.shape[1])
     return RowsOutcome(y=y, status=status, t=t, nsteps=nsteps, nfev=nfev, h_lambda=h_lambda,
                        dense=dense)
+
+
+def step_factors(norm: np.ndarray, finite: np.ndarray, rejected: np.ndarray,
+                 exponent: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the step's factor if accepted (at most 1 right after a rejection) and if
+    rejected (`MIN_FACTOR` after a non-finite stage): scipy's rule, whose compiled twins
+    are `invimbed._backends._ensemble_parts.grow_factor` and ``shrink_factor``."""
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        grow = np.where(norm == 0, MAX_FACTOR,
+                        np.minimum(MAX_FACTOR, SAFETY * norm ** exponent))
+        shrink = np.where(finite, np.maximum(MIN_FACTOR, SAFETY * norm ** exponent),
+                          MIN_FACTOR)
+    return np.where(rejected, np.minimum(1.0, grow), grow), shrink
 
 
 def _take(piece: object, keep: np.ndarray) -> object:

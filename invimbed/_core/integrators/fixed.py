@@ -22,9 +22,9 @@ import numpy as np
 from ..failures import first_evaluation, grid_exhausted, sweep_stopped
 from ..namespace import array_namespace
 from .common import NonFiniteError, Outcome, check_max_steps
-from .schedule import FIXED_METHODS, TABLEAUX, Schedule, fixed_schedule
+from .schedule import Schedule, fixed_schedule
 
-__all__ = ["FIXED_METHODS", "TABLEAUX", "Stopped", "integrate_fixed", "run_schedule"]
+__all__ = ["Stopped", "integrate_fixed", "run_schedule"]
 
 
 @dataclass

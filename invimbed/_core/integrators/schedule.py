@@ -30,17 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .common import DEFAULT_GRID_STEPS
-
-#: Explicit Runge--Kutta tableaux ``(C, A, B)`` of the fixed-step methods.
-TABLEAUX = {
-    "euler": (np.array([0.0]), np.zeros((1, 1)), np.array([1.0])),
-    "midpoint": (np.array([0.0, 0.5]), np.array([[0.0, 0.0], [0.5, 0.0]]), np.array([0.0, 1.0])),
-    "rk4": (np.array([0.0, 0.5, 0.5, 1.0]),
-            np.array([[0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0], [0.0, 0.5, 0.0, 0.0],
-                      [0.0, 0.0, 1.0, 0.0]]),
-            np.array([1 / 6, 1 / 3, 1 / 3, 1 / 6])),
-}
-FIXED_METHODS = tuple(TABLEAUX) + ("disc",)
+from .tableau import TABLEAUX
 
 
 @dataclass
@@ -116,7 +106,8 @@ def fixed_schedule(q: float, depths: np.ndarray, breakpoints: np.ndarray,
         C, A, W = np.zeros(1), np.zeros((1, 1)), np.ones(1)
     else:
         nodes = grid_nodes(q, depths_desc, breakpoints)
-        C, A, W = TABLEAUX[method]
+        tab = TABLEAUX[method]
+        C, A, W = tab.C, tab.A, tab.B
     intervals = list(zip(nodes[:-1], nodes[1:]))
     counts = [1 if disc else substeps(a, b, step) for a, b in intervals]
     needed = int(sum(counts))

@@ -24,14 +24,16 @@ from scipy.integrate import BDF, DOP853, LSODA, RK23, RK45, Radau
 
 from ..failures import (STIFF_H_LAMBDA, below_min_step, budget_exhausted, first_evaluation,
                         solver_failed, step_collapsed, stiff_stop, sweep_stopped)
-from .common import (DEFAULT_MAX_STEPS, CountingRHS, NonFiniteError, Outcome, check_max_steps,
-                     segments)
+from .common import (DEFAULT_MAX_STEPS, CountingRHS, NonFiniteError, Outcome, SolverSteps,
+                     check_max_steps, segments)
+from .tableau import TABLEAUX
 
-METHODS = {"RK45": RK45, "RK23": RK23, "DOP853": DOP853, "Radau": Radau, "BDF": BDF,
+#: scipy's solver classes by method name (registered in `invimbed._core.integrators.methods`).
+SOLVERS = {"RK45": RK45, "RK23": RK23, "DOP853": DOP853, "Radau": Radau, "BDF": BDF,
            "LSODA": LSODA}
-SCIPY_METHODS = tuple(METHODS)
-#: The explicit Runge--Kutta methods: their step is bounded by stability on stiff problems.
-EXPLICIT = ("RK45", "RK23", "DOP853")
+#: The explicit Runge--Kutta methods (those with a tableau): their step is bounded by
+#: stability on stiff problems.
+EXPLICIT = tuple(name for name in SOLVERS if name in TABLEAUX)
 #: Consecutive steps at the stability limit (``h |lambda| > STIFF_H_LAMBDA``) after which
 #: an explicit method is judged stiff, and stopped if the budget cannot carry it through.
 STIFF_WINDOW = 25
@@ -107,26 +109,10 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
         solver = None
         try:
             try:
-                solver = METHODS[method](fun, a, y, b, rtol=rtol, atol=atol, **opts)
-                while solver.status == "running":
-                    if steps >= max_steps:
-                        out.success = False
-                        out.failed_at = float(solver.t)
-                        out.message = budget_exhausted(
-                            out.failed_at, max_steps,
-                            stiffness if stiff_run >= STIFF_WINDOW else 0.0)
-                        break
-                    t_old = solver.t
-                    message = solver.step()
-                    steps += 1
-                    if solver.status == "failed":
-                        out.success = False
-                        out.failed_at = float(solver.t)
-                        out.message = (step_collapsed(out.failed_at, message,
-                                                      explicit=explicit)
-                                       if "step size" in str(message) else
-                                       solver_failed(out.failed_at, message))
-                        break
+                solver = SOLVERS[method](fun, a, y, b, rtol=rtol, atol=atol, **opts)
+                loop = SolverSteps(solver, max_steps, steps)
+                for t_old in loop:
+                    steps = loop.steps
                     t_new = solver.t
                     if min_step and solver.status == "running" and solver.h_abs < min_step:
                         out.success = False
@@ -159,6 +145,18 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
                                 out.message = stiff_stop(out.failed_at, max_steps, stiffness,
                                                          projected)
                                 break
+                steps = loop.steps
+                if loop.end == "max_steps":
+                    out.success = False
+                    out.failed_at = float(solver.t)
+                    out.message = budget_exhausted(
+                        out.failed_at, max_steps, stiffness if stiff_run >= STIFF_WINDOW else 0.0)
+                elif loop.end == "failed":
+                    out.success = False
+                    out.failed_at = float(solver.t)
+                    out.message = (step_collapsed(out.failed_at, loop.message, explicit=explicit)
+                                   if "step size" in str(loop.message) else
+                                   solver_failed(out.failed_at, loop.message))
             except ValueError as exc:
                 if _SCIPY_NONFINITE not in str(exc):
                     raise

@@ -1,0 +1,123 @@
+"""Each compiled method held equal to its numpy twin, generated from the registry of methods
+(`invimbed._core.integrators.methods`): one fixed step of every fixed-step tableau (the
+numba sweep's `_stage_input` and `_step` against `fixed.run_schedule`), and the step-size
+rules of every embedded pair (the compiled `initial_step` and step factors of
+`invimbed._backends._ensemble_parts` against `ensemble._initial_step` and
+`ensemble.step_factors`), on a small linear problem, to 1e-13."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from invimbed._core.integrators.ensemble import (MAX_FACTOR, MIN_FACTOR, SAFETY,
+                                                 _initial_step, step_factors)
+from invimbed._core.integrators.fixed import run_schedule
+from invimbed._core.integrators.methods import METHODS
+from invimbed._core.integrators.schedule import fixed_schedule
+
+pytest.importorskip("numba")
+
+from invimbed._backends import _ensemble_parts as parts  # noqa: E402
+from invimbed._backends._numba_kernels import _stage_input, _step  # noqa: E402
+
+FIXED = [n for n, m in METHODS.items() if m.kind == "fixed"]
+EMBEDDED = [n for n, m in METHODS.items() if m.ensemble]
+L = np.array([[-0.7, 0.3, 0.0], [0.2, -1.1, 0.5], [0.0, -0.4, 0.3]])
+Y0 = np.array([1.3, -0.2, 0.8])
+
+
+def test_every_method_is_covered():
+    """A method added to the registry is covered here, or named as not compiled."""
+    assert set(FIXED) == {"euler", "midpoint", "rk4"}
+    assert set(EMBEDDED) == {"RK45", "RK23"}
+    others = {n for n, m in METHODS.items() if m.kind == "adaptive" and not m.ensemble}
+    assert others == {"DOP853", "Radau", "BDF", "LSODA"}     # scipy's only: no twin
+
+
+@pytest.mark.parametrize("name", FIXED)
+def test_fixed_step_compiled_equals_numpy(name):
+    sched = fixed_schedule(0.0, np.array([-0.3]), np.empty(0), lambda a, b: None, name, 0.3)
+    assert sched.n_steps == 1
+    kept = {}
+    run_schedule(sched, Y0.copy(), lambda k, s, p, y: L @ y, kept.__setitem__)
+    S, h = sched.stages, float(sched.h[0])
+    Ks = np.zeros((S, Y0.size))
+    ys = np.empty(Y0.size)
+    for s in range(S):
+        _stage_input(Y0, Ks, sched.A, s, h, ys)
+        Ks[s] = L @ ys
+    y = Y0.copy()
+    _step(y, Ks, sched.weights, h)
+    np.testing.assert_allclose(y, kept[0], rtol=1e-13, atol=0)
+    # and the step is the method's: against the matrix exponential, to its order
+    from scipy.linalg import expm
+    err = np.abs(y - expm(h * L) @ Y0).max()
+    assert err < 2 * abs(h) ** (METHODS[name].tableau.order + 1)
+
+
+@pytest.mark.parametrize("name", EMBEDDED)
+@pytest.mark.parametrize("rtol, atol", [(1e-6, 1e-9), (1e-10, 1e-12), (1e-3, 1e-2)])
+def test_initial_step_compiled_equals_numpy(name, rtol, atol):
+    order = METHODS[name].tableau.error_order
+    f = L @ Y0
+    span = 0.8
+    d1, h0 = parts.initial_step_h0(Y0, f, rtol, atol, span, np.empty(3))
+    f1 = L @ (Y0 + h0 * f)
+    h = parts.initial_step(Y0, f, f1, rtol, atol, d1, h0, order, span, np.empty(3))
+    calls = []
+
+    def evaluate(t, y, rows, piece):
+        calls.append(y)
+        return (L @ y[0])[None]
+
+    ref = _initial_step(evaluate, np.zeros(1), Y0[None], f[None], np.ones(1),
+                        np.array([span]), np.zeros(1, dtype=int), None, order, rtol, atol)
+    np.testing.assert_allclose(calls[0][0], Y0 + h0 * f, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(h, ref[0], rtol=1e-13, atol=0)
+    assert 0 < h <= span
+
+
+@pytest.mark.parametrize("name", EMBEDDED)
+def test_step_factors_compiled_equal_numpy(name):
+    exponent = -1.0 / (METHODS[name].tableau.error_order + 1)
+    norms = np.array([0.0, 1e-9, 0.3, 0.999, 1.0, 2.5, 1e6])
+    for rejected in (False, True):
+        grow, shrink = step_factors(norms, np.ones(norms.size, bool),
+                                    np.full(norms.size, rejected), exponent)
+        for k, norm in enumerate(norms):
+            np.testing.assert_allclose(
+                parts.grow_factor(norm, rejected, SAFETY, MAX_FACTOR, exponent), grow[k],
+                rtol=1e-13, atol=0)
+            np.testing.assert_allclose(
+                parts.shrink_factor(norm, SAFETY, MIN_FACTOR, exponent), shrink[k],
+                rtol=1e-13, atol=0)
+    assert grow[0] == 1.0 and step_factors(norms[:1], np.ones(1, bool), np.zeros(1, bool),
+                                           exponent)[0][0] == MAX_FACTOR
+
+
+def test_numba_adjoint_equations_equal_numpy():
+    """The numba ensemble's transcription of the forward and adjoint equations
+    (`_ensemble_kernels._rhs`) against the numpy ones (`adjoint.forward_rates`,
+    `adjoint.adjoint_rates`): on steps forced to one size (``first_step = max_step``,
+    tolerances every step meets), both ensembles take the same steps, so that every
+    field agrees to rounding, 1e-13 of its largest entry, with a control of several
+    pieces (``param_grad``) and knots between the depths."""
+    from invimbed import PiecewiseConstant, solve_adjoint
+    from problems import sympy_pendulum
+
+    problem = sympy_pendulum()
+    ctrl = PiecewiseConstant([-1.0, -0.55, -0.15, 0.0], [[0.2, 0.1], [-0.3, 0.05], [0.4, 0.2]])
+    X = np.array([[0.4, -0.3], [1.1, 0.6]])
+    depths = np.array([-1.0, -0.3, 0.0])
+    kw = dict(control=ctrl, rtol=1e-2, atol=1e-2, first_step=0.01, max_step=0.01)
+    ref = solve_adjoint(problem, X, depths, **kw)
+    res = solve_adjoint(problem, X, depths, backend="numba", **kw)
+    assert ref.success and res.success, res.message
+    np.testing.assert_array_equal(res.nsteps, ref.nsteps)
+    assert ref.nsteps.max() >= 100              # the forced steps: 0.01 over 1.0, twice
+    for k in ("z", "value", "adjoint", "param_grad", "depth_grad"):
+        got, want = np.asarray(res[k]), np.asarray(ref[k])
+        scale = np.max(np.abs(want))
+        assert scale > 0
+        assert np.max(np.abs(got - want)) <= 1e-13 * scale, k
