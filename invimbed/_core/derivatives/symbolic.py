@@ -86,8 +86,10 @@ class SympyProvider(DerivativeProvider):
         request). Prefer ``None`` unless a benchmark on your problem says otherwise.
     taylor_mode : bool or None, default None
         How Taylor coefficients are computed: ``None`` chooses by order (Taylor mode from
-        degree 4 with numba installed, from degree 5 without; the symbolic derivatives
-        below, whose code is fastest there); ``True`` always Taylor mode (a ValueError
+        degree 4, with numba's compiled kernel where it is already compiled on this
+        machine or the degree is high, numpy's evaluator otherwise, so that a first run
+        compiles nothing it does not need; the symbolic derivatives below, whose code
+        is fastest there); ``True`` always Taylor mode (a ValueError
         here if an expression holds a function it does not compose, e.g. ``atan2``);
         ``False`` always the symbolic derivatives. Both agree to rounding
         (benchmarks/bench_taylor_mode.py). Full derivative tensors
