@@ -110,9 +110,10 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
 _COMPILED_FROM = 400
 #: the table size from which the contraction is compiled where it is not yet
 #: (`invimbed._core.compile_cost.ready`): below it the numpy sums (the same, in the same
-#: order) cost 1 to 2 ms more per call than the kernel, which its compilation (1.5 s of
-#: CPU) does not repay within one sweep (docs/performance.md)
-_COMPILE_FROM = 3000
+#: order) cost at most 2 ms more per call than the kernel, which its compilation (1.5 s
+#: of CPU, more under load) did not repay within a sweep of the pendulum of
+#: benchmarks/bench_tol.py (order 4, degree 7: 2.2 s of CPU without it, 4.0 s with it)
+_COMPILE_FROM = 10_000
 
 
 def _compiled(pairs: int) -> Any:
