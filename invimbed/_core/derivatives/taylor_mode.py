@@ -262,7 +262,7 @@ class TaylorJets:
     FROM_ORDER = {"numba": 4, "numpy": 4, "auto": 4}
     #: ``engine="auto"`` compiles the tape kernel for product tables of at least this
     #: many pairs, ``C(2n + K, K)`` for ``n`` seeds and degree ``K`` (N = 4 from degree 8,
-    #: N = 8 from degree 5), where a numpy step costs 0.3 s and more
+    #: N = 8 from degree 5), where a numpy step took 1.2 s and more at a load of 14
     #: (docs/performance.md, "Compiled kernels and the first run on a machine").
     COMPILE_FROM = 10_000
 
