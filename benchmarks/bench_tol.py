@@ -5,7 +5,13 @@ The case: a 4-state forced double pendulum written with `invimbed.from_sympy` (t
 unit masses and lengths, a torque `2 sin(3t)` on the first link plus the constant control
 `u = 0.3`), input `x = (1, -0.5, 0.5, 0)`, 9 depths `s = q - p` from 0.1 to 1. Each run
 is a fresh `python` process (import, sympy's code generation and the solve, all timed
-from the parent):
+from the parent), run twice: first with empty on-disk caches (numba's
+``NUMBA_CACHE_DIR`` and the generated code's ``INVIMBED_CACHE`` pointing at new empty
+folders: the first run on a machine, every compilation included), then again with the
+caches that first run left (a later run). Each line gives the wall time, its ratio to
+the 10 s target, the process's CPU time (user + system; on the 2-core machine, the wall
+time an idle machine would give, as the solve runs on one core) and the load average at
+its start:
 
 * `fallback="adjoint"`: the target is at most 10 s, `success` True, every depth within
   `tol` of the reference;
@@ -25,7 +31,6 @@ only within one run):
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -72,14 +77,25 @@ def child(kind: str, out: str) -> None:
              **{k: res[k] for k in FIELDS}, **extra)
 
 
-def run(kind: str, folder: str) -> tuple[float, dict]:
+def run(kind: str, folder: str, caches: str | None = None) -> tuple[float, float, dict]:
+    """Wall and CPU seconds of one fresh child process, and its fields; ``caches``: a
+    folder for numba's and the generated code's on-disk caches (None: the machine's)."""
+    import resource
+
     out = os.path.join(folder, f"{kind}.npz")
+    env = dict(os.environ)
+    if caches is not None:
+        env["NUMBA_CACHE_DIR"] = os.path.join(caches, "numba")
+        env["INVIMBED_CACHE"] = os.path.join(caches, "codegen")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, out],
-                   check=True)
+                   check=True, env=env)
     seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     with np.load(out) as data:
-        return seconds, {k: data[k] for k in data.files}
+        return seconds, cpu, {k: data[k] for k in data.files}
 
 
 def err_over_tol(res: dict, ref: dict) -> np.ndarray:
@@ -99,29 +115,39 @@ def main() -> None:
     print(f"\ncase: forced double pendulum (from_sympy, N = 4), 9 depths s = "
           f"{-DEPTHS[0]:g} .. {-DEPTHS[-1]:g}, tol = {TOL:g}; each run a fresh process\n")
     with tempfile.TemporaryDirectory() as folder:
-        t_ref, ref = run("reference", folder)
-        print(f"reference solve_adjoint(rtol=1e-11, per_depth): {t_ref:.1f} s (not a target)")
+        t_ref, c_ref, ref = run("reference", folder)
+        print(f"reference solve_adjoint(rtol=1e-11, per_depth): {t_ref:.1f} s, CPU "
+              f"{c_ref:.1f} s (not a target)")
         for kind in ("fallback", "plain"):
-            seconds, res = run(kind, folder)
-            e = err_over_tol(res, ref)
-            conv, exact = res["converged"].astype(bool), res["exact"].astype(bool)
-            certified = conv | exact
-            honest = bool(np.all(e[certified] <= 1.0))
             label = 'fallback="adjoint"' if kind == "fallback" else "no fallback"
-            print(f"\n{label}: {seconds:.1f} s from a fresh process (target <= {TARGET_S:g} s:"
-                  f" {'met' if seconds <= TARGET_S else 'NOT met'}, "
-                  f"{seconds / TARGET_S:.2f} x the target)")
-            print(f"  success {bool(res['success'])}, status {int(res['status'])}, orders run "
-                  f"{res['orders_run'].tolist()}")
-            print(f"  converged      {conv.astype(int).tolist()}")
-            print(f"  exact_fallback {exact.astype(int).tolist()}")
-            print(f"  depth_order    {res['depth_order'].tolist()}")
-            print("  err/tol        " + " ".join(f"{v:.2g}" for v in e))
-            print(f"  max err/tol {e.max():.3g} over all depths; "
-                  f"{e[certified].max() if certified.any() else 0.0:.3g} over the depths "
-                  f"marked converged or exact: {'honest' if honest else 'NOT honest'}")
-            if not bool(res["success"]):
-                print(f"  message: {res['message']}")
+            caches = tempfile.mkdtemp(dir=folder)
+            for when in ("empty caches", "caches of the run before"):
+                load = os.getloadavg()[0]
+                seconds, cpu, res = run(kind, folder, caches)
+                print(f"\n{label}, {when}: {seconds:.1f} s wall = {seconds / TARGET_S:.2f} x "
+                      f"the {TARGET_S:g} s target ({'met' if seconds <= TARGET_S else 'NOT met'})"
+                      f", CPU {cpu:.1f} s = {cpu / TARGET_S:.2f} x the target; load average "
+                      f"{load:.1f} at the start")
+                report(res, ref)
+
+
+def report(res: dict, ref: dict) -> None:
+    """The verdict of one run against the reference."""
+    e = err_over_tol(res, ref)
+    conv, exact = res["converged"].astype(bool), res["exact"].astype(bool)
+    certified = conv | exact
+    honest = bool(np.all(e[certified] <= 1.0))
+    print(f"  success {bool(res['success'])}, status {int(res['status'])}, orders run "
+          f"{res['orders_run'].tolist()}")
+    print(f"  converged      {conv.astype(int).tolist()}")
+    print(f"  exact_fallback {exact.astype(int).tolist()}")
+    print(f"  depth_order    {res['depth_order'].tolist()}")
+    print("  err/tol        " + " ".join(f"{v:.2g}" for v in e))
+    print(f"  max err/tol {e.max():.3g} over all depths; "
+          f"{e[certified].max() if certified.any() else 0.0:.3g} over the depths "
+          f"marked converged or exact: {'honest' if honest else 'NOT honest'}")
+    if not bool(res["success"]):
+        print(f"  message: {res['message']}")
 
 
 if __name__ == "__main__":

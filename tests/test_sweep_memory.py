@@ -102,9 +102,9 @@ def test_a_higher_order_that_does_not_fit_keeps_the_lower_one(problem, costs):
     kw = dict(control=CTRL, tol=1e-6, max_order=4)
     depths = np.array([-0.3, -0.2])
     ref = solve_imbedding(problem, X, depths, **kw)
-    assert ref.orders_run[:2] == [1, 2]
+    assert ref.orders_run[0] == 1 and len(ref.orders_run) > 1
     one, two = (c.outputs + c.work for c in costs["costs"][:2])
-    assert two > one                             # the order-2 jet is the larger
+    assert two > one                             # the higher order's jet is the larger
     res = solve_imbedding(problem, X, depths, memory_budget=one, **kw)
     assert res.orders_run == [1]
     assert any(w.code == "higher_order_failed" and "memory_budget" in w.message

@@ -255,5 +255,6 @@ def test_compiled_jet_contraction_equals_the_numpy_route(monkeypatch):
         monkeypatch.setattr(jet, "_COMPILED_FROM", 10 ** 12)
         want = jet.contract_product(a, b, n, oa, ob, oo)
         monkeypatch.setattr(jet, "_COMPILED_FROM", 0)
+        monkeypatch.setattr(jet, "_COMPILE_FROM", 0)    # compiled even where not cached
         got = jet.contract_product(a, b, n, oa, ob, oo)
         np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13 * np.abs(want).max())

@@ -104,6 +104,17 @@ def test_prediction_reaches_the_tolerance_where_the_series_converges():
     assert "depth p = -3" in res.message and "max_order" in res.message
 
 
+def test_the_orders_no_pair_is_predicted_to_converge_at_are_skipped():
+    """s = 1, tol = 1e-5: after order 1 the series predicts order 5; the sweep goes there
+    at once instead of through orders 2, 3 and 4, and what it certifies is within tol."""
+    pb, x, w = pendulum(), [0.5, 0.5], invimbed.Constant([0.5])
+    res = solve_imbedding(pb, x, [-1.0], control=w, tol=1e-5)
+    ref = solve_adjoint(pb, x, [-1.0], control=w, rtol=1e-12, atol=1e-14)
+    assert res.success and res.converged[0], res.message
+    assert res.orders_run == [1, res.order] and res.order >= 4
+    assert within(res, ref, 1e-5, 1e-5).all()
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_a_failed_higher_order_keeps_what_a_lower_order_certified(monkeypatch):
     pb, depths, tol = rough(monkeypatch), -np.array([0.05, 0.1, 0.2, 0.4]), 1e-6

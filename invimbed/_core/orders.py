@@ -3,7 +3,8 @@
 
 `raise_order` sweeps at the starting order, then, for the (depth, input) pairs not yet
 converged, predicts from the ratio of the jet series' last two differences
-(`invimbed._core.accuracy.orders_needed`) the order each one needs. A pair is stopped at
+(`invimbed._core.accuracy.orders_needed`) the order each one needs, and sweeps next at
+the lowest of those orders (skipping the orders no pair is predicted to converge at). A pair is stopped at
 once where that order exceeds ``max_order`` or the series diverges (ratio >= 1), and,
 with ``fallback="adjoint"``, where the exact solve is predicted to cost less than the
 sweeps still needed. The next order is swept only down to the deepest pair still
@@ -80,7 +81,9 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
     ``m t`` for ``m`` pairs (``t`` the probe's time, measured once, on the deepest pair);
     the loop goes on to the ``k`` that saves the most, ``m_k t - cost(k)`` with ``m_k`` the
     pairs predicted to converge by ``k`` (the others stop at once), and stops where no ``k``
-    saves anything.
+    saves anything. The next sweep is of the lowest order predicted for a pair still
+    raised (at least ``K + 1``): the orders between, which no pair is predicted to
+    converge at, are skipped.
     """
     res, cost = _timed("sweep", sweep, setup, order)
     costs = {order: cost}
@@ -96,7 +99,7 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
     at = np.full((n, B), order)                      # the order each pair's fields are of
     why = np.zeros((n, B), int)
     failures: list[SolverWarning] = []
-    K, nfev, t_exact = order, int(res.nfev), None
+    K, nfev, t_exact, run = order, int(res.nfev), None, [order]
     active = ~accepted & _finite(setup, res)
     if res.status == -1:
         active[:] = False                            # a sweep that failed is not raised
@@ -120,31 +123,34 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
                 active &= why == 0
         if not active.any():
             break
-        K += 1
+        prev, K = K, max(K + 1, int(need[active].min()))   # the lowest order predicted
         rows = np.flatnonzero(active.any(axis=1))
         try:
             sub, cost = _timed("sweep", sweep, _subset(setup, rows), K)
         except MemoryError as exc:      # the larger jet does not fit `memory_budget`
             why[active] = FAILED
+            more[active] = K - at[active]            # for the message: the order tried
             failures.append(SolverWarning(
                 "higher_order_failed",
                 f"The sweep of order {K} was not run: {exc}. The {int(active.sum())} "
                 f"(depth, input) pair(s) it would have raised keep the fields of order "
-                f"{K - 1}.", float(setup.depths[rows].max())))
-            K -= 1
+                f"{prev}.", float(setup.depths[rows].max())))
+            K = prev
             break
         costs[K] = cost
+        run.append(K)
         nfev += int(sub.nfev)
         got = _finite(setup, sub) & active[rows]
         lost = active[rows] & ~got
         if lost.any():
             ii, bb = np.nonzero(lost)
             why[rows[ii], bb] = FAILED
+            more[rows[ii], bb] = K - at[rows[ii], bb]    # for the message: the order tried
             active[rows[ii], bb] = False
             failures.append(SolverWarning(
                 "higher_order_failed",
                 f"The sweep of order {K} failed ({sub.message.rstrip('.')}); the {ii.size} "
-                f"(depth, input) pair(s) it did not reach keep the fields of order {K - 1}.",
+                f"(depth, input) pair(s) it did not reach keep the fields of order {prev}.",
                 float(setup.depths[rows[ii]].max())))
         _merge(setup, res, sub, rows, got)
         ii, bb = np.nonzero(got)
@@ -156,15 +162,17 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
             ratio[rows[ii], bb] = _pairs(setup, sub.series_ratio)[ii, bb]
         accepted[rows[ii], bb] |= _pairs(setup, sub.converged)[ii, bb]
         active &= ~accepted
-    return _finish(setup, res, accepted, at, why, bound, ratio, more, top, nfev,
-                   [o for o in range(order, K + 1)], failures)
+    return _finish(setup, res, accepted, at, why, bound, ratio, more, top, nfev, run,
+                   failures)
 
 
 def _worth(need: np.ndarray, K: int, costs: dict, top: int, t_exact: float) -> int:
     """The order up to which raising pays (`raise_order`'s rule); ``K``: none."""
     g = COST_GROWTH
-    if K - 1 in costs and costs[K - 1] > 0:
-        g = max(1.0, costs[K] / costs[K - 1])
+    below = [k for k in costs if k < K and costs[k] > 0]
+    if below:                            # per order, from the last two orders run
+        j = max(below)
+        g = max(1.0, (costs[K] / costs[j]) ** (1.0 / (K - j)))
     best, gain, spent = K, 0.0, 0.0
     for k in range(K + 1, top + 1):
         spent += costs[K] * g ** (k - K)
@@ -243,7 +251,7 @@ def _reason(why: int, K: int, bound: float, ratio: float, more: float,
             f"{at}; the exact solve is predicted to cost less than the orders still needed")
     if why == FAILED:
         return "estimate_large", (
-            f"the sweep of order {K + 1} failed there (see `warnings`), and {at}")
+            f"the sweep of order {K + int(more)} failed there (see `warnings`), and {at}")
     if ratio > RATIO_MAX:
         return "series_not_converging", (
             f"the jet series does not converge there: at order {K} its successive "

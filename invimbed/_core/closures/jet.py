@@ -83,7 +83,7 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
     P = tuple(a.shape[1:-2])
     Q = tuple(b.shape[2:-1])
     I = a.shape[-2]
-    kernel = _compiled() if xp is np and ia.size >= _COMPILED_FROM else None
+    kernel = _compiled(ia.size) if xp is np and ia.size >= _COMPILED_FROM else None
     if kernel is not None:    # one pass, no gathered copies (the same order of sums)
         io = product_table(n, order_a, order_b, order_out)[2]
         out = kernel(np.ascontiguousarray(a.reshape(B, -1, I, a.shape[-1])),
@@ -108,12 +108,28 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
 #: above for N = 4 (jet orders from 2 with the error estimate), 8 for N = 2; the low
 #: orders keep the numpy sums that the numba backend's kernels reproduce bit for bit
 _COMPILED_FROM = 400
+#: the table size from which the contraction is compiled where it is not yet
+#: (`invimbed._core.compile_cost.ready`): below it the numpy sums (the same, in the same
+#: order) cost at most 2 ms more per call than the kernel, which its compilation (1.5 s
+#: of CPU, more under load) did not repay within a sweep of the pendulum of
+#: benchmarks/bench_tol.py (order 4, degree 7: 2.2 s of CPU without it, 4.0 s with it)
+_COMPILE_FROM = 10_000
+
+
+def _compiled(pairs: int) -> Any:
+    """The numba contraction (`invimbed._core.closures._contract_numba`) for a table of
+    ``pairs`` pairs, or None: without numba, or where it would compile for less than
+    `_COMPILE_FROM` pairs."""
+    kernel = _kernel()
+    if kernel is None or pairs >= _COMPILE_FROM:
+        return kernel
+    from ..compile_cost import ready
+
+    return kernel if ready(kernel) else None
 
 
 @lru_cache(maxsize=None)
-def _compiled() -> Any:
-    """The numba contraction (`invimbed._core.closures._contract_numba`), or None
-    without numba."""
+def _kernel() -> Any:
     try:
         from ._contract_numba import contract
     except ImportError:

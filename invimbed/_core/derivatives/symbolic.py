@@ -86,7 +86,8 @@ class SympyProvider(DerivativeProvider):
         Lambdified numpy code, or a loop compiled with ``numba.njit``.
     taylor_mode : bool or None, default None
         Taylor coefficients through the expression graph (``True``), by symbolic
-        derivatives (``False``), or chosen by order (``None``).
+        derivatives (``False``), or chosen by order (``None``: Taylor mode from degree 4,
+        numba's kernel only where already compiled on this machine or the degree is high).
 
     Attributes
     ----------

@@ -29,6 +29,8 @@ per machine, whatever the problem: the tape is data).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._tape import (ABS, ADD, AND, CMP, CONST, FUNC, INPUT, MAX, MIN, MUL, NOT, OR, POWI,
@@ -63,20 +65,26 @@ def _pad(x: np.ndarray, D: int) -> np.ndarray:
 
 @lru_cache(maxsize=None)
 def _sparse_plan(n: int, order: int):
-    """For large tables: the product table with its sums as a sparse 0/1 matrix
-    (C, pairs), one matrix product instead of one pass per term of the longest sum."""
+    """The product table with its sums as a 0/1 matrix (C, pairs): one matrix product
+    instead of one pass per term of the longest sum; dense below 200 coefficients
+    (at most 0.8 MB), sparse above."""
     from scipy import sparse
 
     ia, ib, io = product_table(n, order, order, order)
     C = n_coefficients(n, order)
+    if C < 200:
+        S = np.zeros((C, io.size))
+        S[io, np.arange(io.size)] = 1.0
+        return ia, ib, S
     return ia, ib, sparse.csr_matrix((np.ones(io.size), (io, np.arange(io.size))),
                                      shape=(C, io.size))
 
 
 def poly_mul_large(x: np.ndarray, y: np.ndarray, n: int, order: int) -> np.ndarray:
-    """`invimbed._core.derivatives.multiindex.poly_mul` (same table), summed by a sparse
-    matrix product where the table is large (the numpy evaluator's high orders)."""
-    if n_coefficients(n, order) < 200:
+    """`invimbed._core.derivatives.multiindex.poly_mul` (same table), summed by a matrix
+    product (the numpy evaluator: its sums need not be ordered, the numba kernel's are
+    not the same either; they agree to rounding)."""
+    if n_coefficients(n, order) < 20:
         return poly_mul(x, y, n, order)
     ia, ib, S = _sparse_plan(n, order)
     x, y = np.broadcast_arrays(x, y)
@@ -236,23 +244,35 @@ class TaylorJets:
     """Taylor-mode jets of the expressions of a `SympyProvider`: the layouts of its
     ``taylor`` (``dth = 0`` or 1) and ``taylor_joint``, from one tape per request kind.
 
-    ``engine`` is ``"numba"`` (the compiled kernel, chosen when numba is installed) or
-    ``"numpy"``. Building a tape raises
+    ``engine`` is ``"numba"`` (the compiled kernel), ``"numpy"``, or ``"auto"`` (the
+    default where numba is installed): the kernel where it is ready to run without
+    compiling (`invimbed._core.compile_cost.ready`: compiled in this process or in numba's
+    on-disk cache), or where the request's product table has at least `COMPILE_FROM`
+    pairs (there the numpy evaluator is slow enough that the one-time compilation, 43 s
+    of CPU, pays within a sweep); the numpy evaluator otherwise. Both give the same
+    coefficients to rounding (docs/performance.md). Building a tape raises
     `invimbed._core.derivatives._tape.Unsupported` for a function it does not know.
     """
 
     #: the lowest Taylor degree at which ``taylor_mode=None`` chooses Taylor mode over the
     #: symbolic derivatives, per engine (benchmarks/bench_taylor_mode.py). Degree 3 (what
-    #: jet order 1 asks) stays symbolic: the default sweep must not pay the one-time
-    #: compilation of the numba tape kernel (tens of seconds on a fresh install).
-    FROM_ORDER = {"numba": 4, "numpy": 5}
+    #: jet order 1 asks without its look-ahead) stays symbolic; from degree 4 the symbolic
+    #: setup alone (sympy differentiating to order 4: 24 s at N = 4) costs more than a
+    #: sweep's numpy evaluations.
+    FROM_ORDER = {"numba": 4, "numpy": 4, "auto": 4}
+    #: ``engine="auto"`` compiles the tape kernel for product tables of at least this
+    #: many pairs, ``C(2n + K, K)`` for ``n`` seeds and degree ``K`` (N = 4 from degree 8,
+    #: N = 8 from degree 5), where a numpy step took 1.2 s and more at a load of 14
+    #: (docs/performance.md, "Compiled kernels and the first run on a machine").
+    COMPILE_FROM = 10_000
 
     def __init__(self, sp, t, z, theta, expressions: dict, engine: str | None = None,
                  always: bool = False) -> None:
         if engine is None:
-            engine = "numba" if _numba_available() else "numpy"
-        if engine not in ("numba", "numpy"):
-            raise ValueError(f"`engine` must be 'numba' or 'numpy', but got {engine!r}")
+            engine = "auto" if _numba_available() else "numpy"
+        if engine not in ("numba", "numpy", "auto"):
+            raise ValueError(f"`engine` must be 'numba', 'numpy' or 'auto', but got "
+                             f"{engine!r}")
         self.engine = engine
         self._sp, self._t, self._z, self._theta = sp, t, tuple(z), tuple(theta)
         self._expressions = expressions
@@ -304,11 +324,22 @@ class TaylorJets:
         B = z.shape[0]
         times = np.broadcast_to(np.asarray(t, dtype=float), (B,))
         xin = np.concatenate([z, theta], axis=1) if theta.shape[1] else z
-        if self.engine == "numba":
+        if self._compiled(tape.n_seeds, order):
             from . import _taylor_numba
 
             return _taylor_numba.evaluate(tape, times, xin, order)
         return evaluate(tape, np.ascontiguousarray(times), xin, order)
+
+    def _compiled(self, n: int, order: int) -> bool:
+        """Whether a request of ``n`` seeds and degree ``order`` runs the numba kernel."""
+        if self.engine != "auto":
+            return self.engine == "numba"
+        if math.comb(2 * n + order, order) >= self.COMPILE_FROM:
+            return True
+        from ..compile_cost import ready
+        from ._taylor_numba import run
+
+        return ready(run)
 
     def taylor(self, which: str, t, z: np.ndarray, theta: np.ndarray, order: int,
                dth: int, out_shape: tuple[int, ...]) -> np.ndarray:
