@@ -39,6 +39,7 @@ from ._core.problem import BolzaProblem as BolzaProblem
 from ._core.results import STATUS as STATUS
 from ._core.results import ImbeddingResult as ImbeddingResult
 from ._core.results import SolverWarning as SolverWarning
+from ._core.status import Status as Status
 from ._core.sympy_problem import from_sympy as from_sympy
 
 __version__ = "0.1.0"
@@ -63,6 +64,7 @@ __all__ = [
     "STATUS",
     "SimulationResult",
     "SolverWarning",
+    "Status",
     "SweepFeedback",
     "SympyProvider",
     "__version__",

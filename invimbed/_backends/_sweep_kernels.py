@@ -34,14 +34,18 @@ import numpy as np
 from numba import njit, prange
 
 from .._core.derivatives._taylor_numba import run_row
+from .._core.status import RowCode
 from ._ensemble_parts import _finite, _fmax, _fmin, _rms
 from ._numba_calls import _IDS, _plan_scratch
 from ._numba_kernels import _jet_coefficients, jet_rhs
 
 _jit = njit(cache=True, error_model="numpy")
 
-#: Status codes of an input's sweep (`invimbed._backends.sweep_adaptive` words them).
-S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = 0, 1, 2, 3, 4, 5
+#: Codes of an input's sweep (`invimbed._backends.sweep_adaptive` words them): those of
+#: `invimbed._core.status.RowCode`, as plain integers.
+S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = (
+    int(RowCode.DONE), int(RowCode.NONFINITE), int(RowCode.FIRST), int(RowCode.UNDERFLOW),
+    int(RowCode.MAX_STEPS), int(RowCode.MIN_STEP))
 
 
 @_jit

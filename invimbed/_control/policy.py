@@ -25,6 +25,7 @@ from .._core.derivatives.multiindex import multi_indices
 from .._core.integrators import FIXED_METHODS, SCIPY_METHODS
 from .._core.integrators.schedule import fixed_schedule
 from .._core.results import SolverWarning
+from .._core.status import Status
 from .simulate import run_rows
 
 #: Depths of the grid on which the feedback's polynomials are kept (plus the requested
@@ -194,7 +195,7 @@ def check_closed_loop(res: Any, setup: Any, policy: SweepFeedback, method: str, 
             f"depths, or use a direct method such as optimize_control).")
     res.warnings.append(SolverWarning("closed_loop_mismatch", text, depth=p))
     if res.success:
-        res.success, res.status, res.message = False, -2, text
+        res.success, res.status, res.message = False, Status.NOT_CONVERGED, text
 
 
 def policy_from_outcome(outcome: Any, jet_at: Any, inputs: np.ndarray, order: int,

@@ -25,6 +25,7 @@ from .._core.integrators import DEFAULT_MAX_STEPS, SCIPY_METHODS
 from .._core.integrators.ensemble import TABLEAUX, integrate_rows
 from .._core.problem import BolzaProblem
 from .._core.results import ImbeddingResult
+from .._core.status import Status
 from .._core.validation import (as_float_array, as_int, as_ivp_options, as_state, check_choice,
                                 check_positive, describe, require_finite)
 
@@ -180,7 +181,7 @@ def simulate(problem: BolzaProblem, x: Any, control: Any, horizon: Any, *,
         horizon=float(h[0]) if scalar else h, t=t[0] if scalar else t,
         z=arrange(out["z"]), control=arrange(out["control"]), cost=arrange(out["cost"]),
         running_cost=arrange(out["running_cost"]), terminal_cost=arrange(out["terminal_cost"]),
-        success=failure is None, status=0 if failure is None else -1,
+        success=failure is None, status=Status.SUCCESS if failure is None else Status.FAILED,
         message=("The closed loop reached t = q for every horizon and input."
                  if failure is None else failure),
         nfev=int(out["nfev"]), nsteps=arrange(out["nsteps"]), method=method,

@@ -16,6 +16,7 @@ import numpy as np
 from .adjoint import solve_adjoint
 from .integrators import SCIPY_METHODS
 from .results import ImbeddingResult, SolverWarning
+from .status import Status
 
 
 def exact_options(method: str, rtol: float, atol: float, tol: Any,
@@ -93,19 +94,19 @@ def fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
         f"atol={a_atol:g}); see `exact_fallback`", first))
     res["warnings"] += [w for w in ref.get("warnings", []) if w not in res["warnings"]]
     res["exact_fallback"] = exact if setup.batched else exact[:, 0]
-    if res.status in (-1, -2):
+    if res.status in (Status.FAILED, Status.NOT_CONVERGED):
         if ref.success:
-            failed = res.status == -1
+            failed = res.status == Status.FAILED
             if failed:    # the sweep's own failure, now repaired, stays on record
                 res["warnings"].append(SolverWarning("sweep_failed", res.message, first))
             where = "the sweep failed or its jet did not converge" if failed else \
                 "its jet did not converge"
-            res["success"], res["status"] = True, 0
+            res["success"], res["status"] = True, Status.SUCCESS
             res["message"] = (f"Every requested depth is within the tolerance; {count} "
                               f"(depth, input) pair(s) from depth p = {first:.6g} on, where "
                               f"{where}, are exact values of solve_adjoint "
                               f"(`exact_fallback`).")
         else:
-            res["success"], res["status"] = False, -1
+            res["success"], res["status"] = False, Status.FAILED
             res["message"] = f"The fallback to solve_adjoint failed: {ref.message}"
     return res

@@ -14,6 +14,7 @@ from .integrators import (ALL_METHODS, FIXED_METHODS, SCIPY_METHODS, integrate_f
                           integrate_scipy)
 from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
+from .status import Status
 from .accuracy import assess
 from .arguments import parse_tol, prepare
 from .orders import raise_order
@@ -235,7 +236,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         res = raise_order(setup, sweep, order=order, top=max(top, order),
                           probe=exact_probe(setup, exact) if fallback == "adjoint" else None)
         last = (res.get("orders_run") or [order])[-1]
-        if res.status == -2 and top < max_order and last >= top:
+        if res.status == Status.NOT_CONVERGED and top < max_order and last >= top:
             why = (f"the {prov.name} serves jets up to order {top}" if backend == "numpy"
                    else f"backend={backend!r} does not raise the order")
             res["warnings"].append(SolverWarning(
@@ -256,11 +257,11 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
 def mark_unchecked(res: ImbeddingResult, closure: str, est: bool, method: str) -> None:
     """Give a successful result without an error estimate status 1, "reached, not
     checked", and a message naming what left it without one (`invimbed.STATUS`)."""
-    if res.status != 0 or res.get("converged") is not None:
+    if res.status != Status.SUCCESS or res.get("converged") is not None:
         return
     what = (f"closure={closure!r}" if closure != "jet" else
             "method='disc'" if method == "disc" else "estimate_error=False")
-    res["status"] = 1
+    res["status"] = Status.UNCHECKED
     res["message"] = (f"{res.message.rstrip('.')}; {what} has no error estimate, so the "
                       f"fields were not checked against a tolerance (status 1). Compare "
                       f"with solve_adjoint, or use closure='jet' with estimate_error=True.")
@@ -477,7 +478,7 @@ def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> Imbed
     criterion); the backends carry no lower order, so no ratio test."""
     res["warnings"] = list(warnings) + [w for w in res.get("warnings", [])
                                         if w.code not in ("estimate_large",)]
-    if res.get("error_estimate") is None or res.status == -1:
+    if res.get("error_estimate") is None or res.status == Status.FAILED:
         return res
 
     def lead(a):
@@ -490,9 +491,10 @@ def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> Imbed
     res["converged"] = verdict.converged if setup.batched else verdict.converged[:, 0]
     res["warnings"] += verdict.warnings
     if verdict.all_converged:
-        res["success"], res["status"] = True, 0
-        if res.message.startswith("Not converged"):
+        if res.status == Status.NOT_CONVERGED:     # the backend's own verdict, overruled
             res["message"] = "The sweep reached every requested depth."
+        res["success"], res["status"] = True, Status.SUCCESS
     else:
-        res["success"], res["status"], res["message"] = False, -2, verdict.message
+        res["success"], res["status"], res["message"] = (False, Status.NOT_CONVERGED,
+                                                         verdict.message)
     return res

@@ -22,6 +22,7 @@ import numpy as np
 
 from .accuracy import RATIO_MAX
 from .results import ImbeddingResult, SolverWarning
+from .status import Status
 
 #: Growth of a sweep's cost from one order to the next, assumed until two orders have
 #: been measured (then the measured ratio, at least 1, is used). Measured on this
@@ -98,7 +99,7 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
     failures: list[SolverWarning] = []
     K, nfev, t_exact = order, int(res.nfev), None
     active = ~accepted & _finite(setup, res)
-    if res.status == -1:
+    if res.status == Status.FAILED:
         active[:] = False                            # a sweep that failed is not raised
     while active.any():
         if K >= top:
@@ -199,16 +200,16 @@ def _finish(setup: Any, res: ImbeddingResult, accepted: np.ndarray, at: np.ndarr
     res["nfev"] = nfev
     finite = _finite(setup, res)
     res["order"] = int(at[finite].max()) if finite.any() else orders_run[-1]
-    if len(orders_run) == 1 and not failures and (res.status == -1 or not why.any()):
+    if len(orders_run) == 1 and not failures and (res.status == Status.FAILED or not why.any()):
         return res                      # one sweep, nothing stopped: its verdict stands
     keep = [w for w in res.warnings
             if w.code not in ("estimate_large", "series_not_converging")]
-    if res.status == -1:
+    if res.status == Status.FAILED:
         res["warnings"] = list(res.warnings) + failures
         return res
     bad = ~accepted
     if not bad.any():
-        res["success"], res["status"] = True, 0
+        res["success"], res["status"] = True, Status.SUCCESS
         res["message"] = "The sweep reached every requested depth."
         res["warnings"] = keep + failures
         return res
@@ -220,7 +221,7 @@ def _finish(setup: Any, res: ImbeddingResult, accepted: np.ndarray, at: np.ndarr
                f"(depth, input) pairs): {text}. The fields there are approximate; request "
                f"shallower depths, raise `max_order` where the prediction allows, or pass "
                f"fallback='adjoint' for exact values there.")
-    res["success"], res["status"], res["message"] = False, -2, message
+    res["success"], res["status"], res["message"] = False, Status.NOT_CONVERGED, message
     res["warnings"] = keep + failures + [SolverWarning(code, message, p)]
     return res
 

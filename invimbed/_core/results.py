@@ -6,27 +6,13 @@ from dataclasses import dataclass
 
 from scipy.optimize import OptimizeResult
 
-#: Status codes of every solver's result (``result.status``), in the style of scipy's
-#: ``MESSAGES``. Negative: ``success`` is False; the fields are still returned (NaN where
-#: nothing could be computed). 1: ``success`` is True (every depth reached), but the
-#: result has no error estimate, so nothing was checked against a tolerance.
-STATUS = {
-    0: "success: every requested depth was reached and is within the tolerance",
-    1: "reached, not checked: every requested depth was reached with finite values, but "
-       "the result has no error estimate (closure='stencil' or 'crop', method='disc', "
-       "estimate_error=False), so the fields were not checked against a tolerance; or a "
-       "function of the problem returns less than float64 and rtol asks for more than its "
-       "precision (then success is False)",
-    -1: "integration failed: a non-finite value, a step-size underflow or the step budget "
-        "(the message names the depth)",
-    -2: "not converged: the error estimate exceeds the tolerance at some depth (the "
-        "message names the first); the fields there are approximate",
-    -3: "raised: the solve raised an exception instead of returning a result "
-        "(invimbed.dask.solve_batch: a chunk whose task raised; its rows are NaN and the "
-        "message names the exception)",
-}
+from .status import STATUS, Status
+
+#: ``{code: message}`` of every solver's ``result.status`` (`Status`), in the style of
+#: scipy's ``MESSAGES``; see `invimbed._core.status`.
+STATUS = STATUS
 #: The `STATUS` code of a solve that raised (a chunk of `invimbed.dask.solve_batch`).
-RAISED = -3
+RAISED = Status.RAISED
 
 
 @dataclass(frozen=True)
