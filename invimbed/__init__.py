@@ -6,6 +6,7 @@ output, loss, adjoint, parameter gradient and depth gradient of every depth
 (Corbett & Kangin, "Imbedding Deep Neural Networks", ICLR 2022).
 """
 
+from . import _backends  # noqa: F401  registers the backends (invimbed._core.backends)
 from ._backends._numba import BackendCompileError as BackendCompileError
 from ._core.adjoint import solve_adjoint as solve_adjoint
 from ._core.check import DerivativeCheck as DerivativeCheck

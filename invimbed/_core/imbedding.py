@@ -15,6 +15,7 @@ from .integrators import (ALL_METHODS, FIXED_METHODS, SCIPY_METHODS, integrate_f
 from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
 from .status import Status
+from .backends import check_backend, get_backend
 from .accuracy import assess
 from .arguments import parse_tol, prepare
 from .orders import raise_order
@@ -206,9 +207,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
             f"estimate_error={estimate_error!r}, method={method!r}; drop `tol`, or use "
             f"solve_adjoint for exact values")
     if backend != "numpy":
-        from .._backends import BACKENDS
-
-        check_choice(backend, "backend", ("numpy",) + tuple(BACKENDS))
+        check_backend(backend, "sweep")
         if tol_pair is not None and ratio_test and not _compiled_adaptive(backend, method):
             raise ValueError(
                 f"`tol` with backend={backend!r}: the accelerated backends carry the jets of "
@@ -389,19 +388,15 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
     """One sweep at jet order ``order``, within ``budget`` bytes
     (`invimbed._core.sweep_memory`)."""
     if _compiled_adaptive(backend, method):
-        from .._backends.sweep_adaptive import sweep_numba_adaptive
-
         if step is not None:
             options.setdefault("max_step", float(step))
-        return sweep_numba_adaptive(
+        return get_backend(backend, "sweep_adaptive")(
             setup, closure=closure, order=order, method=method, rtol=rtol, atol=atol, est=est,
             ratio_test=ratio_test, tol=tol, warnings_=warnings, **options,
             look_ahead=_serves(setup.provider, order + 2, est, setup.control.n_params),
             finish=lambda r: mark_unchecked(r, closure, est, method))
     if backend != "numpy":
-        from .._backends import sweep_backend
-
-        res = sweep_backend(backend, setup, closure=closure, order=order, method=method,
+        res = get_backend(backend, "sweep")(backend, setup, closure=closure, order=order, method=method,
                             step=step, difference=difference, delta=delta,
                             estimate_error=est, rtol=rtol, atol=atol, **options)
         return rejudge(setup, res, tol, warnings)
