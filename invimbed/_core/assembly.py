@@ -14,7 +14,7 @@ import numpy as np
 from .accuracy import assess
 from .arguments import Setup
 from .ordered import sum_products
-from .results import ImbeddingResult
+from .results import ImbeddingResult, set_fields
 from .status import Status, as_status
 
 
@@ -105,15 +105,17 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
                         ImbeddingResult({k: arrange(v) for k, v in error_estimate.items()})),
         **extra,
     )
-    res.setdefault("warnings", [])
+    notes, message = list(res.get("warnings", [])), res.message
     for note in setup.problem.solver_warnings():
-        if note not in res["warnings"]:
-            res["warnings"].append(note)
-            res["message"] += f" Note: {note}."
-    if setup.unreachable and res["status"] == Status.SUCCESS:     # `invimbed._core.probe`
-        res.update(success=False, status=Status.UNCHECKED)
-        res["message"] += f" Not checked: {setup.unreachable}."
-    res.setdefault("derivatives", getattr(setup.provider, "derivative_source", None)
+        if note not in notes:
+            notes.append(note)
+            message += f" Note: {note}."
+    set_fields(res, warnings=notes, message=message)
+    if setup.unreachable and res.status == Status.SUCCESS:       # `invimbed._core.probe`
+        set_fields(res, success=False, status=Status.UNCHECKED,
+                   message=message + f" Not checked: {setup.unreachable}.")
+    if "derivatives" not in res:
+        set_fields(res, derivatives=getattr(setup.provider, "derivative_source", None)
                    or setup.problem.derivative_source)
     return res
 

@@ -13,7 +13,7 @@ from .fallback import exact_options, exact_probe, fallback_adjoint
 from .integrators import (ALL_METHODS, FIXED_METHODS, SCIPY_METHODS, integrate_fixed,
                           integrate_scipy)
 from .problem import BolzaProblem
-from .results import ImbeddingResult, SolverWarning
+from .results import ImbeddingResult, SolverWarning, set_fields
 from .status import Status
 from .backends import check_backend, get_backend
 from .accuracy import assess
@@ -238,19 +238,16 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         if res.status == Status.NOT_CONVERGED and top < max_order and last >= top:
             why = (f"the {prov.name} serves jets up to order {top}" if backend == "numpy"
                    else f"backend={backend!r} does not raise the order")
-            res["warnings"].append(SolverWarning(
+            set_fields(res, warnings=res.warnings + [SolverWarning(
                 "order_limit", f"the sweep stopped at order {last} short of "
-                f"max_order={max_order}: {why}"))
-    res["order"] = res.get("order", order) if closure in ("jet", "crop") else None
+                f"max_order={max_order}: {why}")])
+    set_fields(res, order=res.get("order", order) if closure in ("jet", "crop") else None)
     if fallback == "adjoint" and res.get("converged") is not None:
         res = fallback_adjoint(setup, res, method, rtol, atol, tol_pair,
                                options.get(STEP_BUDGET))
     mark_unchecked(res, closure, est, method)
-    for key in ("exact_fallback", "orders_run", "depth_order"):
-        res.setdefault(key, None)
-    if dense_output:
-        res.setdefault("sol", None)     # None where the sweep took no step (failed at q)
-    return res
+    keys = ("exact_fallback", "orders_run", "depth_order") + (("sol",) if dense_output else ())
+    return set_fields(res, **{k: res.get(k) for k in keys})   # sol None: no step taken
 
 
 def mark_unchecked(res: ImbeddingResult, closure: str, est: bool, method: str) -> None:
@@ -260,10 +257,10 @@ def mark_unchecked(res: ImbeddingResult, closure: str, est: bool, method: str) -
         return
     what = (f"closure={closure!r}" if closure != "jet" else
             "method='disc'" if method == "disc" else "estimate_error=False")
-    res["status"] = Status.UNCHECKED
-    res["message"] = (f"{res.message.rstrip('.')}; {what} has no error estimate, so the "
-                      f"fields were not checked against a tolerance (status 1). Compare "
-                      f"with solve_adjoint, or use closure='jet' with estimate_error=True.")
+    set_fields(res, status=Status.UNCHECKED,
+               message=f"{res.message.rstrip('.')}; {what} has no error estimate, so the "
+                       f"fields were not checked against a tolerance (status 1). Compare "
+                       f"with solve_adjoint, or use closure='jet' with estimate_error=True.")
 
 
 #: The named arguments of `solve_imbedding`, for the hint of a misspelt keyword.
@@ -471,8 +468,8 @@ def _compiled_adaptive(backend: str, method: str) -> bool:
 def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> ImbeddingResult:
     """Apply `assess` with ``tol`` to a backend's result (its own verdict used the default
     criterion); the backends carry no lower order, so no ratio test."""
-    res["warnings"] = list(warnings) + [w for w in res.get("warnings", [])
-                                        if w.code not in ("estimate_large",)]
+    set_fields(res, warnings=list(warnings) + [w for w in res.get("warnings", [])
+                                               if w.code not in ("estimate_large",)])
     if res.get("error_estimate") is None or res.status == Status.FAILED:
         return res
 
@@ -483,13 +480,11 @@ def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> Imbed
     fields = {k: lead(res[k]) for k in res.error_estimate}
     errors = {k: lead(v) for k, v in res.error_estimate.items()}
     verdict = assess(setup.depths, fields, errors, None, tol)
-    res["converged"] = verdict.converged if setup.batched else verdict.converged[:, 0]
-    res["warnings"] += verdict.warnings
-    if verdict.all_converged:
-        if res.status == Status.NOT_CONVERGED:     # the backend's own verdict, overruled
-            res["message"] = "The sweep reached every requested depth."
-        res["success"], res["status"] = True, Status.SUCCESS
-    else:
-        res["success"], res["status"], res["message"] = (False, Status.NOT_CONVERGED,
-                                                         verdict.message)
-    return res
+    set_fields(res, converged=verdict.converged if setup.batched else verdict.converged[:, 0],
+               warnings=res.warnings + verdict.warnings)
+    if not verdict.all_converged:
+        return set_fields(res, success=False, status=Status.NOT_CONVERGED,
+                          message=verdict.message)
+    if res.status == Status.NOT_CONVERGED:      # the backend's own verdict, overruled
+        set_fields(res, message="The sweep reached every requested depth.")
+    return set_fields(res, success=True, status=Status.SUCCESS)
