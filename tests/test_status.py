@@ -46,7 +46,8 @@ def test_row_codes_map_at_one_boundary():
 
 def _lq():
     return invimbed.BolzaProblem(
-        lambda t, z, th: -z + th, lambda t, z, th: 0.5 * (np.sum(z**2, axis=-1) + np.sum(th**2, axis=-1)),
+        lambda t, z, th: -z + th,
+        lambda t, z, th: 0.5 * (np.sum(z**2, axis=-1) + np.sum(th**2, axis=-1)),
         lambda z: 0.5 * np.sum(z**2, axis=-1), vectorized=True)
 
 

@@ -1,7 +1,8 @@
 """Accelerated backends of the imbedding sweep: numba (CPU) and cupy (GPU).
 
 `invimbed.solve_imbedding` hands a validated `Setup` to `sweep_backend` (registered
-below, see `invimbed._core.backends`) when ``backend != "numpy"`` (numba's adaptive jet sweep, ``method="RK45"`` or ``"RK23"``, is
+below, see `invimbed._core.backends`) when ``backend != "numpy"`` (numba's adaptive
+jet sweep, ``method="RK45"`` or ``"RK23"``, is
 `invimbed._backends.sweep_adaptive`). Both backends run the fixed-step sweeps (``"euler"``,
 ``"midpoint"``, ``"rk4"``; ``"disc"`` for the jet) of the jet closure of order 1 (with
 its error estimate); cupy also runs the stencil closure (numba does not: it lost to

@@ -226,8 +226,9 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
     if not sweep.success:
         return done(p=np.nan, value=np.nan, depth_grad=np.nan, interior=False,
                     candidates=np.empty(0), candidate_values=np.empty(0), success=False,
-                    status=Status.FAILED, message=f"The {'exact solve' if via == 'adjoint' else 'sweep'} "
-                                       f"over the grid failed: {sweep.message}")
+                    status=Status.FAILED,
+                    message=f"The {'exact solve' if via == 'adjoint' else 'sweep'} "
+                            f"over the grid failed: {sweep.message}")
 
     def refine(depths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         vals, grs, res = at(depths)
@@ -273,8 +274,8 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
         extra["value_error"] = float(np.mean(est["value"])) if est is not None else 0.0
     return done(**extra, p=float(best[0]), value=float(best[1]), depth_grad=float(best[2]),
                 interior=bool(best[3]), candidates=np.array([c[0] for c in cands]),
-                candidate_values=np.array([c[1] for c in cands]), success=True, status=Status.SUCCESS,
-                message=message)
+                candidate_values=np.array([c[1] for c in cands]), success=True,
+                status=Status.SUCCESS, message=message)
 
 
 def _refine_minima(evaluate: Callable, a: np.ndarray, b: np.ndarray, ga: np.ndarray,

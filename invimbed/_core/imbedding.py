@@ -393,9 +393,10 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
             look_ahead=_serves(setup.provider, order + 2, est, setup.control.n_params),
             finish=lambda r: mark_unchecked(r, closure, est, method))
     if backend != "numpy":
-        res = get_backend(backend, "sweep")(backend, setup, closure=closure, order=order, method=method,
-                            step=step, difference=difference, delta=delta,
-                            estimate_error=est, rtol=rtol, atol=atol, **options)
+        run = get_backend(backend, "sweep")
+        res = run(backend, setup, closure=closure, order=order, method=method, step=step,
+                  difference=difference, delta=delta, estimate_error=est, rtol=rtol,
+                  atol=atol, **options)
         return rejudge(setup, res, tol, warnings)
     prov = setup.provider
     if closure in ("jet", "crop"):
