@@ -40,6 +40,10 @@ SOLVERS = {
                                                     closure="stencil"),
                           {"param_grad", "converged", "series_ratio", "order", "orders_run",
                            "depth_order", "exact_fallback"}),
+    "imbedding numba": (lambda P: solve_imbedding(P, X, [0.0, -0.5], control=C,
+                                                  backend="numba", method="rk4", step=0.1),
+                        {"param_grad", "converged", "series_ratio", "order", "orders_run",
+                         "depth_order", "exact_fallback", "backend"}),
     "adjoint": (lambda P: solve_adjoint(P, X, [0.0, -0.5], control=C),
                 {"param_grad", "nsteps", "strategy"}),
     "optimal": (lambda P: solve_optimal(P, X, [0.0, -0.5], n_controls=2),
@@ -51,6 +55,8 @@ SOLVERS = {
 @pytest.mark.parametrize("name", list(SOLVERS))
 def test_fields_are_the_declared_ones_and_set_only_by_the_builder(name):
     make, optional = SOLVERS[name]
+    if "numba" in name:
+        pytest.importorskip("numba")
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)   # no field set after building
         res = make(_lq())

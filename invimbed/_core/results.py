@@ -51,6 +51,7 @@ OPTIONAL_FIELDS = (
     "converged", "series_ratio", "order", "orders_run", "depth_order", "exact_fallback",
     "sol",                                                               # solve_imbedding
     "nsteps", "strategy",                                                # solve_adjoint
+    "backend",                                       # backend="numba" or "cupy" (its name)
     "chunk_status",                                                      # solve_batch
     "feedback", "feedback_jacobian", "policy", "closed_loop_value",      # solve_optimal
     "linear_quadratic", "optimality_error",
@@ -107,8 +108,9 @@ class ImbeddingResult(OptimizeResult):
     (setting a field directly is deprecated).
     Arrays follow the order in which the depths were given; a batched input ``x`` of
     shape (B, N) adds a batch axis after the depth axis. `solve_adjoint` adds ``nsteps``
-    and ``strategy``, `invimbed.dask.solve_batch` adds ``chunk_status``, and
-    `solve_optimal` the fields it documents (``feedback``, ``policy``, ...).
+    and ``strategy``, an accelerated backend ``backend`` (its name),
+    `invimbed.dask.solve_batch` ``chunk_status``, and `solve_optimal` the fields it
+    documents (``feedback``, ``policy``, ...).
 
     Attributes
     ----------
