@@ -103,3 +103,17 @@ def test_a_result_survives_pickle_without_warnings():
     assert type(back) is ImbeddingResult and back.keys() == res.keys()
     np.testing.assert_array_equal(back.z, res.z)
     assert back.error_estimate.keys() == res.error_estimate.keys()
+
+
+def test_results_are_built_in_the_assembly_and_the_batch_only():
+    import ast
+    import pathlib
+
+    root = pathlib.Path(invimbed.__file__).parent
+    builders = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id == "ImbeddingResult"):
+                builders.add(path.relative_to(root).as_posix())
+    assert builders == {"_core/assembly.py", "dask.py"}
