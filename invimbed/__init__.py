@@ -6,6 +6,7 @@ output, loss, adjoint, parameter gradient and depth gradient of every depth
 (Corbett & Kangin, "Imbedding Deep Neural Networks", ICLR 2022).
 """
 
+from . import _backends  # noqa: F401  registers the backends (invimbed._core.backends)
 from ._backends._numba import BackendCompileError as BackendCompileError
 from ._core.adjoint import solve_adjoint as solve_adjoint
 from ._core.check import DerivativeCheck as DerivativeCheck
@@ -39,6 +40,7 @@ from ._core.problem import BolzaProblem as BolzaProblem
 from ._core.results import STATUS as STATUS
 from ._core.results import ImbeddingResult as ImbeddingResult
 from ._core.results import SolverWarning as SolverWarning
+from ._core.status import Status as Status
 from ._core.sympy_problem import from_sympy as from_sympy
 
 __version__ = "0.1.0"
@@ -63,6 +65,7 @@ __all__ = [
     "STATUS",
     "SimulationResult",
     "SolverWarning",
+    "Status",
     "SweepFeedback",
     "SympyProvider",
     "__version__",

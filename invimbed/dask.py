@@ -30,7 +30,8 @@ from ._core.adjoint import OPTIONS as _ADJOINT_OPTIONS
 from ._core.adjoint import solve_adjoint
 from ._core.imbedding import solve_imbedding
 from ._core.problem import BolzaProblem
-from ._core.results import RAISED, ImbeddingResult
+from ._core.results import ImbeddingResult
+from ._core.status import Status, as_status
 from ._core.validation import (SOLVE_IVP_OPTIONS, STEP_BUDGET, as_bool, as_depths,
                                as_float_array, check_choice, describe, require_finite)
 
@@ -44,7 +45,8 @@ _FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
 _PAIR_ARRAYS = ("converged", "series_ratio", "depth_order", "exact_fallback")
 #: The chunks' statuses (`invimbed.STATUS`), most severe first: the batch has the most
 #: severe of its chunks' (all NaN, some NaN, approximate, unchecked, success).
-_SEVERITY = (RAISED, -1, -2, 1, 0)
+_SEVERITY = (Status.RAISED, Status.FAILED, Status.NOT_CONVERGED, Status.UNCHECKED,
+             Status.SUCCESS)
 
 
 def _keyword_only(fn: Any) -> set[str]:
@@ -122,7 +124,7 @@ def _solve_chunk(solver: str, problem: BolzaProblem, x: Any, depths: Any,
 def _status(out: dict) -> dict:
     res = out["result"]
     if res is None:
-        return {"success": False, "status": RAISED, "nfev": 0,
+        return {"success": False, "status": Status.RAISED, "nfev": 0,
                 "message": f"{type(out['error']).__name__}: {out['error']}",
                 "error": out["error"], "shapes": None, "dtypes": None}
     keys = (_FIELDS + (("nsteps",) if res.get("nsteps") is not None else ())
@@ -133,7 +135,7 @@ def _status(out: dict) -> dict:
         for k, v in res.error_estimate.items():
             shapes[f"error_estimate.{k}"] = tuple(v.shape)
             dtypes[f"error_estimate.{k}"] = v.dtype
-    return {"success": bool(res.success), "status": int(res.status), "nfev": int(res.nfev),
+    return {"success": bool(res.success), "status": as_status(res.status), "nfev": int(res.nfev),
             "message": res.message, "error": None, "shapes": shapes, "dtypes": dtypes,
             "closure": res.get("closure"), "method": res.get("method"),
             "strategy": res.get("strategy"), "warnings": list(res.get("warnings") or []),
@@ -389,7 +391,7 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
     chunk_status = []
     for (a, b, c, d), s in zip(tiles, status):
         message = s["message"]
-        if solver == "adjoint" and not s["success"] and s["status"] != RAISED:
+        if solver == "adjoint" and not s["success"] and s["status"] != Status.RAISED:
             message = _global_inputs(message, a)
         chunk_status.append({"start": a, "stop": b, "depth_start": c, "depth_stop": d,
                              "success": s["success"], "status": s["status"],
@@ -398,7 +400,9 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
     if failed:
         listed = "; ".join(f"{label(t)}: {cs['message']}" for t, cs in failed[:5])
         more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
-        message = (f"{len(failed)} of {len(tiles)} chunks failed ({listed}{more}). The other "
+        word = ("did not converge" if all(cs["status"] == Status.NOT_CONVERGED
+                                          for _, cs in failed) else "failed")
+        message = (f"{len(failed)} of {len(tiles)} chunks {word} ({listed}{more}). The other "
                    f"chunks' rows are valid; see `chunk_status`.")
     else:
         message = f"All {len(tiles)} chunks succeeded. {status[0]['message']}"
@@ -407,7 +411,7 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
     common = dict(
         depths=np.asarray(depths_arr, dtype=float).copy(),
         **{k: arrays[k] for k in _FIELDS},
-        success=code >= 0,
+        success=code.success,
         status=code,
         message=message,
         nfev=int(sum(c["nfev"] for c in chunk_status)),

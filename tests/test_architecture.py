@@ -16,21 +16,27 @@ ROOT = PACKAGE.parent
 MAX_LINES = 500
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+def _modules(package: Path) -> dict[str, Path]:
+    return {_module_name(p, package.parent): p for p in package.rglob("*.py")}
 
 
-def _imports(name: str, top_level_only: bool = False) -> set[str]:
+MODULES = _modules(PACKAGE)
+
+
+def _imports(name: str, top_level_only: bool = False,
+             modules: dict[str, Path] | None = None) -> set[str]:
     """Modules of the package that ``name`` imports: at any level (imports inside
     functions included), or at module level only."""
-    path = MODULES[name]
+    modules = MODULES if modules is None else modules
+    path = modules[name]
     is_pkg = path.name == "__init__.py"
     found = set()
     tree = ast.parse(path.read_text())
@@ -42,15 +48,49 @@ def _imports(name: str, top_level_only: bool = False) -> set[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if target in MODULES:
+            subs = [f"{target}.{a.name}" for a in node.names
+                    if f"{target}.{a.name}" in modules]
+            found.update(subs)
+            if target in modules and len(subs) < len(node.names):   # names of the package
                 found.add(target)
-            for alias in node.names:
-                if f"{target}.{alias.name}" in MODULES:
-                    found.add(f"{target}.{alias.name}")
         elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name in MODULES)
+            found.update(a.name for a in node.names if a.name in modules)
     found.discard(name)
     return found
+
+
+#: The layers of the package, lowest first: a module imports only its own subpackage
+#: and the layers below its own (``""`` is the package's ``__init__``, the public API).
+LAYERS = {
+    "_progress": 0,
+    "_core": 1,
+    "_backends": 2,
+    "_control": 3, "_learning": 3, "nn": 3, "dask": 3, "data": 3, "_demo": 3,
+    "": 4,
+    "experiments": 5,
+    "__main__": 6,
+}
+
+
+def _part(name: str) -> str:
+    """The subpackage (or top-level module) of module ``name``; ``""`` for the package."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer_violations(package: Path, layers: dict[str, int]) -> list[str]:
+    """Every import (at module level or inside a function) of ``package``'s modules that
+    reaches a layer not below the importer's, and every part without a layer."""
+    modules = _modules(package)
+    found = [f"{name}: no layer for {_part(name)!r}" for name in modules
+             if _part(name) not in layers]
+    for name in modules:
+        src = _part(name)
+        for target in _imports(name, modules=modules):
+            dst = _part(target)
+            if dst != src and src in layers and dst in layers and layers[dst] >= layers[src]:
+                found.append(f"{name} imports {target}")
+    return sorted(set(found))
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -100,15 +140,39 @@ def test_no_import_cycles():
     assert _cycles(graph) == []
 
 
-def test_core_does_not_import_applications_or_backends_at_module_level():
-    """The core layer is usable without the layers above it."""
-    upper = ("invimbed._control", "invimbed._learning", "invimbed.nn", "invimbed.experiments",
-             "invimbed.data", "invimbed.dask")
-    offenders = [f"{name} imports {target}"
-                 for name in MODULES if name.startswith("invimbed._core")
-                 for target in _imports(name, top_level_only=True)
-                 if target.startswith(upper)]
-    assert offenders == []
+def test_every_layer_imports_only_below_itself():
+    """The core knows no backend, optimal control, learning or application (it asks the
+    registry `invimbed._core.backends` for a backend); nothing imports upwards, at module
+    level or inside a function."""
+    assert layer_violations(PACKAGE, LAYERS) == []
+    assert {_part(name) for name in MODULES} == set(LAYERS)
+
+
+def test_layer_check_catches_an_upward_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    for sub in ("_core", "_backends", "_control"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from ._control import tools\n")
+    (pkg / "_backends" / "fast.py").write_text("from .._core import solve\n")
+    (pkg / "_control" / "tools.py").write_text("from .._core.solve import run\n")
+    (pkg / "_core" / "solve.py").write_text(
+        "import numpy as np\n\n\ndef run(backend):\n"
+        "    from .._backends.fast import kernel   # inside a function\n    return kernel\n")
+    (pkg / "_core" / "plan.py").write_text("from .._control import tools\n")
+    (pkg / "_odd").mkdir()
+    (pkg / "_odd" / "__init__.py").write_text("")
+    layers = {"_core": 1, "_backends": 2, "_control": 3, "": 4}
+    assert layer_violations(pkg, layers) == [
+        "pkg._core.plan imports pkg._control.tools",
+        "pkg._core.solve imports pkg._backends.fast",
+        "pkg._odd: no layer for '_odd'",
+    ]
+    (pkg / "_core" / "plan.py").write_text("")
+    (pkg / "_core" / "solve.py").write_text("")
+    (pkg / "_odd" / "__init__.py").unlink()
+    (pkg / "_odd").rmdir()
+    assert layer_violations(pkg, layers) == []
 
 
 def test_modules_are_small_or_say_why():

@@ -156,6 +156,26 @@ def test_tol_results_keep_converged_and_orders(client):
     assert len(res.warnings) == len(set(res.warnings))
 
 
+def test_batch_of_not_converged_chunks_is_not_converged(client):
+    # every chunk honestly misses the tolerance somewhere: the batch is not converged
+    # (Status.NOT_CONVERGED, not a failure), and keeps converged, order and the warnings
+    x = X[:10]
+    depths = np.array([0.0, -0.5, -1.0])
+    kw = dict(KW, tol=1e-3, max_order=3)
+    ref = solve_imbedding(PROBLEM, x, depths, **kw)
+    parts = [solve_imbedding(PROBLEM, x[a:a + 5], depths, **kw) for a in (0, 5)]
+    res = idask.solve_batch(PROBLEM, x, depths, client=client, chunk_size=5, **kw)
+    assert [c["status"] for c in res.chunk_status] == [p.status for p in parts] == [-2, -2]
+    assert res.status is invimbed.Status.NOT_CONVERGED and not res.success
+    assert res.status == ref.status
+    assert "2 of 2 chunks did not converge" in res.message
+    np.testing.assert_array_equal(res.converged, ref.converged)
+    np.testing.assert_array_equal(res.depth_order, ref.depth_order)
+    assert res.order == ref.order and res.orders_run == ref.orders_run
+    assert {w.code for w in res.warnings} == {w.code for p in parts for w in p.warnings}
+    assert all(isinstance(c["status"], invimbed.Status) for c in res.chunk_status)
+
+
 def test_raised_chunk_has_no_order_and_is_not_converged(client):
     def T_picky(z):
         if np.any(z[:, 1] > 3.0):

@@ -1,7 +1,8 @@
 """Accelerated backends of the imbedding sweep: numba (CPU) and cupy (GPU).
 
-`invimbed.solve_imbedding` hands a validated `Setup` to `sweep_backend` when
-``backend != "numpy"`` (numba's adaptive jet sweep, ``method="RK45"`` or ``"RK23"``, is
+`invimbed.solve_imbedding` hands a validated `Setup` to `sweep_backend` (registered
+below, see `invimbed._core.backends`) when ``backend != "numpy"`` (numba's adaptive
+jet sweep, ``method="RK45"`` or ``"RK23"``, is
 `invimbed._backends.sweep_adaptive`). Both backends run the fixed-step sweeps (``"euler"``,
 ``"midpoint"``, ``"rk4"``; ``"disc"`` for the jet) of the jet closure of order 1 (with
 its error estimate); cupy also runs the stencil closure (numba does not: it lost to
@@ -14,9 +15,11 @@ there is no silent fallback to numpy.
 
 Contract for implementers of a backend
 --------------------------------------
-1. Add its name to `BACKENDS` and a branch to `sweep_backend`; import the backend's
-   heavy dependency only inside that branch, and raise an `ImportError` naming the
-   extra (``pip install invimbed[...]``) when it is missing.
+1. Add its name to `invimbed._core.backends.BACKENDS` (the one list of names), a branch
+   to `sweep_backend`, and register what it runs below (`register_backend`; the core
+   asks `get_backend`, never imports this package); import the backend's heavy
+   dependency only inside the factory or the branch, and raise an `ImportError` naming
+   the extra (``pip install invimbed[...]``) when it is missing.
 2. Take the steps of `build_schedule` and the derivatives of the problem's provider;
    return the `ImbeddingResult` of `invimbed._backends._result.finish`, i.e. of the
    core's `collect_results` (it computes the depth gradient; non-finite values end the
@@ -29,10 +32,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._core.backends import BACKENDS as _ALL, register_backend
 from .._core.results import ImbeddingResult
 from .._core.arguments import Setup
 
-BACKENDS = ("numba", "cupy")
+#: The accelerated backends (`invimbed._core.backends.BACKENDS` but the core's numpy).
+BACKENDS = _ALL[1:]
 
 #: The methods the accelerated backends run.
 SUPPORTED_METHODS = ("euler", "midpoint", "rk4", "disc")
@@ -76,8 +81,26 @@ def sweep_backend(backend: str, setup: Setup, *, closure: str, order: int, metho
         return sweep_cupy(setup, closure=closure, order=order, method=method, step=step,
                           difference=difference, delta=delta, estimate_error=estimate_error,
                           **options)
-    raise ValueError(f"`backend` must be one of 'numpy', {', '.join(map(repr, BACKENDS))}, "
-                     f"but got {backend!r}")
+    raise ValueError(f"`backend` must be one of {', '.join(map(repr, _ALL))}, but got "
+                     f"{backend!r}")
+
+
+def _adaptive() -> Any:
+    from .sweep_adaptive import sweep_numba_adaptive
+
+    return sweep_numba_adaptive
+
+
+def _ensemble() -> Any:
+    from .ensemble_numba import ensemble_numba, row_cost
+
+    return ensemble_numba, row_cost
+
+
+for _name in BACKENDS:
+    register_backend(_name, "sweep", lambda: sweep_backend)
+register_backend("numba", "sweep_adaptive", _adaptive)
+register_backend("numba", "ensemble", _ensemble)
 
 
 def __getattr__(name: str) -> Any:

@@ -35,6 +35,7 @@ import numpy as np
 from numba import njit, prange
 
 from .._core.derivatives._taylor_numba import run_row
+from .._core.status import RowCode
 from ._ensemble_parts import (_finite, _fmin, _rms, grow_factor, initial_step, initial_step_h0,
                               shrink_factor)
 from ._numba_calls import _IDS, _plan_scratch
@@ -42,8 +43,11 @@ from ._numba_kernels import _jet_coefficients, jet_rhs
 
 _jit = njit(cache=True, error_model="numpy")
 
-#: Status codes of an input's sweep (`invimbed._backends.sweep_adaptive` words them).
-S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = 0, 1, 2, 3, 4, 5
+#: Codes of an input's sweep (`invimbed._backends.sweep_adaptive` words them): those of
+#: `invimbed._core.status.RowCode`, as plain integers.
+S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = (
+    int(RowCode.DONE), int(RowCode.NONFINITE), int(RowCode.FIRST), int(RowCode.UNDERFLOW),
+    int(RowCode.MAX_STEPS), int(RowCode.MIN_STEP))
 
 
 @_jit

@@ -60,16 +60,12 @@ import numpy as np
 from .._core.budget import RowCost, output_bytes
 from .._core.failures import empty_fields
 from .._core.controls import Constant, NoControl, PiecewiseConstant
-from .._core.integrators.ensemble import (DONE, MAX_FACTOR, MAX_STEPS, MIN_FACTOR, NONFINITE,
-                                     RUNNING, SAFETY, TABLEAUX, UNDERFLOW)
+from .._core.integrators.ensemble import DONE, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
 from .._core.arguments import Setup
 from .._core.assembly import depth_gradient
 from ._numba import (CompiledValues, _fingerprint, _types, eval_signature, function_tuple,
                      import_numba)
 from ._plans import BASE_KEYS, Request, build_plan
-
-#: Kernel status codes (`_ensemble_kernels.K_DONE` ...) -> those of `integrate_rows`.
-_CODES = np.array([DONE, UNDERFLOW, NONFINITE, MAX_STEPS, RUNNING], dtype=np.int64)
 
 _KERNELS: dict[tuple, Any] = {}
 
@@ -166,7 +162,7 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
     if R:
         _run(args)
     nfev = int(out_nfev.max()) if R else 0
-    status = _CODES[out_status]
+    status = out_status     # `RowCode`s, as `integrate_rows` returns them
     fwd_ok = status[:, 0] == DONE
     good = fwd_ok & (status[:, 1] == DONE)
     if np.any(good):        # dJ/dp by the core's formula, f and R in a compiled loop

@@ -40,6 +40,7 @@ from .._core.failures import (below_min_step, budget_exhausted, first_evaluation
                               step_collapsed, sweep_stopped)
 from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, segments
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
+from .._core.results import set_fields
 from ._numba import (_jet_tables, _types, eval_signature, function_tuple,
                      import_numba)
 from ._plans import Request, build_plan
@@ -323,7 +324,7 @@ def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: st
     reached; no ``sol`` (None) where an input took no step."""
     from .._core.dense import DenseSolution, StateInterpolant, input_columns
 
-    res["sol"] = None
+    set_fields(res, sol=None)
     if steps.n_steps.size == 0 or steps.n_steps.min() < 1:
         return res
     parts, deepest = [], float(setup.depths_desc[-1])
@@ -339,11 +340,11 @@ def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: st
     def stacked(ys: np.ndarray) -> tuple[dict, dict | None]:
         return clo.fields(ys), clo.error_estimate(ys)
 
-    res["sol"] = DenseSolution(setup, StateInterpolant.stack(parts, clo.layout.size), None,
-                               _shapes(setup), stacked=stacked, finish=finish, closure="jet",
-                               method=method, with_errors=clo.has_error_estimate,
-                               backend="numba")
-    res["sol"].layout = clo.layout
+    sol = DenseSolution(setup, StateInterpolant.stack(parts, clo.layout.size), None,
+                        _shapes(setup), stacked=stacked, finish=finish, closure="jet",
+                        method=method, with_errors=clo.has_error_estimate, backend="numba")
+    sol.layout = clo.layout
+    set_fields(res, sol=sol)
     return res
 
 

@@ -19,6 +19,7 @@ from scipy.optimize import OptimizeResult
 from .._core.adjoint import solve_adjoint
 from .._core.imbedding import solve_imbedding
 from .._core.problem import BolzaProblem
+from .._core.status import Status
 from .._core.validation import as_float_array, as_int, as_real, check_choice, describe
 from .options import SolverFailure, split_solve_kwargs
 
@@ -198,8 +199,9 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
     if not sweep.success:
         return done(p=np.nan, value=np.nan, depth_grad=np.nan, interior=False,
                     candidates=np.empty(0), candidate_values=np.empty(0), success=False,
-                    status=-1, message=f"The {'exact solve' if via == 'adjoint' else 'sweep'} "
-                                       f"over the grid failed: {sweep.message}")
+                    status=Status.FAILED,
+                    message=f"The {'exact solve' if via == 'adjoint' else 'sweep'} "
+                            f"over the grid failed: {sweep.message}")
 
     def refine(depths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         vals, grs, res = at(depths)
@@ -245,8 +247,8 @@ def optimal_depth(problem: BolzaProblem, x: Any, p_range: Any, *, control: Any =
         extra["value_error"] = float(np.mean(est["value"])) if est is not None else 0.0
     return done(**extra, p=float(best[0]), value=float(best[1]), depth_grad=float(best[2]),
                 interior=bool(best[3]), candidates=np.array([c[0] for c in cands]),
-                candidate_values=np.array([c[1] for c in cands]), success=True, status=0,
-                message=message)
+                candidate_values=np.array([c[1] for c in cands]), success=True,
+                status=Status.SUCCESS, message=message)
 
 
 def _refine_minima(evaluate: Callable, a: np.ndarray, b: np.ndarray, ga: np.ndarray,

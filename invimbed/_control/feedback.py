@@ -46,7 +46,7 @@ from .._core.closures.jet import JetClosure
 from .._core.controls import OpenLoopControl
 from .._core.derivatives.multiindex import (compose_split, monomials, multi_indices,
                                             n_coefficients, poly_derivatives, poly_mul)
-from .._core.results import ImbeddingResult, SolverWarning
+from .._core.results import ImbeddingResult, SolverWarning, set_fields
 from .policy import policy_from_outcome
 from .sweep import OptimalityError, finish, integrate
 
@@ -400,13 +400,12 @@ def sweep_feedback(setup, clo: FeedbackJetClosure, method: str, rtol: float, ato
                     with_errors=clo.has_error_estimate, tol=tol if clo.has_ratio_test else None)
     res = collect_results(setup, outcome, per_depth, shapes, **assembly)
     attach_dense(res, setup, outcome, per_depth, shapes, **assembly)
-    res.setdefault("warnings", [])
     if clo.stopped_at_noise:
-        res.warnings.append(SolverWarning(
+        set_fields(res, warnings=res.get("warnings", []) + [SolverWarning(
             "newton_at_derivative_noise",
             "Newton's method for the feedback stopped at the noise level of the "
             "finite-difference derivatives (above `newton_tol`); give exact derivatives "
-            "(from_sympy, or `derivatives=`) for a tighter feedback."))
+            "(from_sympy, or `derivatives=`) for a tighter feedback.")])
 
     def jet_at(p: float, y: np.ndarray) -> np.ndarray:
         _, _, psi0, psi = clo.closed_loop(p, clo.layout.unpack(y)[f"V{clo.order}"], clo.order)
@@ -414,5 +413,5 @@ def sweep_feedback(setup, clo: FeedbackJetClosure, method: str, rtol: float, ato
         coef[..., 0] = psi0
         return coef
 
-    res.policy = policy_from_outcome(outcome, jet_at, clo.x, clo.order, clo.bounds)
+    set_fields(res, policy=policy_from_outcome(outcome, jet_at, clo.x, clo.order, clo.bounds))
     return finish(res, outcome, FIELDS)

@@ -20,7 +20,7 @@ from .._core.controls import Constant
 from .._core.dense import check_dense_output, dense_conflicts
 from .._core.integrators import ALL_METHODS
 from .._core.problem import BolzaProblem, _symbols
-from .._core.results import ImbeddingResult
+from .._core.results import ImbeddingResult, set_fields
 from .._core.validation import (as_bool, as_float_array, as_int, as_real, check_choice, describe,
                                 require_finite)
 from . import riccati
@@ -178,7 +178,7 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     finally:
         budget.close()
     if dense_output:
-        res.setdefault("sol", None)     # None where the sweep took no step (failed at q)
+        set_fields(res, sol=res.get("sol"))     # None where the sweep took no step (at q)
     check = closed_loop if closed_loop is not None else not res.linear_quadratic
     if check and res.get("policy") is not None:
         check_closed_loop(res, setup, res.policy, method, rtol, atol, options, tol_pair)
@@ -202,9 +202,7 @@ def _sweep(setup, problem, grid, budget, *, method, rtol, atol, step, options, e
         if is_lq:
             res = riccati.solve_riccati(setup, varying, method, rtol, atol, step,
                                         dict(options), estimate_error, grid, budget)
-            res.linear_quadratic = True
-            res.setdefault("warnings", [])
-            return res
+            return set_fields(res, linear_quadratic=True, warnings=res.get("warnings", []))
     clo = FeedbackJetClosure(setup.provider, setup.x, setup.q, n_controls, order=order,
                              estimate_error=estimate_error, bounds=bounds,
                              control_affine=control_affine, theta0=theta0,
@@ -213,9 +211,9 @@ def _sweep(setup, problem, grid, budget, *, method, rtol, atol, step, options, e
     res = sweep_feedback(setup, clo, method, rtol, atol, step, dict(options), tol_pair,
                          grid, budget)
     if bounds is not None and res.success:
-        res.message += _branch_check(setup, res, bounds, n_controls, control_affine)
-    res.linear_quadratic = False
-    return res
+        set_fields(res, message=res.message + _branch_check(setup, res, bounds, n_controls,
+                                                            control_affine))
+    return set_fields(res, linear_quadratic=False)
 
 
 def _branch_check(setup, res, bounds: np.ndarray, n_controls: int, control_affine: bool) -> str:

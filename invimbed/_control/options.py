@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._core.backends import BACKENDS, backends_for
 from .._core.integrators import ALL_METHODS, SCIPY_METHODS
 from .._core.validation import check_options
 
@@ -21,8 +22,6 @@ EXACT_OPTIONS = ("strategy",)
 #: Solver keywords of the imbedding sweep only (`solve_imbedding`).
 SWEEP_OPTIONS = ("closure", "order", "estimate_error", "difference", "delta", "step",
                  "min_step")
-#: Backends that run the sweep only (`solve_adjoint` runs ``"numpy"`` and ``"numba"``).
-SWEEP_BACKENDS = ("cupy",)
 
 
 class SolverFailure(RuntimeError):
@@ -54,7 +53,7 @@ def split_solve_kwargs(kwargs: dict, caller: str, method_key: str
                 exact["method"] = value
         elif key == "backend":
             sweep[key] = value
-            if value in SWEEP_BACKENDS:
+            if value in BACKENDS and value not in backends_for("ensemble"):   # sweep only
                 sweep_only.append(f"backend={value!r}")
             else:                               # solve_adjoint validates it
                 exact[key] = value

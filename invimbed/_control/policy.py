@@ -24,7 +24,8 @@ from .._core.accuracy import _scale as tolerance_scale
 from .._core.derivatives.multiindex import multi_indices
 from .._core.integrators import FIXED_METHODS, SCIPY_METHODS
 from .._core.integrators.schedule import fixed_schedule
-from .._core.results import SolverWarning
+from .._core.results import SolverWarning, set_fields
+from .._core.status import Status
 from .simulate import run_rows
 
 #: Depths of the grid on which the feedback's polynomials are kept (plus the requested
@@ -173,11 +174,11 @@ def check_closed_loop(res: Any, setup: Any, policy: SweepFeedback, method: str, 
     reached = np.isfinite(V)
     refused = reached & ~(ratio <= 1.0)                  # NaN J (a failed loop): refused
     shape = (n, B) if setup.batched else (n,)
-    res.closed_loop_value = J.reshape(shape)
     converged = res.get("converged")
     ok = ~refused
-    res.converged = (ok if converged is None
-                     else np.asarray(converged, dtype=bool).reshape(n, B) & ok).reshape(shape)
+    set_fields(res, closed_loop_value=J.reshape(shape), converged=(
+        ok if converged is None else np.asarray(converged, dtype=bool).reshape(n, B) & ok
+    ).reshape(shape))
     if not np.any(refused):
         return
     i, b = np.argwhere(refused)[0]
@@ -192,9 +193,9 @@ def check_closed_loop(res: Any, setup: Any, policy: SweepFeedback, method: str, 
             f"{int(refused.sum())} of {int(reached.sum())} (depth, input) pairs differ; "
             f"V is not the cost of a feedback there (raise `order`, request shallower "
             f"depths, or use a direct method such as optimize_control).")
-    res.warnings.append(SolverWarning("closed_loop_mismatch", text, depth=p))
+    set_fields(res, warnings=res.warnings + [SolverWarning("closed_loop_mismatch", text, depth=p)])
     if res.success:
-        res.success, res.status, res.message = False, -2, text
+        set_fields(res, success=False, status=Status.NOT_CONVERGED, message=text)
 
 
 def policy_from_outcome(outcome: Any, jet_at: Any, inputs: np.ndarray, order: int,

@@ -37,6 +37,7 @@ import numpy as np
 
 from .._core.assembly import collect_results
 from .._core.dense import attach_dense
+from .._core.results import set_fields
 from .policy import policy_from_outcome
 from .sweep import OptimalityError, failed_outcome, finish, integrate
 
@@ -364,5 +365,5 @@ def solve_riccati(setup, varying: bool, method: str, rtol: float, atol: float,
         fl = sweep.fields(p, y, setup.x)
         return np.concatenate([fl["feedback"][..., None], fl["feedback_jacobian"]], axis=-1)
 
-    res.policy = policy_from_outcome(outcome, jet_at, setup.x, 1)
+    set_fields(res, policy=policy_from_outcome(outcome, jet_at, setup.x, 1))
     return finish(res, outcome, tuple(shapes))

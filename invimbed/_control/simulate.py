@@ -25,6 +25,7 @@ from .._core.integrators import DEFAULT_MAX_STEPS, SCIPY_METHODS
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, TABLEAUX, integrate_rows
 from .._core.problem import BolzaProblem
 from .._core.results import ImbeddingResult
+from .._core.status import row_status
 from .._core.validation import (as_float_array, as_int, as_ivp_options, as_state, check_choice,
                                 check_positive, describe, require_finite)
 
@@ -160,6 +161,7 @@ def simulate(problem: BolzaProblem, x: Any, control: Any, horizon: Any, *,
     out = run_rows(provider, q, t0, x0, theta_of, method=method, rtol=rtol, atol=atol,
                    options=opts, n_points=n_points, stops=stops, pieces=pieces)
     failure = _failure_message(out, t0, batched, B, opts.get("max_steps", DEFAULT_MAX_STEPS))
+    status = row_status(out["status"])
 
     def arrange(a: np.ndarray) -> np.ndarray:
         a = a.reshape((n, B) + a.shape[1:])
@@ -171,7 +173,7 @@ def simulate(problem: BolzaProblem, x: Any, control: Any, horizon: Any, *,
         horizon=float(h[0]) if scalar else h, t=t[0] if scalar else t,
         z=arrange(out["z"]), control=arrange(out["control"]), cost=arrange(out["cost"]),
         running_cost=arrange(out["running_cost"]), terminal_cost=arrange(out["terminal_cost"]),
-        success=failure is None, status=0 if failure is None else -1,
+        success=status.success, status=status,
         message=("The closed loop reached t = q for every horizon and input."
                  if failure is None else failure),
         nfev=int(out["nfev"]), nsteps=arrange(out["nsteps"]), method=method,

@@ -20,6 +20,7 @@ from .._progress import ProgressBar
 
 from .._core.integrators import NonFiniteError, Outcome
 from .._core.integrators import integrate as integrate_integrators
+from .._core.results import set_fields
 from .._core.validation import SOLVE_IVP_OPTIONS, as_ivp_options
 
 #: The keyword arguments the closed-loop solvers pass on to the integrator.
@@ -188,7 +189,7 @@ def integrate(rhs: Callable, y0: np.ndarray, setup: Any, method: str, rtol: floa
 def finish(result: Any, outcome: Outcome, keys: tuple[str, ...]) -> Any:
     """Attach an `OptimalityError` of ``outcome`` to ``result`` with the depths it reached."""
     exc = outcome.extra.get("optimality_error")
-    result.optimality_error = exc
+    set_fields(result, optimality_error=exc)
     if exc is not None:
         exc.keep_reached(result, keys)
     return result

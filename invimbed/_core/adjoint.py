@@ -39,11 +39,11 @@ from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
 from .arguments import Setup, prepare
 from .assembly import depth_gradient, pack_result
+from .backends import check_backend, get_backend
 from .budget import RowCost, output_bytes, resolve_budget, run_in_chunks
 from .validation import as_ivp_options, check_choice
 
 STRATEGIES = ("ensemble", "per_depth")
-BACKENDS = ("numpy", "numba")
 #: Keyword options of `solve_adjoint` beyond its named arguments.
 OPTIONS = ("first_step", "max_step", "max_steps")
 
@@ -128,7 +128,7 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
     -4.797
     """
     check_choice(strategy, "strategy", STRATEGIES)
-    check_choice(backend, "backend", BACKENDS)
+    check_backend(backend, "ensemble")
     budget = resolve_budget(memory_budget)
     opts = _options(options)
     setup = prepare(problem, x, depths, control, method, rtol, atol, None, SCIPY_METHODS)
@@ -145,8 +145,7 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
             raise ValueError(f"`backend='numba'` runs the ensemble only (method 'RK45' or "
                              f"'RK23', strategy='ensemble'), but got strategy={strategy!r} "
                              f"and method={method!r}")
-        from .._backends.ensemble_numba import ensemble_numba, row_cost
-
+        ensemble_numba, row_cost = get_backend(backend, "ensemble")
         fields, nfev, failure = run_in_chunks(
             lambda sub: ensemble_numba(sub, method, rtol, atol, opts), setup, budget,
             row_cost(setup), opts["max_steps"], max)

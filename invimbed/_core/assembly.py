@@ -14,7 +14,8 @@ import numpy as np
 from .accuracy import assess
 from .arguments import Setup
 from .ordered import sum_products
-from .results import ImbeddingResult
+from .results import ImbeddingResult, set_fields
+from .status import Status, as_status
 
 
 def depth_gradient(setup: Setup, p: float | np.ndarray, adjoint: np.ndarray,
@@ -94,7 +95,8 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
         depths=setup.depths.copy(),
         **{k: arrange(v) for k, v in fields.items()},
         success=bool(success),
-        status=(0 if success else -1) if status is None else int(status),
+        status=(Status.SUCCESS if success else Status.FAILED) if status is None
+        else as_status(status),
         message=message,
         nfev=int(nfev),
         closure=closure,
@@ -103,15 +105,17 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
                         ImbeddingResult({k: arrange(v) for k, v in error_estimate.items()})),
         **extra,
     )
-    res.setdefault("warnings", [])
+    notes, message = list(res.get("warnings", [])), res.message
     for note in setup.problem.solver_warnings():
-        if note not in res["warnings"]:
-            res["warnings"].append(note)
-            res["message"] += f" Note: {note}."
-    if setup.unreachable and res["status"] == 0:     # `invimbed._core.probe`
-        res.update(success=False, status=1)
-        res["message"] += f" Not checked: {setup.unreachable}."
-    res.setdefault("derivatives", getattr(setup.provider, "derivative_source", None)
+        if note not in notes:
+            notes.append(note)
+            message += f" Note: {note}."
+    set_fields(res, warnings=notes, message=message)
+    if setup.unreachable and res.status == Status.SUCCESS:       # `invimbed._core.probe`
+        set_fields(res, success=False, status=Status.UNCHECKED,
+                   message=message + f" Not checked: {setup.unreachable}.")
+    if "derivatives" not in res:
+        set_fields(res, derivatives=getattr(setup.provider, "derivative_source", None)
                    or setup.problem.derivative_source)
     return res
 
@@ -223,7 +227,7 @@ def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
         message = (f"Non-finite depth gradient at depth p = {bad[0]:.10g} (the dynamics or "
                    f"running loss is not finite at x there)." if bad else
                    "Non-finite value in the results.")
-    status = 0 if success else -1
+    status = Status.SUCCESS if success else Status.FAILED
     converged = ratio = None
     if errors is not None:
         verdict = assess(setup.depths_desc, stacked, errors, lower, tol, upper)
@@ -231,7 +235,7 @@ def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
         ratio = verdict.ratio if (lower is not None or upper is not None) else None
         warnings += verdict.warnings
         if success and not verdict.all_converged:
-            success, status = False, -2
+            success, status = False, Status.NOT_CONVERGED
             message = verdict.message
         if predict:
             extra["_bound"] = verdict.estimate

@@ -26,7 +26,7 @@ import numpy as np
 
 from .assembly import collect_results
 from .integrators.common import Outcome
-from .results import ImbeddingResult
+from .results import ImbeddingResult, set_fields
 from .validation import as_float_array, describe
 
 #: Largest temporary (depths x state x coefficients) of one block of `from_steps`.
@@ -243,7 +243,7 @@ class DenseSolution:
             res = collect_results(at, outcome, self.per_depth, self.shapes, **self.assembly)
         if self.finish is not None:
             self.finish(res)
-        res["nfev"] = 0
+        set_fields(res, nfev=0)
         return _drop_depth_axis(res, tuple(self.shapes)) if arr.ndim == 0 else res
 
     def __repr__(self) -> str:
@@ -256,13 +256,12 @@ def _drop_depth_axis(res: ImbeddingResult, keys: tuple[str, ...]) -> ImbeddingRe
     for k in keys + ("converged", "series_ratio", "depths", "depth_order", "exact_fallback"):
         v = res.get(k)
         if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == 1:
-            res[k] = v[0]
+            set_fields(res, **{k: v[0]})
     est = res.get("error_estimate")
     if est is not None:
-        for k, v in est.items():
-            est[k] = v[0]
+        set_fields(est, **{k: v[0] for k, v in est.items()})
     if isinstance(res.get("depths"), np.ndarray):
-        res["depths"] = float(res["depths"])
+        set_fields(res, depths=float(res["depths"]))
     return res
 
 
@@ -289,9 +288,8 @@ def attach_dense(res: ImbeddingResult, setup: Any, outcome: Outcome, per_depth: 
         y = np.asarray(outcome.ys[np.argmax(setup.depths_desc == ts[0])])
         states = StateInterpolant(y.size, [(slice(None), lambda p: np.tile(y, (p.size, 1)),
                                             (float(ts[0]), float(ts[0])))])
-    res["sol"] = DenseSolution(setup, states, per_depth, shapes, stacked=stacked, finish=finish,
-                               **assembly)
-    return res
+    return set_fields(res, sol=DenseSolution(setup, states, per_depth, shapes, stacked=stacked,
+                                             finish=finish, **assembly))
 
 
 

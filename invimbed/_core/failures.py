@@ -11,8 +11,14 @@ from typing import Any
 
 import numpy as np
 
-#: Per-row status codes of the ensemble integrator (`integrators.ensemble.integrate_rows`).
-RUNNING, DONE, UNDERFLOW, NONFINITE, MAX_STEPS = 1, 0, -1, -2, -3
+from .status import RowCode
+
+#: Per-row codes of the ensemble integrator (`integrators.ensemble.integrate_rows`): the
+#: `RowCode` table, as plain integers.
+RUNNING, DONE, UNDERFLOW, NONFINITE, MAX_STEPS = (int(RowCode.RUNNING), int(RowCode.DONE),
+                                                  int(RowCode.UNDERFLOW),
+                                                  int(RowCode.NONFINITE),
+                                                  int(RowCode.MAX_STEPS))
 
 #: ``h |lambda|`` above which an explicit step is taken as limited by stability, not
 #: accuracy. The stability boundaries on the negative real axis are about 2.5 (RK23),

@@ -16,7 +16,8 @@ import numpy as np
 from .adjoint import solve_adjoint
 from .arguments import tolerances_from_tol
 from .integrators import SCIPY_METHODS
-from .results import ImbeddingResult, SolverWarning
+from .results import ImbeddingResult, SolverWarning, set_fields
+from .status import Status
 
 
 def exact_options(method: str, rtol: float, atol: float, tol: Any,
@@ -58,8 +59,7 @@ def fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
     bad = ~conv2
     exact = np.zeros_like(conv2)
     if not bad.any():
-        res["exact_fallback"] = exact if setup.batched else exact[:, 0]
-        return res
+        return set_fields(res, exact_fallback=exact if setup.batched else exact[:, 0])
     options = exact_options(method, rtol, atol, tol, max_steps)
     a_rtol, a_atol = options["rtol"], options["atol"]
     inputs = np.flatnonzero(bad.any(axis=0))
@@ -84,29 +84,31 @@ def fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
                     e[di, b] = 0.0 if finite else np.nan
                     if not setup.batched:
                         res.error_estimate[k][di] = e[di, 0]
-    res["nfev"] = int(res.nfev) + int(ref.nfev)
     count = int(exact.sum())
     first = float(setup.depths[depths_bad].max())
-    res["warnings"].append(SolverWarning(
+    note = SolverWarning(
         "fallback_adjoint",
         f"{count} (depth, input) pair(s) whose jet did not converge, from depth p = "
         f"{first:.6g} on, were recomputed by the exact ensemble solve_adjoint (rtol={a_rtol:g}, "
-        f"atol={a_atol:g}); see `exact_fallback`", first))
-    res["warnings"] += [w for w in ref.get("warnings", []) if w not in res["warnings"]]
-    res["exact_fallback"] = exact if setup.batched else exact[:, 0]
-    if res.status in (-1, -2):
+        f"atol={a_atol:g}); see `exact_fallback`", first)
+    notes = res.warnings + [note]
+    set_fields(res, nfev=int(res.nfev) + int(ref.nfev),
+               warnings=notes + [w for w in ref.get("warnings", []) if w not in notes],
+               exact_fallback=exact if setup.batched else exact[:, 0])
+    if res.status in (Status.FAILED, Status.NOT_CONVERGED):
         if ref.success:
-            failed = res.status == -1
+            failed = res.status == Status.FAILED
             if failed:    # the sweep's own failure, repaired, stays on record
-                res["warnings"].append(SolverWarning("sweep_failed", res.message, first))
+                set_fields(res, warnings=res.warnings + [
+                    SolverWarning("sweep_failed", res.message, first)])
             where = "the sweep failed or its jet did not converge" if failed else \
                 "its jet did not converge"
-            res["success"], res["status"] = True, 0
-            res["message"] = (f"Every requested depth is within the tolerance; {count} "
-                              f"(depth, input) pair(s) from depth p = {first:.6g} on, where "
-                              f"{where}, are exact values of solve_adjoint "
-                              f"(`exact_fallback`).")
+            set_fields(res, success=True, status=Status.SUCCESS,
+                       message=f"Every requested depth is within the tolerance; {count} "
+                               f"(depth, input) pair(s) from depth p = {first:.6g} on, where "
+                               f"{where}, are exact values of solve_adjoint "
+                               f"(`exact_fallback`).")
         else:
-            res["success"], res["status"] = False, -1
-            res["message"] = f"The fallback to solve_adjoint failed: {ref.message}"
+            set_fields(res, success=False, status=Status.FAILED,
+                       message=f"The fallback to solve_adjoint failed: {ref.message}")
     return res

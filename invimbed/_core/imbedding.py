@@ -12,7 +12,9 @@ from .derivatives import DerivativeOrderError
 from .fallback import exact_options, exact_probe, fallback_adjoint
 from .integrators import ALL_METHODS, FIXED_METHODS, SCIPY_METHODS, integrate
 from .problem import BolzaProblem
-from .results import ImbeddingResult, SolverWarning
+from .results import ImbeddingResult, SolverWarning, set_fields
+from .status import Status
+from .backends import check_backend, get_backend
 from .accuracy import assess
 from .arguments import parse_tol, prepare, tolerances_from_tol
 from .orders import raise_order
@@ -204,9 +206,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
             f"estimate_error={estimate_error!r}, method={method!r}; drop `tol`, or use "
             f"solve_adjoint for exact values")
     if backend != "numpy":
-        from .._backends import BACKENDS
-
-        check_choice(backend, "backend", ("numpy",) + tuple(BACKENDS))
+        check_backend(backend, "sweep")
         if tol_pair is not None and ratio_test and not _compiled_adaptive(backend, method):
             raise ValueError(
                 f"`tol` with backend={backend!r}: the accelerated backends carry the jets of "
@@ -234,35 +234,32 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         res = raise_order(setup, sweep, order=order, top=max(top, order),
                           probe=exact_probe(setup, exact) if fallback == "adjoint" else None)
         last = (res.get("orders_run") or [order])[-1]
-        if res.status == -2 and top < max_order and last >= top:
+        if res.status == Status.NOT_CONVERGED and top < max_order and last >= top:
             why = (f"the {prov.name} serves jets up to order {top}" if backend == "numpy"
                    else f"backend={backend!r} does not raise the order")
-            res["warnings"].append(SolverWarning(
+            set_fields(res, warnings=res.warnings + [SolverWarning(
                 "order_limit", f"the sweep stopped at order {last} short of "
-                f"max_order={max_order}: {why}"))
-    res["order"] = res.get("order", order) if closure in ("jet", "crop") else None
+                f"max_order={max_order}: {why}")])
+    set_fields(res, order=res.get("order", order) if closure in ("jet", "crop") else None)
     if fallback == "adjoint" and res.get("converged") is not None:
         res = fallback_adjoint(setup, res, method, rtol, atol, tol_pair,
                                options.get(STEP_BUDGET))
     mark_unchecked(res, closure, est, method)
-    for key in ("exact_fallback", "orders_run", "depth_order"):
-        res.setdefault(key, None)
-    if dense_output:
-        res.setdefault("sol", None)     # None where the sweep took no step (failed at q)
-    return res
+    keys = ("exact_fallback", "orders_run", "depth_order") + (("sol",) if dense_output else ())
+    return set_fields(res, **{k: res.get(k) for k in keys})   # sol None: no step taken
 
 
 def mark_unchecked(res: ImbeddingResult, closure: str, est: bool, method: str) -> None:
     """Give a successful result without an error estimate status 1, "reached, not
     checked", and a message naming what left it without one (`invimbed.STATUS`)."""
-    if res.status != 0 or res.get("converged") is not None:
+    if res.status != Status.SUCCESS or res.get("converged") is not None:
         return
     what = (f"closure={closure!r}" if closure != "jet" else
             "method='disc'" if method == "disc" else "estimate_error=False")
-    res["status"] = 1
-    res["message"] = (f"{res.message.rstrip('.')}; {what} has no error estimate, so the "
-                      f"fields were not checked against a tolerance (status 1). Compare "
-                      f"with solve_adjoint, or use closure='jet' with estimate_error=True.")
+    set_fields(res, status=Status.UNCHECKED,
+               message=f"{res.message.rstrip('.')}; {what} has no error estimate, so the "
+                       f"fields were not checked against a tolerance (status 1). Compare "
+                       f"with solve_adjoint, or use closure='jet' with estimate_error=True.")
 
 
 #: The named arguments of `solve_imbedding`, for the hint of a misspelt keyword.
@@ -386,21 +383,18 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
     """One sweep at jet order ``order``, within ``budget`` bytes
     (`invimbed._core.sweep_memory`)."""
     if _compiled_adaptive(backend, method):
-        from .._backends.sweep_adaptive import sweep_numba_adaptive
-
         if step is not None:
             options.setdefault("max_step", float(step))
-        return sweep_numba_adaptive(
+        return get_backend(backend, "sweep_adaptive")(
             setup, closure=closure, order=order, method=method, rtol=rtol, atol=atol, est=est,
             ratio_test=ratio_test, tol=tol, warnings_=warnings, **options,
             look_ahead=_serves(setup.provider, order + 2, est, setup.control.n_params),
             finish=lambda r: mark_unchecked(r, closure, est, method))
     if backend != "numpy":
-        from .._backends import sweep_backend
-
-        res = sweep_backend(backend, setup, closure=closure, order=order, method=method,
-                            step=step, difference=difference, delta=delta,
-                            estimate_error=est, rtol=rtol, atol=atol, **options)
+        run = get_backend(backend, "sweep")
+        res = run(backend, setup, closure=closure, order=order, method=method, step=step,
+                  difference=difference, delta=delta, estimate_error=est, rtol=rtol,
+                  atol=atol, **options)
         return rejudge(setup, res, tol, warnings)
     prov = setup.provider
     if closure in ("jet", "crop"):
@@ -465,9 +459,9 @@ def _compiled_adaptive(backend: str, method: str) -> bool:
 def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> ImbeddingResult:
     """Apply `assess` with ``tol`` to a backend's result (its own verdict used the default
     criterion); the backends carry no lower order, so no ratio test."""
-    res["warnings"] = list(warnings) + [w for w in res.get("warnings", [])
-                                        if w.code not in ("estimate_large",)]
-    if res.get("error_estimate") is None or res.status == -1:
+    set_fields(res, warnings=list(warnings) + [w for w in res.get("warnings", [])
+                                               if w.code not in ("estimate_large",)])
+    if res.get("error_estimate") is None or res.status == Status.FAILED:
         return res
 
     def lead(a):
@@ -477,12 +471,11 @@ def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> Imbed
     fields = {k: lead(res[k]) for k in res.error_estimate}
     errors = {k: lead(v) for k, v in res.error_estimate.items()}
     verdict = assess(setup.depths, fields, errors, None, tol)
-    res["converged"] = verdict.converged if setup.batched else verdict.converged[:, 0]
-    res["warnings"] += verdict.warnings
-    if verdict.all_converged:
-        res["success"], res["status"] = True, 0
-        if res.message.startswith("Not converged"):
-            res["message"] = "The sweep reached every requested depth."
-    else:
-        res["success"], res["status"], res["message"] = False, -2, verdict.message
-    return res
+    set_fields(res, converged=verdict.converged if setup.batched else verdict.converged[:, 0],
+               warnings=res.warnings + verdict.warnings)
+    if not verdict.all_converged:
+        return set_fields(res, success=False, status=Status.NOT_CONVERGED,
+                          message=verdict.message)
+    if res.status == Status.NOT_CONVERGED:      # the backend's own verdict, overruled
+        set_fields(res, message="The sweep reached every requested depth.")
+    return set_fields(res, success=True, status=Status.SUCCESS)

@@ -22,7 +22,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .accuracy import RATIO_MAX
-from .results import ImbeddingResult, SolverWarning
+from .results import DROP, ImbeddingResult, SolverWarning, set_fields
+from .status import Status
 
 #: Growth of a sweep's cost from one order to the next, assumed until two orders have
 #: been measured (then the measured ratio, at least 1, is used). Measured on this
@@ -92,8 +93,9 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
     if conv is None:
         return res
     accepted = _pairs(setup, conv).copy()
-    bound = _pairs(setup, res.pop("_bound", np.full(np.shape(conv), np.nan))).copy()
-    more = _pairs(setup, res.pop("_more", np.ones(np.shape(conv)))).copy()
+    bound = _pairs(setup, res.get("_bound", np.full(np.shape(conv), np.nan))).copy()
+    more = _pairs(setup, res.get("_more", np.ones(np.shape(conv)))).copy()
+    set_fields(res, _bound=DROP, _more=DROP)
     ratio = (_pairs(setup, res["series_ratio"]).copy() if res.get("series_ratio") is not None
              else np.full((n, B), np.nan))
     at = np.full((n, B), order)                      # the order each pair's fields are of
@@ -101,7 +103,7 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
     failures: list[SolverWarning] = []
     K, nfev, t_exact, run = order, int(res.nfev), None, [order]
     active = ~accepted & _finite(setup, res)
-    if res.status == -1:
+    if res.status == Status.FAILED:
         active[:] = False                            # a sweep that failed is not raised
     while active.any():
         if K >= top:
@@ -199,27 +201,22 @@ def _finish(setup: Any, res: ImbeddingResult, accepted: np.ndarray, at: np.ndarr
             top: int, nfev: int, orders_run: list, failures: list) -> ImbeddingResult:
     """The merged result: converged, status, message and warnings of every pair."""
     shape = (lambda a: a) if setup.batched else (lambda a: a[:, 0])
-    res["converged"] = shape(accepted)
-    res["depth_order"] = shape(at)
+    set_fields(res, converged=shape(accepted), depth_order=shape(at), orders_run=orders_run,
+               nfev=nfev)
     if res.get("series_ratio") is not None:
-        res["series_ratio"] = shape(ratio)
-    res["orders_run"] = orders_run
-    res["nfev"] = nfev
+        set_fields(res, series_ratio=shape(ratio))
     finite = _finite(setup, res)
-    res["order"] = int(at[finite].max()) if finite.any() else orders_run[-1]
-    if len(orders_run) == 1 and not failures and (res.status == -1 or not why.any()):
+    set_fields(res, order=int(at[finite].max()) if finite.any() else orders_run[-1])
+    if len(orders_run) == 1 and not failures and (res.status == Status.FAILED or not why.any()):
         return res                      # one sweep, nothing stopped: its verdict stands
     keep = [w for w in res.warnings
             if w.code not in ("estimate_large", "series_not_converging")]
-    if res.status == -1:
-        res["warnings"] = list(res.warnings) + failures
-        return res
+    if res.status == Status.FAILED:
+        return set_fields(res, warnings=list(res.warnings) + failures)
     bad = ~accepted
     if not bad.any():
-        res["success"], res["status"] = True, 0
-        res["message"] = "The sweep reached every requested depth."
-        res["warnings"] = keep + failures
-        return res
+        return set_fields(res, success=True, status=Status.SUCCESS, warnings=keep + failures,
+                          message="The sweep reached every requested depth.")
     i = int(np.argmax(np.where(bad.any(axis=1), setup.depths, -np.inf)))   # the shallowest
     b = int(np.argmax(bad[i]))
     code, text = _reason(why[i, b], at[i, b], bound[i, b], ratio[i, b], more[i, b], top)
@@ -228,9 +225,8 @@ def _finish(setup: Any, res: ImbeddingResult, accepted: np.ndarray, at: np.ndarr
                f"(depth, input) pairs): {text}. The fields there are approximate; request "
                f"shallower depths, raise `max_order` where the prediction allows, or pass "
                f"fallback='adjoint' for exact values there.")
-    res["success"], res["status"], res["message"] = False, -2, message
-    res["warnings"] = keep + failures + [SolverWarning(code, message, p)]
-    return res
+    return set_fields(res, success=False, status=Status.NOT_CONVERGED, message=message,
+                      warnings=keep + failures + [SolverWarning(code, message, p)])
 
 
 def _reason(why: int, K: int, bound: float, ratio: float, more: float,

@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from scipy.optimize import OptimizeResult
 
-#: Status codes of every solver's result (``result.status``), in the style of scipy's
-#: ``MESSAGES``. Negative: ``success`` is False; the fields are still returned (NaN where
-#: nothing could be computed). 1: ``success`` is True (every depth reached), but the
-#: result has no error estimate, so nothing was checked against a tolerance.
-STATUS = {
-    0: "success: every requested depth was reached and is within the tolerance",
-    1: "reached, not checked: every requested depth was reached with finite values, but "
-       "the result has no error estimate (closure='stencil' or 'crop', method='disc', "
-       "estimate_error=False), so the fields were not checked against a tolerance; or a "
-       "function of the problem returns less than float64 and rtol asks for more than its "
-       "precision (then success is False)",
-    -1: "integration failed: a non-finite value, a step-size underflow or the step budget "
-        "(the message names the depth)",
-    -2: "not converged: the error estimate exceeds the tolerance at some depth (the "
-        "message names the first); the fields there are approximate",
-    -3: "raised: the solve raised an exception instead of returning a result "
-        "(invimbed.dask.solve_batch: a chunk whose task raised; its rows are NaN and the "
-        "message names the exception)",
-}
+from .status import STATUS, Status
+
+#: ``{code: message}`` of every solver's ``result.status`` (`Status`), in the style of
+#: scipy's ``MESSAGES``; see `invimbed._core.status`.
+STATUS = STATUS
 #: The `STATUS` code of a solve that raised (a chunk of `invimbed.dask.solve_batch`).
-RAISED = -3
+RAISED = Status.RAISED
 
 
 @dataclass(frozen=True)
@@ -52,12 +40,77 @@ class SolverWarning:
         return self.message
 
 
+#: The fields of every result of `solve_imbedding`, `solve_adjoint`, `solve_optimal` and
+#: `invimbed.dask.solve_batch`.
+COMMON_FIELDS = ("depths", "z", "value", "adjoint", "depth_grad", "success", "status",
+                 "message", "nfev", "error_estimate", "closure", "method", "derivatives",
+                 "warnings")
+#: The fields some solvers add (see `ImbeddingResult`).
+OPTIONAL_FIELDS = (
+    "param_grad",                                                        # not solve_optimal
+    "converged", "series_ratio", "order", "orders_run", "depth_order", "exact_fallback",
+    "sol",                                                               # solve_imbedding
+    "nsteps", "strategy",                                                # solve_adjoint
+    "backend",                                       # backend="numba" or "cupy" (its name)
+    "chunk_status",                                                      # solve_batch
+    "feedback", "feedback_jacobian", "policy", "closed_loop_value",      # solve_optimal
+    "linear_quadratic", "optimality_error",
+)
+#: Fields of the assembly only (`invimbed._core.orders` takes them off with `set_fields`).
+PRIVATE_FIELDS = ("_bound", "_more")
+#: Every field an `ImbeddingResult` may hold.
+FIELDS = frozenset(COMMON_FIELDS + OPTIONAL_FIELDS + PRIVATE_FIELDS)
+
+
+def _check_fields(keys: Any) -> None:
+    undeclared = sorted(set(keys) - FIELDS)
+    if undeclared:
+        raise TypeError(f"ImbeddingResult has no field {', '.join(map(repr, undeclared))}; its "
+                        f"fields are {', '.join(sorted(COMMON_FIELDS + OPTIONAL_FIELDS))}")
+
+
+def set_fields(result: "ImbeddingResult", **changes: Any) -> "ImbeddingResult":
+    """Set the fields ``changes`` of ``result`` (in place; returns it); a value `DROP`
+    takes the field off.
+
+    The one way a later stage of a solver (the order loop, the fallback, the closed-loop
+    check, the dense output) changes a result that its builder
+    (`invimbed._core.assembly.pack_result`, `invimbed.dask.solve_batch`) made: setting a
+    field directly (``res.x = ...``, ``res["x"] = ...``) is deprecated, and an undeclared
+    field is refused."""
+    _check_fields(changes)
+    for key, value in changes.items():
+        if value is DROP:
+            dict.pop(result, key, None)
+        else:
+            dict.__setitem__(result, key, value)
+    return result
+
+
+#: The value that makes `set_fields` take a field off.
+DROP = object()
+
+
+def _deprecated_set(key: str) -> None:
+    warnings.warn(f"setting a field of an ImbeddingResult ({key!r}) is deprecated: a result "
+                  f"is built once by its solver; copy it into a dict of your own to change it",
+                  DeprecationWarning, stacklevel=3)
+
+
 class ImbeddingResult(OptimizeResult):
     """The fields of every requested depth, from `solve_imbedding` or
     `solve_adjoint`.
 
-    A dict with attribute access. Arrays follow the order in which the depths were
-    given; a batched input ``x`` of shape (B, N) adds a batch axis after the depth axis.
+    A dict with attribute access (``res.z`` is ``res["z"]``) whose fields are declared
+    (`COMMON_FIELDS`, in every result, and `OPTIONAL_FIELDS`): an undeclared field is
+    refused with a TypeError, at construction and later. A solver builds its result once
+    (`invimbed._core.assembly.pack_result`); a later stage changes it through `set_fields`
+    (setting a field directly is deprecated).
+    Arrays follow the order in which the depths were given; a batched input ``x`` of
+    shape (B, N) adds a batch axis after the depth axis. `solve_adjoint` adds ``nsteps``
+    and ``strategy``, an accelerated backend ``backend`` (its name),
+    `invimbed.dask.solve_batch` ``chunk_status``, and `solve_optimal` the fields it
+    documents (``feedback``, ``policy``, ...).
 
     Attributes
     ----------
@@ -132,6 +185,34 @@ class ImbeddingResult(OptimizeResult):
         extension of the accepted steps (docs/accuracy.md, "Dense output: any depth from
         one sweep"); None where the sweep took no step. Absent without it.
     """
+
+    def __init__(self, *args: Any, **fields: Any) -> None:
+        fields = dict(*args, **fields)
+        _check_fields(fields)
+        dict.__init__(self, fields)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        _check_fields((key,))
+        _deprecated_set(key)
+        dict.__setitem__(self, key, value)
+
+    __setattr__ = __setitem__
+
+    def update(self, *args: Any, **fields: Any) -> None:
+        fields = dict(*args, **fields)
+        _check_fields(fields)
+        for key in fields:
+            _deprecated_set(key)
+        dict.update(self, fields)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        _check_fields((key,))
+        if key not in self:
+            _deprecated_set(key)
+        return dict.setdefault(self, key, default)
+
+    def __reduce__(self) -> tuple:
+        return type(self), (dict(self),)
 
     def __repr__(self) -> str:
         order = ["message", "success", "status", "closure", "method", "nfev", "depths", "z",

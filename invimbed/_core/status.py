@@ -1,0 +1,108 @@
+"""The one status vocabulary of the solvers, and the per-row codes of the integrators.
+
+`Status` is what a result's ``status`` holds (`invimbed.STATUS` is its table of
+messages). `RowCode` is the per-row (or per-input) code of the ensemble integrator, the
+compiled kernels and `invimbed.simulate`: plain integers inside the kernels (numba),
+defined here once, and turned into a `Status` by `row_status` only.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+
+class Status(IntEnum):
+    """The status of a solver's result (``result.status``).
+
+    Negative: ``success`` is False, and the fields are still returned (NaN where
+    nothing could be computed). ``message`` says what the code means; the result's own
+    ``message`` says where it happened.
+    """
+
+    #: Every requested depth was reached and is within the tolerance.
+    SUCCESS = 0
+    #: Every requested depth was reached, but nothing was checked against a tolerance.
+    UNCHECKED = 1
+    #: The integration failed: a non-finite value, a step-size underflow, the budget.
+    FAILED = -1
+    #: The error estimate exceeds the tolerance at some depth.
+    NOT_CONVERGED = -2
+    #: The solve raised an exception instead of returning a result.
+    RAISED = -3
+
+    @property
+    def message(self) -> str:
+        """What the status means, and where to look next."""
+        return _MESSAGES[self]
+
+    @property
+    def success(self) -> bool:
+        """The ``success`` of a result with this status (``status >= 0``)."""
+        return self >= 0
+
+
+_MESSAGES = {
+    Status.SUCCESS: "success: every requested depth was reached and is within the tolerance",
+    Status.UNCHECKED:
+        "reached, not checked: every requested depth was reached with finite values, but "
+        "the result has no error estimate (closure='stencil' or 'crop', method='disc', "
+        "estimate_error=False), so the fields were not checked against a tolerance; or a "
+        "function of the problem returns less than float64 and rtol asks for more than its "
+        "precision (then success is False)",
+    Status.FAILED: "integration failed: a non-finite value, a step-size underflow or the "
+                   "step budget (the message names the depth)",
+    Status.NOT_CONVERGED:
+        "not converged: the error estimate exceeds the tolerance at some depth (the "
+        "message names the first); the fields there are approximate",
+    Status.RAISED:
+        "raised: the solve raised an exception instead of returning a result "
+        "(invimbed.dask.solve_batch: a chunk whose task raised; its rows are NaN and the "
+        "message names the exception)",
+}
+
+#: ``{code: message}`` of every `Status`, in the style of scipy's ``MESSAGES``.
+STATUS = {int(s): s.message for s in Status}
+
+
+class RowCode(IntEnum):
+    """The code of one row (one (depth, input) pair, or one input) of an integrator.
+
+    The compiled kernels hold these as plain integers (``int(RowCode.DONE)``...);
+    `row_status` is the one place where they become a `Status`.
+    """
+
+    #: The row reached its end.
+    DONE = 0
+    #: The step size fell below the spacing of floating-point numbers.
+    UNDERFLOW = 1
+    #: A non-finite value of the dynamics or the running loss.
+    NONFINITE = 2
+    #: More steps than ``max_steps``.
+    MAX_STEPS = 3
+    #: Still integrating (inside the integrator only).
+    RUNNING = 4
+    #: Not finite at the very first evaluation (the compiled sweep).
+    FIRST = 5
+    #: The step size fell below the user's ``min_step`` (the compiled sweep).
+    MIN_STEP = 6
+
+
+def row_status(codes: Any) -> Status:
+    """The `Status` of a result whose rows end with the `RowCode` s ``codes``: `SUCCESS`
+    where every row is `RowCode.DONE`, `FAILED` otherwise."""
+    return Status.SUCCESS if np.all(np.asarray(codes) == RowCode.DONE) else Status.FAILED
+
+
+def as_status(code: Any) -> Status:
+    """``code`` (an int of `STATUS`) as a `Status`; a ValueError naming it otherwise."""
+    try:
+        return Status(int(code))
+    except (TypeError, ValueError):
+        raise ValueError(f"`status` must be one of {sorted(STATUS)} (invimbed.STATUS), "
+                         f"got {code!r}.") from None
+
+
+__all__ = ["STATUS", "RowCode", "Status", "as_status", "row_status"]
