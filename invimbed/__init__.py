@@ -11,10 +11,10 @@ from ._backends._numba import BackendCompileError as BackendCompileError
 from ._core.adjoint import solve_adjoint as solve_adjoint
 from ._core.check import DerivativeCheck as DerivativeCheck
 from ._core.check import check_derivatives as check_derivatives
-from ._core.controls import Constant as Constant
-from ._core.controls import Control as Control
-from ._core.controls import OpenLoopControl as OpenLoopControl
-from ._core.controls import PiecewiseConstant as PiecewiseConstant
+from ._core.open_loop import Constant as Constant
+from ._core.open_loop import Control as Control
+from ._core.open_loop import OpenLoopControl as OpenLoopControl
+from ._core.open_loop import PiecewiseConstant as PiecewiseConstant
 from ._core.dense import DenseSolution as DenseSolution
 from ._core.derivatives import DerivativeOrderError as DerivativeOrderError
 from ._core.derivatives import DerivativeProvider as DerivativeProvider

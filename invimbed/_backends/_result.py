@@ -63,13 +63,13 @@ def finish(setup: Setup, sched: Schedule, fields: dict, error: dict | None,
     reached[done[done >= 0]] = True
     # the "state" of depth i (descending) is where its row is in the outputs, NaN if the
     # sweep did not reach it
-    outcome.ys = np.where(reached[setup.order], setup.order, np.nan)[:, None]
+    outcome.ys = np.where(reached[setup.permutation], setup.permutation, np.nan)[:, None]
 
-    order = setup.order                       # user's order -> descending depths
-    same = bool(np.all(order == np.arange(order.size)))
+    permutation = setup.permutation         # user's order -> descending depths
+    same = bool(np.all(permutation == np.arange(permutation.size)))
 
     def descending(arrays: dict) -> dict:      # no copy when the depths were given so
-        return {k: arrays[k] if same else arrays[k][order] for k in _KEYS}
+        return {k: arrays[k] if same else arrays[k][permutation] for k in _KEYS}
 
     B, N = setup.x.shape
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N),

@@ -59,7 +59,7 @@ import numpy as np
 
 from .._core.budget import RowCost, output_bytes
 from .._core.failures import empty_fields
-from .._core.controls import Constant, NoControl, PiecewiseConstant
+from .._core.open_loop import Constant, NoControl, PiecewiseConstant
 from .._core.integrators.ensemble import DONE, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
 from .._core.arguments import Setup
 from .._core.assembly import depth_gradient
@@ -119,7 +119,7 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
     M, nw = ctrl.size, ctrl.n_params
     depths = np.ascontiguousarray(setup.depths_desc, dtype=float)
     n = depths.size
-    R = n * B
+    rows = n * B
     q = float(setup.q)
     stops = np.sort(ctrl.breakpoints[(ctrl.breakpoints > depths.min())
                                      & (ctrl.breakpoints < q)]).astype(float)
@@ -137,18 +137,18 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
     how = direct_codes(plan, [("f", 0, 0, 0), ("R", 1, 0, 0), ("f", 2, 1, 0), ("R", 3, 1, 0),
                               ("f", 4, 0, 1), ("R", 5, 0, 1)])
     fields = empty_fields(n, B, N, nw)
-    out_z = fields["z"].reshape(R, N)
-    out_v = fields["value"].reshape(R)
-    out_a = fields["adjoint"].reshape(R, N)
-    out_w = fields["param_grad"].reshape(R, nw)
-    out_steps = fields["nsteps"].reshape(R)
-    out_nfev = np.zeros(R, dtype=np.int64)
-    out_status = np.zeros((R, 2), dtype=np.int64)
-    out_t = np.zeros(R)
-    out_hl = np.zeros(R)
+    out_z = fields["z"].reshape(rows, N)
+    out_v = fields["value"].reshape(rows)
+    out_a = fields["adjoint"].reshape(rows, N)
+    out_w = fields["param_grad"].reshape(rows, nw)
+    out_steps = fields["nsteps"].reshape(rows)
+    out_nfev = np.zeros(rows, dtype=np.int64)
+    out_status = np.zeros((rows, 2), dtype=np.int64)
+    out_t = np.zeros(rows)
+    out_hl = np.zeros(rows)
     # a low-discrepancy order of the rows: every contiguous chunk of the prange loop gets
     # rows of every depth (the deep rows are the long ones)
-    perm = np.argsort((np.arange(R) * 0.6180339887498949) % 1.0, kind="stable")
+    perm = np.argsort((np.arange(rows) * 0.6180339887498949) % 1.0, kind="stable")
     c = np.ascontiguousarray
     first = opts.get("first_step")
     args = (fns, tuple(arrays), how, c(setup.x, dtype=float), depths, perm.astype(np.int64), q,
@@ -159,9 +159,9 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
             (int(opts["max_steps"]), int(tab.error_order),
              -1 if tab.stiff_stage is None else int(tab.stiff_stage)),
             out_z, out_v, out_a, out_w, out_steps, out_nfev, out_status, out_t, out_hl)
-    if R:
+    if rows:
         _run(args)
-    nfev = int(out_nfev.max()) if R else 0
+    nfev = int(out_nfev.max()) if rows else 0
     status = out_status     # `RowCode`s, as `integrate_rows` returns them
     fwd_ok = status[:, 0] == DONE
     good = fwd_ok & (status[:, 1] == DONE)
@@ -170,7 +170,7 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
                   else prov)
         p = np.repeat(depths, B)[good]
         x = np.tile(setup.x, (n, 1))[good]
-        fields["depth_grad"].reshape(R)[good] = depth_gradient(
+        fields["depth_grad"].reshape(rows)[good] = depth_gradient(
             dataclasses.replace(setup, provider=values), p, out_a[good], x)
     return fields, nfev, (good, fwd_ok, status[:, 0], status[:, 1], out_t, out_hl)
 

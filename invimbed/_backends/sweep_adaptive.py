@@ -112,7 +112,7 @@ def carried_orders(order: int, est: bool, ratio: bool, look_ahead: bool) -> list
 def _segments(setup: Setup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The intervals between breakpoints, theta and ``dtheta/dw`` on each, and each
     depth's interval (-1 at ``q``)."""
-    from .._core.controls import Constant, NoControl, PiecewiseConstant
+    from .._core.open_loop import Constant, NoControl, PiecewiseConstant
 
     ctrl = setup.control
     if type(ctrl) not in (Constant, NoControl, PiecewiseConstant):

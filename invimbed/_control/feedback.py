@@ -43,7 +43,7 @@ from .._core.assembly import collect_results, depth_gradient
 from .._core.dense import attach_dense
 from .._core.closures.base import Closure
 from .._core.closures.jet import JetClosure
-from .._core.controls import OpenLoopControl
+from .._core.open_loop import OpenLoopControl
 from .._core.derivatives.multiindex import (compose_split, monomials, multi_indices,
                                             n_coefficients, poly_derivatives, poly_mul)
 from .._core.results import ImbeddingResult, SolverWarning, set_fields

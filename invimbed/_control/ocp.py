@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import OptimizeResult
 
-from .._core.controls import PiecewiseConstant
+from .._core.open_loop import PiecewiseConstant
 from .._core.integrators.ensemble import ENSEMBLE_METHODS
 from .._core.problem import BolzaProblem
 from .._core.validation import (as_float_array, as_int, as_positive_int, as_real, check_callable,

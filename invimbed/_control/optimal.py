@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._core.arguments import parse_tol, prepare
-from .._core.controls import Constant
+from .._core.open_loop import Constant
 from .._core.dense import check_dense_output, dense_conflicts
 from .._core.integrators import ALL_METHODS
 from .._core.problem import BolzaProblem, _symbols

@@ -19,7 +19,7 @@ from scipy.integrate import solve_ivp
 from scipy.optimize import Bounds, OptimizeResult, minimize
 
 from .._core.adjoint import solve_adjoint
-from .._core.controls import OpenLoopControl
+from .._core.open_loop import OpenLoopControl
 from .._core.derivatives import DerivativeOrderError
 from .._core.imbedding import solve_imbedding
 from .._core.problem import BolzaProblem

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._core.arguments import prepare
-from .._core.controls import Constant, OpenLoopControl
+from .._core.open_loop import Constant, OpenLoopControl
 from .._core.imbedding import solve_imbedding
 from .._core.integrators import ALL_METHODS
 from .._core.problem import BolzaProblem

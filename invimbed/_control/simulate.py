@@ -19,7 +19,7 @@ import numpy as np
 from scipy.optimize import OptimizeResult
 
 from .._core.adjoint import _solve as solve_budgeted
-from .._core.controls import OpenLoopControl
+from .._core.open_loop import OpenLoopControl
 from .._core.failures import DONE, NONFINITE, row_failure, row_failure_reason
 from .._core.integrators import DEFAULT_MAX_STEPS, SCIPY_METHODS
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, TABLEAUX, integrate_rows

@@ -8,7 +8,7 @@ Modules, one idea each:
 - ``problem``: `BolzaProblem`, the problem ``f``, ``R``, ``T``, ``q`` (eqs. (1), (4));
   knows nothing of solvers.
 - ``sympy_problem``: `from_sympy`, problems from sympy expressions.
-- ``controls``: the open-loop control objects ``theta(t; w)`` (`Constant`,
+- ``open_loop``: the open-loop control objects ``theta(t; w)`` (`Constant`,
   `PiecewiseConstant`, `Control`).
 - ``derivatives/``: derivative providers (callables, finite differences, traced and
   symbolic derivatives), all behind one interface.
@@ -16,8 +16,9 @@ Modules, one idea each:
   of user derivatives at their first point.
 - ``closures/``: the jet, stencil and cropping closures (docs/theory.md, "The
   closures"), which turn the fields into plain right-hand sides in depth.
-- ``integrators/``: integration in depth (scipy's ``solve_ivp``, fixed-step Runge-Kutta,
-  the row ensemble, the paper's layers).
+- ``integrators/``: integration in depth, in one place: the checked Butcher tableaux
+  (``tableau``), the registry of methods (``methods``), scipy's OdeSolver loop, fixed-step
+  Runge-Kutta, the row ensemble and the paper's layers.
 - ``imbedding``: the sweep of every depth, `solve_imbedding` (Algorithm 1).
 - ``orders``, ``accuracy``, ``fallback``, ``sweep_memory``, ``dense``: the sweep's jet
   order loop, accuracy verdict, exact fallback, memory budget and dense output.
@@ -26,8 +27,11 @@ Modules, one idea each:
 - ``arguments``, ``validation``, ``probe``, ``row_times``, ``size_errors``: the user's
   arguments read once, every check of them, and the diagnosis of a user function's
   first call.
-- ``results``, ``assembly``, ``failures``: the result objects, their assembly in one
-  place, and every failure message.
+- ``status``, ``results``, ``assembly``, ``failures``: the `Status` codes, the typed
+  result, its assembly in one place, and every failure message.
+- ``backends``: the registry the compiled backends (numba, cupy) register with.
+- ``compile_cost``: whether a compiled kernel is ready on this machine (a first run
+  compiles only what pays).
 - ``namespace``, ``ordered``: the array namespace (numpy or cupy) and sums in a fixed
   order.
 

@@ -214,10 +214,10 @@ def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
     prov, ctrl, q = setup.provider, setup.control, setup.q
     B, N = setup.x.shape
     n, nw = setup.depths_desc.size, ctrl.n_params
-    R = n * B
+    rows = n * B
     p = np.repeat(setup.depths_desc, B)                 # row r = (depth r // B, input r % B)
     x = np.tile(setup.x, (n, 1))
-    qs = np.full(R, q)
+    qs = np.full(rows, q)
     stops = np.sort(ctrl.breakpoints[(ctrl.breakpoints > p.min()) & (ctrl.breakpoints < q)])
     tab = TABLEAUX[method]
     common = dict(tableau=tab, rtol=rtol, atol=atol, max_steps=opts["max_steps"], stops=stops,
@@ -227,12 +227,12 @@ def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
     def forward(t, y, rows, piece):
         return forward_rates(prov, t, y[:, :N], ctrl.theta_rows(t, piece))
 
-    fwd = integrate_rows(forward, p, qs, np.concatenate([x, np.zeros((R, 1))], axis=1),
+    fwd = integrate_rows(forward, p, qs, np.concatenate([x, np.zeros((rows, 1))], axis=1),
                          record=True, **common)
     ok = fwd.status == DONE
     zq = fwd.y[:, :N]
-    value = np.full(R, np.nan)
-    lam_q = np.full((R, N), np.nan)
+    value = np.full(rows, np.nan)
+    lam_q = np.full((rows, N), np.nan)
     if np.any(ok):
         value[ok] = fwd.y[ok, N] + prov.derivative("T", q, zq[ok], None)
         lam_q[ok] = prov.derivative("T", q, zq[ok], None, dz=1)
@@ -246,7 +246,7 @@ def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
 
     start = np.where(ok, q, p)                           # failed rows: nothing to do
     bwd = integrate_rows(backward, start, p, np.concatenate(
-        [np.where(ok[:, None], lam_q, 0.0), np.zeros((R, nw))], axis=1), **common)
+        [np.where(ok[:, None], lam_q, 0.0), np.zeros((rows, nw))], axis=1), **common)
     good = ok & (bwd.status == DONE)
     adjoint = np.where(good[:, None], bwd.y[:, :N], np.nan)
     fields = empty_fields(n, B, N, nw)
@@ -257,7 +257,7 @@ def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
     fields["nsteps"][:] = (fwd.nsteps + bwd.nsteps).reshape(n, B)
     nfev = fwd.nfev + bwd.nfev
     if np.any(good):
-        fields["depth_grad"].reshape(R)[good] = depth_gradient(setup, p[good], adjoint[good],
+        fields["depth_grad"].reshape(rows)[good] = depth_gradient(setup, p[good], adjoint[good],
                                                                x[good])
     rows = (good, ok, fwd.status, bwd.status, np.where(ok, bwd.t, fwd.t),
             np.where(ok, bwd.h_lambda, fwd.h_lambda))

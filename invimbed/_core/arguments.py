@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .controls import OpenLoopControl, as_control
+from .open_loop import OpenLoopControl, as_control
 from .derivatives import DerivativeProvider
 from .integrators import FIXED_METHODS, SCIPY_METHODS
 from .probe import precision_limit
@@ -29,7 +29,7 @@ class Setup:
     x: np.ndarray               # (B, N)
     batched: bool
     depths: np.ndarray          # as given
-    order: np.ndarray           # indices sorting depths descending
+    permutation: np.ndarray     # indices sorting depths descending (depths[permutation])
     depths_desc: np.ndarray
     control: OpenLoopControl
     provider: DerivativeProvider
@@ -89,12 +89,13 @@ def prepare(problem: Any, x: Any, depths: Any, control: Any, method: str, rtol: 
     problem.check_sizes(xb.shape[1], ctrl.size, control_given=control is not None)
     problem.check_shapes(problem.q, xb, ctrl.theta(problem.q))
     provider = problem.provider(xb.shape[1], ctrl.size)
-    order = np.argsort(-dep, kind="stable")
+    permutation = np.argsort(-dep, kind="stable")
     limit = precision_limit(problem.low_precision)
     unreachable = (f"rtol = {float(rtol):.3g} is below {limit:.2g}, what the precision "
                    f"returned by {', '.join(f'`{n}`' for n in problem.low_precision)} allows"
                    if float(rtol) < limit else None)
-    return Setup(problem, xb, batched, dep, order, dep[order], ctrl, provider, unreachable)
+    return Setup(problem, xb, batched, dep, permutation, dep[permutation], ctrl, provider,
+                 unreachable)
 
 
 

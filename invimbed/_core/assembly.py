@@ -79,9 +79,9 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
     The problem's own warnings (`BolzaProblem.solver_warnings`) are added; a solve whose
     ``rtol`` its functions' precision cannot reach (`invimbed._core.probe`) is status 1,
     not 0."""
-    inverse = np.empty_like(setup.order)
-    inverse[setup.order] = np.arange(setup.order.size)
-    n = setup.order.size
+    inverse = np.empty_like(setup.permutation)
+    inverse[setup.permutation] = np.arange(setup.permutation.size)
+    n = setup.permutation.size
     in_order = bool(np.all(inverse == np.arange(n)))   # depths given deepest last: no copy
 
     def arrange(a: np.ndarray) -> np.ndarray:

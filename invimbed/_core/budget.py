@@ -133,7 +133,7 @@ def _sub_setup(setup: Setup, c: int, d: int, a: int, b: int) -> Setup:
     """The rows of depths ``depths_desc[c:d]`` and inputs ``x[a:b]`` as a setup."""
     dep = setup.depths_desc[c:d]
     return dataclasses.replace(setup, x=setup.x[a:b], depths=dep,
-                               order=np.arange(dep.size), depths_desc=dep)
+                               permutation=np.arange(dep.size), depths_desc=dep)
 
 
 def run_in_chunks(run: ChunkRun, setup: Setup, budget: int | None, cost: RowCost,
@@ -156,17 +156,17 @@ def run_in_chunks(run: ChunkRun, setup: Setup, budget: int | None, cost: RowCost
     """
     B = setup.x.shape[0]
     n = setup.depths_desc.size
-    R = n * B
-    held = R * cost.held
-    reorder = not np.array_equal(setup.order, np.arange(n))
-    need = max(held, 2 * R * output_bytes(setup) if reorder else 0)
+    rows = n * B
+    held = rows * cost.held
+    reorder = not np.array_equal(setup.permutation, np.arange(n))
+    need = max(held, 2 * rows * output_bytes(setup) if reorder else 0)
     if budget is None:
         budget = default_memory_budget(need)
     if need + cost.work > budget:
         raise too_large(who, n, B, need, budget, "the outputs", "adjoint")
     room = budget - held
     worst = cost.work + min(max_steps, FIRST_STEPS) * cost.step
-    if R * worst <= room:
+    if rows * worst <= room:
         fields, nfev, rows = run(setup)
         return fields, nfev, _failure(setup, rows, max_steps)
     fields = empty_fields(n, B, setup.x.shape[1], setup.control.n_params)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import OptimizeResult
 
-from .controls import OpenLoopControl, as_control
+from .open_loop import OpenLoopControl, as_control
 from .derivatives import DerivativeOrderError, DerivativeProvider, derivative_name
 from .problem import BolzaProblem
 from .validation import as_int, as_float_array, as_real, as_state, describe, require_finite

@@ -60,8 +60,9 @@ def _finite(setup: Any, res: ImbeddingResult) -> np.ndarray:
 def _subset(setup: Any, rows: np.ndarray) -> Any:
     """The setup of the depths ``rows`` (indices of ``setup.depths``) alone."""
     depths = setup.depths[rows]
-    order = np.argsort(-depths, kind="stable")
-    return dataclasses.replace(setup, depths=depths, order=order, depths_desc=depths[order])
+    permutation = np.argsort(-depths, kind="stable")
+    return dataclasses.replace(setup, depths=depths, permutation=permutation,
+                               depths_desc=depths[permutation])
 
 
 def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,

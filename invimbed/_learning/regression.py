@@ -67,7 +67,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from scipy.optimize import OptimizeResult
 
-from .._core.controls import Constant
+from .._core.open_loop import Constant
 from .._core.imbedding import solve_imbedding
 from .._core.problem import BolzaProblem
 from .._core.validation import (SOLVE_IVP_OPTIONS, as_bool, as_depths, as_float_array,

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from scipy.optimize import OptimizeResult, OptimizeWarning, minimize
 
-from .._core.controls import Constant
+from .._core.open_loop import Constant
 from .._core.validation import as_bool, as_int, as_real, check_callable, describe
 from .._progress import ProgressBar
 from .regression import EndpointRegression

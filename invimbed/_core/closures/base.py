@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..controls import OpenLoopControl
+from ..open_loop import OpenLoopControl
 from ..derivatives import DerivativeProvider
 from ..namespace import array_namespace
 
