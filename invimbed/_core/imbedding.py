@@ -37,124 +37,66 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
                     **options: Any) -> ImbeddingResult:
     r"""Solve a Bolza problem for every requested depth in one sweep in ``p``.
 
-    Integrates the imbedded fields of docs/theory.md, "The imbedded fields" --- the output
-    ``Z(p, x) = z(q; p, x)`` (Theorem 1, eq. (6)), the loss ``V(p, x)``, the
-    imbedded adjoint ``Lam = grad_x V`` (Theorem 2, eq. (10)) and the parameter
-    gradient ``Lam_w`` (eq. (32)) --- from ``p = q``, where they are known
-    (``x``, ``T(x)``, ``grad T(x)``, 0), down to the deepest requested depth. No forward
-    pass in ``t`` is made.
+    Integrates the imbedded fields (docs/theory.md, "The imbedded fields"): the output
+    ``Z(p, x)`` (Theorem 1, eq. (6)), the loss ``V(p, x)``, the adjoint ``Lam = grad_x V``
+    (Theorem 2, eq. (10)), the parameter gradient (eq. (32)) and the exact depth gradient,
+    from ``p = q`` down to the deepest requested depth, with no pass in ``t``. Every
+    argument in detail: docs/method.md, "`solve_imbedding` in detail".
 
     Parameters
     ----------
     problem : BolzaProblem
-        Dynamics, running loss and terminal loss.
     x : array_like, shape (N,) or (B, N)
-        The input (initial state at ``t = p``); a batch is solved vectorised.
+        The input (the state at ``t = p``); a batch is solved vectorised.
     depths : array_like, shape (n,)
         Strictly monotone depths ``p_i <= q``, in any order; results follow it.
     control : Constant, PiecewiseConstant, Control or None
-        Open-loop control ``theta(t; w)``; ``None`` means ``theta`` of size 0.
-    closure : {"jet", "stencil", "crop"}
-        How the nested Jacobians are closed (docs/theory.md, "The closures"; their errors
-        in docs/closures.md). ``"jet"`` (default) carries Taylor coefficients and is exact
-        at order 1 for affine dynamics with at most quadratic losses; ``"stencil"``
-        carries the fields at ``2N + 1`` or ``N + 1`` points (eqs. (18), (19));
-        ``"crop"`` is the paper's eq. (21), for reproduction only.
+        The open-loop control ``theta(t; w)``; ``None`` means ``theta`` of size 0.
+    closure : {"jet", "stencil", "crop"}, default "jet"
+        How the nested Jacobians are closed (docs/theory.md, "The closures").
     order : int, default 1
-        Jet order ``K`` (``closure="jet"``). The provider must give derivatives up to
-        order ``K + 1`` (``K + 2`` with the error estimate).
+        Jet order ``K``; order 1 is exact for linear-quadratic problems.
     method : str, default "RK45"
-        ``"RK45"``, ``"RK23"``, ``"DOP853"``, ``"Radau"``, ``"BDF"``, ``"LSODA"`` (scipy's
-        adaptive solvers), fixed-step ``"euler"``, ``"midpoint"``, ``"rk4"`` (need
-        ``step``), or ``"disc"``: the paper's discrete architecture, one layer between
-        consecutive requested depths (eqs. (14) and (15)).
+        A scipy method, fixed-step ``"euler"``/``"midpoint"``/``"rk4"`` (with ``step``),
+        or ``"disc"``, the paper's discrete architecture (eqs. (14), (15)).
     rtol, atol : float
-        Tolerances of the adaptive solvers.
+        Tolerances of the adaptive methods.
     step : float, optional
-        Largest step in ``p`` for the fixed-step methods (each interval between requested
-        depths and control jumps is divided evenly); ``max_step`` for scipy methods (give
-        one of the two).
+        Largest step of the fixed-step methods (``max_step`` for scipy's).
     estimate_error : bool, default True
-        ``closure="jet"`` only: carry the jet of order ``K + 1`` alongside (sharing every
-        derivative evaluation) and report the difference in ``error_estimate``. It costs
-        one more derivative order; switch it off for speed.
-    difference : {"central", "forward"}
-        Difference quotient of ``closure="stencil"``.
-    delta : float or array_like, shape (N,) or (B, N), optional
-        Stencil spacing ``Delta_i`` (``closure="stencil"`` only); default
-        ``1e-3 * max(|x_i|, 1e-2)`` (docs/closures.md, "The stencil's spacing").
-    backend : {"numpy", "numba", "cupy"}
-        Where the sweep runs. ``"numpy"`` (default) supports everything above; the
-        accelerated backends (see "Performance and scale" in the docs) run fixed-step
-        jet-1 and stencil sweeps and say clearly what they cannot do. ``"numba"`` also
-        runs the jet of any order with ``method="RK45"`` or ``"RK23"`` (``tol`` and
-        ``fallback`` included), one compiled sweep per input.
+        Carry the jet of order ``K + 1`` and report the difference (``error_estimate``).
+    difference, delta
+        The stencil's difference quotient and spacing (``closure="stencil"``).
+    backend : {"numpy", "numba", "cupy"}, default "numpy"
+        Where the sweep runs (docs/performance.md).
     tol : float or (float, float), optional
-        ``(rtol, atol)`` (a float ``t`` means ``(t, t)``) for every field:
-        ``|err| <= atol + rtol |field|``. The jet order is raised from ``order`` up to
-        ``max_order`` where it is predicted to pay, with a ratio test refusing series
-        that do not converge (docs/accuracy.md). Without it, a depth whose estimate
-        exceeds 10% of ``max(1, |field|)`` is not converged.
+        ``(rtol, atol)`` for every field; the jet order is raised up to ``max_order``
+        where it pays, under a ratio test (docs/accuracy.md).
     fallback : {None, "adjoint"}
-        ``"adjoint"``: recompute the (depth, input) pairs that did not converge with the
-        exact ensemble `solve_adjoint` (marked in ``exact_fallback``).
+        Recompute what did not converge with the exact `solve_adjoint`.
     max_order : int, default 6
-        Highest jet order ``tol`` may choose (less where the provider serves less).
     ratio_test : bool, default True
-        With ``tol``: carry the jets of order ``K - 1`` (and ``K + 2`` where served) and
-        refuse depths whose successive differences do not shrink geometrically.
     dense_output : bool, default False
-        Keep the continuous extension of the sweep's accepted steps: the result's ``sol``
-        (`invimbed.DenseSolution`) gives every field at any depth ``p`` of the swept
-        interval ``[min(depths), q]``, ``res.sol(p)``, at the cost of one sweep; its error
-        is that of the sweep (docs/accuracy.md, "Dense output: any depth from one sweep").
-        Needs a scipy ``method`` on ``backend="numpy"`` (on ``"numba"``: ``"RK45"`` or
-        ``"RK23"``), without ``tol`` or ``fallback``.
-    memory_budget : int, str or None, default None
-        Bytes (or ``"2GiB"``) the sweep may hold, as in `solve_adjoint`. Where its state at
-        every requested depth does not fit, each depth's fields are computed as the sweep
-        reaches it (bit for bit the same; docs/performance.md, "Memory budget").
+        Keep the continuous extension: ``res.sol(p)`` gives every field at any depth of
+        ``[min(depths), q]`` (docs/accuracy.md, "Dense output: any depth from one sweep").
+    memory_budget : int, str or None
+        Bytes (or ``"2GiB"``) the sweep may hold (docs/performance.md, "Memory budget").
     **options
-        ``max_steps``: the budget of steps (adaptive methods: default 10,000; fixed
-        steps: grids of up to 1,000,000 steps run whole, finer ones end at once with a
-        message). Adaptive methods also take ``first_step``, ``max_step`` and
-        ``min_step`` as in `scipy.integrate.solve_ivp`. Other keywords raise ``TypeError``.
+        ``max_steps``, ``first_step``, ``max_step``, ``min_step``; others raise TypeError.
 
     Returns
     -------
     ImbeddingResult
-        ``depths``, ``z``, ``value``, ``adjoint``, ``param_grad``, ``depth_grad``,
-        ``success``, ``status``, ``message``, ``nfev``, ``error_estimate``, ``warnings``,
-        ``converged``, ``order``, ``exact_fallback``, ``series_ratio``, ``orders_run``,
-        ``depth_order``. Status 0: success (within the tolerance); 1: every depth
-        reached, but the result has no error estimate (``closure="stencil"`` or
-        ``"crop"``, ``method="disc"``, ``estimate_error=False``), so nothing was
-        checked (``success`` is True); -1: a non-finite value ended the sweep (the
-        message names the depth; depths not reached hold NaN); -2: not converged at
-        some depth (the message names the first; the fields are still returned).
+        The fields of every depth, ``success``, ``status`` (`invimbed.Status`: 0 within
+        the tolerance, 1 reached but unchecked, -1 failed, -2 not converged), ``message``,
+        ``error_estimate``, ``converged``, ``order`` and ``warnings``.
 
     Raises
     ------
-    TypeError
-        For an argument of the wrong type (``rtol="1e-6"``, ``estimate_error="no"``, a
-        complex ``x``) or an unknown keyword argument (``rtoll=``), naming it.
-    ValueError
-        For an invalid value, naming the argument, what was expected and what was
-        received; an ``x`` whose length differs from what the dynamics return, or a
-        control missing or of the wrong size, names ``x`` or ``control``.
+    TypeError, ValueError
+        For an invalid argument, naming it, what was expected and what came.
     MemoryError
-        If the outputs and one sweep's working state exceed ``memory_budget`` (before the
-        sweep starts): the message names the rows, the budget and
-        `invimbed.dask.solve_batch`.
-
-    Notes
-    -----
-    The depth gradient is the exact ``dJ/dp = -(Lam . Phi + R)`` (docs/theory.md, "The
-    imbedded fields"), not the paper's recursion eqs. (33)/(34), which is wrong.
-
-    References
-    ----------
-    A. Corbett and D. Kangin, "Imbedding Deep Neural Networks", ICLR 2022.
+        If the outputs and the sweep's state exceed ``memory_budget``.
 
     Examples
     --------
