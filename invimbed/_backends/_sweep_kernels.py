@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .._core.derivatives._taylor_numba import run_row
+from .._core.derivatives._taylor_numba import lengths, run_row, uses_time
 from ._ensemble_parts import _finite, _fmax, _fmin, _rms
 from ._numba_calls import _IDS, _plan_scratch
 from ._numba_kernels import _jet_coefficients, jet_rhs
@@ -49,25 +49,30 @@ def _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc,
     """Taylor coefficients of ``f`` and ``R`` (with the ``w``-gradients ``G``, ``Rw``) by
     the tapes, at ``xin = [x, theta]``; the layout of `JetClosure.coefficients_at`."""
     ptr, ib, io = tplan
-    Wf, Tf, fo, Wr, Tr, ro = W
+    Wf, Tf, fo, Wr, Tr, ro, Lf, Lr, memo = W
+    if memo[0] and memo[1]:
+        return          # an autonomous problem: this control piece's coefficients are in
+    memo[1] = 1
     ft = tapes[0]
     rt = tapes[1]
-    run_row(ft[0], ft[1], ft[2], ft[3], t, xin, F, Df, ptr, ib, io, Wf, Tf, fo)
-    run_row(rt[0], rt[1], rt[2], rt[3], t, xin, F, Df, ptr, ib, io, Wr, Tr, ro)
-    for i in range(N):
-        for c in range(CF):
+    run_row(ft[0], ft[1], ft[2], ft[3], t, xin, F, Df, ptr, ib, io, Wf, Tf, fo, Lf)
+    run_row(rt[0], rt[1], rt[2], rt[3], t, xin, F, Df, ptr, ib, io, Wr, Tr, ro, Lr)
+    fout = ft[3]
+    rout = rt[3][0]
+    for i in range(N):          # zero from the tape's bounds (`lengths`) on
+        for c in range(Lf[fout[i], 0]):
             Phi[i, c] = fo[i, 0, c]
-    for c in range(CF):
+    for c in range(Lr[rout, 0]):
         Rc[c] = ro[0, 0, c]
     for i in range(N):
         for w in range(nw):
-            for c in range(CF):
+            for c in range(Lf[fout[i], 1]):
                 s = 0.0
                 for m in range(M):
                     s += fo[i, 1 + m, c] * J[m, w]
                 G[i, w, c] = s
     for w in range(nw):
-        for c in range(CF):
+        for c in range(Lr[rout, 1]):
             s = 0.0
             for m in range(M):
                 s += ro[0, 1 + m, c] * J[m, w]
@@ -81,7 +86,8 @@ def _rhs(t, y, dy, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, C
     finite (where `CountingRHS` raises)."""
     if not _finite(y):
         return False
-    pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, tZ, tV, Lam, Sw, tW = sc
+    (pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, tZ, tV, Lam, Sw, tW, lens,
+     u) = sc
     if use_tape:
         _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw)
     else:
@@ -89,7 +95,7 @@ def _rhs(t, y, dy, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, C
                           hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw)
     for o in range(cZs.shape[0]):
         jet_rhs(N, nw, cZs[o], cVs[o], tabs[o], Phi, Rc, G, Rw, y, offs[o], dy, tZ, tV, Lam,
-                Sw, tW)
+                Sw, tW, lens, u)
     return _finite(dy)
 
 
@@ -158,13 +164,26 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
     pz, pt, hs, vals = _plan_scratch(plan, N, M)
     cmax = cVs[cVs.shape[0] - 1]
     sc = (pz, pt, hs, vals, np.empty(N * CF), np.empty(CF), np.empty(N * M * CW),
-          np.empty(M * CW), np.empty((N, CF)), np.empty(CF), np.empty((N, nw, CF)),
-          np.empty((nw, CF)), np.empty((N, cmax)), np.empty((1, cmax)), np.empty((N, cmax)),
-          np.empty((nw, cmax)), np.empty((nw, cmax)))
+          np.empty(M * CW), np.zeros((N, CF)), np.zeros(CF), np.zeros((N, nw, CF)),
+          np.zeros((nw, CF)), np.empty((N, cmax)), np.empty((1, cmax)), np.empty((N, cmax)),
+          np.empty((nw, cmax)), np.empty((nw, cmax)), np.empty((2, N), np.int64),
+          np.empty(max(N, nw, 1)))
     nf = tapes[0][0].shape[0]
     nr = tapes[1][0].shape[0]
-    W = (np.zeros((nf, Df, CF)), np.zeros((Df, CF)), np.zeros((N, Df, CF)),
-         np.zeros((nr, Df, CF)), np.zeros((Df, CF)), np.zeros((1, Df, CF)))
+    W = (np.zeros((nf, Df, CF)), np.zeros((Df + 4, CF)), np.zeros((N, Df, CF)),
+         np.zeros((nr, Df, CF)), np.zeros((Df + 4, CF)), np.zeros((1, Df, CF)),
+         lengths(tapes[0][0], tapes[0][2], F, N), lengths(tapes[1][0], tapes[1][2], F, N),
+         np.zeros(2, np.int64))
+    # Phi and G are zero beyond the tapes' bounds, or full (a derivative plan)
+    lens = sc[17]
+    for i in range(N):
+        lens[0, i] = W[6][tapes[0][3][i], 0] if use_tape else CF
+        lens[1, i] = W[6][tapes[0][3][i], 1] if use_tape else CW
+    # f and R do not depend on t: their coefficients at x are those of the control piece
+    # (computed at its first evaluation, kept until the next piece)
+    if use_tape and not (uses_time(tapes[0][0], tapes[0][3])
+                         or uses_time(tapes[1][0], tapes[1][3])):
+        W[8][0] = 1
     xin = np.zeros(N + M)
     for i in range(N):
         xin[i] = x[b, i]
@@ -182,7 +201,7 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
         Wt = np.zeros((tt[0].shape[0], 1, CF))
         to = np.zeros((1, 1, CF))
         run_row(tt[0], tt[1], tt[2], tt[3], q, xin, F, 1, tplan[0], tplan[1], tplan[2], Wt,
-                np.zeros((1, CF)), to)
+                np.zeros((5, CF)), to, lengths(tt[0], tt[2], F, N))
         for c in range(CF):
             tbuf[c] = to[0, 0, c]
     else:
@@ -211,6 +230,7 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
         for m in range(M):
             xin[N + m] = seg_th[s, m]
         J = seg_J[s]
+        W[8][1] = 0         # new piece: its coefficients are computed afresh
         t = a
         evals += 1
         if not _rhs(t, y, f, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, CW,
