@@ -20,7 +20,11 @@ for the estimate, ``K + 2`` for the look-ahead: `JetClosure.carried_orders`, blo
 that order). Taylor coefficients of ``f``, ``R``, ``T`` come from the problem's
 Taylor-mode tapes (`invimbed._core.derivatives._taylor_numba.run_row`, a ``from_sympy``
 problem: any order, nothing compiled per problem) or, for per-sample user functions,
-from a derivative plan (`invimbed._backends._numba_kernels._jet_coefficients`).
+from a derivative plan (`invimbed._backends._numba_kernels._jet_coefficients`). Where
+neither tape reads the time ``t`` (an autonomous problem), the coefficients at ``x``
+depend on the depth only through the control, and are computed once per control piece.
+The fields at the requested depths are interpolated from the recorded entries of the
+state only.
 
 With ``cap > 0`` the first ``cap`` accepted steps of each input are kept for a dense
 output: ``t_old``, ``h``, the state at the step's start and ``Q`` (see
@@ -100,35 +104,47 @@ def _rhs(t, y, dy, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, C
 
 
 @_jit
-def _record(y, out, d, b, N, nw, cZs, cVs, offs):
-    """The fields of every carried order at depth row ``d`` of input ``b``:
-    ``out[d, b, o] = [z (N), value, adjoint (N), param_grad (nw)]``."""
+def _recorded(N, nw, cZs, cVs, offs):
+    """Where in the state each recorded field is: ``idx[o * width + k]`` is entry ``k``
+    of ``[z (N), value, adjoint (N), param_grad (nw)]`` of carried order ``o``."""
+    width = 2 * N + 1 + nw
+    idx = np.empty(cZs.shape[0] * width, np.int64)
     for o in range(cZs.shape[0]):
-        cZ = cZs[o]
-        cV = cVs[o]
-        oV = offs[o] + N * cZ
-        oW = oV + cV
-        row = out[d, b, o]
+        oV = offs[o] + N * cZs[o]
+        oW = oV + cVs[o]
+        base = o * width
         for i in range(N):
-            row[i] = y[offs[o] + i * cZ]
-            row[N + 1 + i] = y[oV + 1 + i]
-        row[N] = y[oV]
+            idx[base + i] = offs[o] + i * cZs[o]
+            idx[base + N + 1 + i] = oV + 1 + i
+        idx[base + N] = oV
         for w in range(nw):
-            row[2 * N + 1 + w] = y[oW + w * cV]
+            idx[base + 2 * N + 1 + w] = oW + w * cVs[o]
+    return idx
 
 
 @_jit
-def _dense_state(Q, y_old, t_old, h, p, out):
-    """scipy's ``RkDenseOutput`` at ``p``: ``y_old + h Q [x, x^2, ...]``, ``x = (p -
-    t_old) / h``."""
+def _record(y, idx, out, d, b):
+    """The fields of every carried order at depth row ``d`` of input ``b``:
+    ``out[d, b, o] = [z (N), value, adjoint (N), param_grad (nw)]``."""
+    width = out.shape[3]
+    for k in range(idx.shape[0]):
+        out[d, b, k // width, k % width] = y[idx[k]]
+
+
+@_jit
+def _record_dense(Qr, y_old, idx, t_old, h, p, out, d, b):
+    """`_record` of scipy's ``RkDenseOutput`` at ``p``: ``y_old + h Q [x, x^2, ...]``,
+    ``x = (p - t_old) / h``, for the recorded entries only (``Qr``: their rows of
+    ``Q``)."""
+    width = out.shape[3]
     x = (p - t_old) / h
-    for i in range(y_old.shape[0]):
+    for k in range(idx.shape[0]):
         acc = 0.0
         pw = 1.0
-        for j in range(Q.shape[1]):
+        for j in range(Qr.shape[1]):
             pw = pw * x
-            acc += Q[i, j] * pw
-        out[i] = h * acc + y_old[i]
+            acc += Qr[k, j] * pw
+        out[d, b, k // width, k % width] = h * acc + y_old[idx[k]]
 
 
 def sweep_rows(one, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N, M, nw, CF, CW,
@@ -216,8 +232,10 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
         for c in range(cVs[o]):
             y[off + N * cZ + c] = tbuf[c]
     nxt = 0
+    idx = _recorded(N, nw, cZs, cVs, offs)
+    Qr = np.empty((idx.shape[0], kq))
     while nxt < n and dep_seg[nxt] < 0:      # depths at q
-        _record(y, out, nxt, b, N, nw, cZs, cVs, offs)
+        _record(y, idx, out, nxt, b)
         nxt += 1
     evals = 0
     steps = 0
@@ -340,13 +358,21 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
             t_old = t
             want = nxt < n and dep_seg[nxt] == s and depths[nxt] >= t_new
             keep = steps <= cap
-            if want or keep:
+            if keep:
                 for i in range(size):
                     for c in range(kq):
                         acc = K[0, i] * P[0, c]
                         for j in range(1, ns + 1):
                             acc += K[j, i] * P[j, c]
                         Q[i, c] = acc
+            if want:        # Q of the recorded entries only
+                for k in range(idx.shape[0]):
+                    i = idx[k]
+                    for c in range(kq):
+                        acc = K[0, i] * P[0, c]
+                        for j in range(1, ns + 1):
+                            acc += K[j, i] * P[j, c]
+                        Qr[k, c] = acc
             if keep:
                 d_t[b, steps - 1] = t_old
                 d_h[b, steps - 1] = h
@@ -356,10 +382,9 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
                         d_Q[b, steps - 1, i, c] = Q[i, c]
             while nxt < n and dep_seg[nxt] == s and depths[nxt] >= t_new:
                 if depths[nxt] == t_new:
-                    _record(y_new, out, nxt, b, N, nw, cZs, cVs, offs)
+                    _record(y_new, idx, out, nxt, b)
                 else:
-                    _dense_state(Q, y, t_old, h, depths[nxt], ys)
-                    _record(ys, out, nxt, b, N, nw, cZs, cVs, offs)
+                    _record_dense(Qr, y, idx, t_old, h, depths[nxt], out, nxt, b)
                 nxt += 1
             t = t_new
             for i in range(size):

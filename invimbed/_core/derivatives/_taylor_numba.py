@@ -6,8 +6,11 @@ process. Per row it keeps one ``(D, C)`` block per node; a node of kind 0 fills 
 value, one of kind 1 only its polynomial (its dual parts stay zero), as the numpy
 evaluator does. Products walk `invimbed._core.derivatives.multiindex.product_table`
 (the jet closure's table) grouped by the left factor's coefficient, skipping zero
-coefficients (the powers ``h^j`` of a composition have none below degree ``j``). The
-univariate series are `invimbed._core.derivatives._univariate.series`, compiled.
+coefficients (the powers ``h^j`` of a composition have none below degree ``j``). Each
+node touches only the leading coefficients its degree can fill (`lengths`: a linear
+node of a 16-variable tape fills 17 of the 153 coefficients of degree 2), and nothing
+is allocated per node. The univariate series are
+`invimbed._core.derivatives._univariate.series`, compiled.
 """
 
 from __future__ import annotations
