@@ -175,8 +175,9 @@ def test_compiled_jet_rhs_equals_the_numpy_closure(problem, order, sparse):
     jet_rhs(N, nw, cZ, cV, _jet_tables(N, order), np.ascontiguousarray(coef["Phi"][0]),
             np.ascontiguousarray(coef["R"][0]), np.ascontiguousarray(coef["G"][0]),
             np.ascontiguousarray(coef["Rw"][0]), y, off, dy, np.empty((N, cm)),
-            np.empty((1, cm)), np.empty((N, cm)), np.empty((nw, cm)), np.empty((nw, cm)),
-            np.array([[cp] * N, [cg] * N]), np.empty(max(N, nw, 1)))
+            np.empty((1 + nw, cm)), np.empty((N, cm)), np.empty((nw, cm)),
+            np.empty(max(N, nw + 1), np.int64), np.array([[cp] * N, [cg] * N]),
+            np.empty(max(N, nw + 1)))
     got = clo.layout.unpack(dy)
     for key in (f"Z{order}", f"V{order}", f"W{order}"):
         np.testing.assert_allclose(got[key], ref[key], rtol=1e-13, atol=1e-13, err_msg=key)

@@ -67,65 +67,78 @@ def _step(y, Ks, Wts, h):
 
 
 @njit(cache=True)
-def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, u, out):
+def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, u, act, out):
     """Coefficients of ``grad_x U . Phi`` for the rows of ``U`` (stored in ``y`` from
     ``uoff``, ``rows`` x ``ucols``) into ``out`` (flat: coefficient ``c`` of row ``r`` at
-    ``c * rows + r``), all rows at once (``u``: scratch of ``rows``). Only products of
-    nonzero coefficients are taken: ``Phi[i]`` is zero from ``lphi[i]`` on (the pairs
-    of each left coefficient, ``ptr``, ascend in ``ib``), and a coefficient of ``grad_x
-    U`` that is zero in every row is skipped."""
+    ``c * rows + r``), all rows at once (``u``, ``act``: scratch of ``rows``). Only
+    products of nonzero coefficients are taken: rows that are zero are left out,
+    ``Phi[i]`` is zero from ``lphi[i]`` on (the pairs of each left coefficient, ``ptr``,
+    ascend in ``ib``), and a coefficient of ``grad_x U`` that is zero in every row is
+    skipped."""
     N = Phi.shape[0]
     nd = ptr.shape[0] - 1
     for k in range(ucols * rows):
         out[k] = 0.0
+    na = 0
+    for r in range(rows):
+        base = uoff + r * ucols
+        for c in range(ucols):
+            if y[base + c] != 0.0:
+                act[na] = r
+                na += 1
+                break
+    if na == 0:
+        return
     for i in range(N):
         lb = lphi[i]
         for a in range(nd):
             s = uoff + src[i, a]
             nz = False
-            for r in range(rows):
-                v = y[s + r * ucols]
-                u[r] = v
+            for k in range(na):
+                v = y[s + act[k] * ucols]
+                u[k] = v
                 nz = nz or v != 0.0
             if not nz:
                 continue
             f = fac[i, a]
-            for r in range(rows):
-                u[r] = u[r] * f
+            for k in range(na):
+                u[k] = u[k] * f
             for p in range(ptr[a], ptr[a + 1]):
                 b = ib[p]
                 if b >= lb:
                     break
                 ph = Phi[i, b]
                 base = io[p] * rows
-                for r in range(rows):
-                    out[base + r] += u[r] * ph
+                for k in range(na):
+                    out[base + act[k]] += u[k] * ph
 
 
 @njit(cache=True)
-def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, tZ, tV, Lam, Sw, tW, lens, u):
+def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, tZ, tVW, Lam, Sw, act, lens, u):
     """dy/dp of one jet (Z of degree K, V and W of degree K + 1) at one sample; the jet
     is stored from ``off``: Z (N, cZ), V (cV), W (nw, cV). ``Phi[i]`` is zero from
     coefficient ``lens[0, i]`` on, ``G[i, w]`` from ``lens[1, i]`` on (the caller's
-    bounds: a tape's `lengths`, or the full length). Scratch: ``tZ`` (N, cmax), ``tV``
-    (1, cmax), ``Lam`` (N, cmax), ``Sw``, ``tW`` (nw, cmax), ``u`` (max(N, nw, 1),). The
-    rows of ``Z`` and the parameter rows ``W`` are transported together (one pass over
-    the tables); products skip zero coefficients (the degrees above 1 of an affine
-    ``Phi``, parameter rows still zero), which leaves every sum unchanged."""
+    bounds: a tape's `lengths`, or the full length). Scratch: ``tZ`` (N, cmax), ``tVW``
+    (1 + nw, cmax), ``Lam`` (N, cmax), ``Sw`` (nw, cmax), ``act`` (integers) and ``u``
+    (max(N, nw + 1),). The rows of ``Z``, and ``V`` with the parameter rows ``W`` (one
+    table), are transported together (one pass over the tables each); products skip
+    zero coefficients (the degrees above 1 of an affine ``Phi``, the parameter rows and
+    gradients of control pieces not reached), which leaves every sum unchanged."""
     (zsrc, zfac, zia, zib, zio, vsrc, vfac, via, vib, vio, sia, sib, sio,
      zptr, vptr, sptr) = tab
     oV = off + N * cZ
     oW = oV + cV
     tz = tZ.reshape(tZ.size)
-    tv = tV.reshape(tV.size)
     lphi = lens[0]
-    _transport(y, off, N, cZ, Phi, lphi, zsrc, zfac, zptr, zib, zio, u, tz)
+    _transport(y, off, N, cZ, Phi, lphi, zsrc, zfac, zptr, zib, zio, u, act, tz)
     for i in range(N):
         for c in range(cZ):
             dy[off + i * cZ + c] = -tz[c * N + i]
-    _transport(y, oV, 1, cV, Phi, lphi, vsrc, vfac, vptr, vib, vio, u, tv)
+    R1 = 1 + nw
+    tvw = tVW.reshape(tVW.size)     # V and W are contiguous: rows 0 and 1..nw from oV
+    _transport(y, oV, R1, cV, Phi, lphi, vsrc, vfac, vptr, vib, vio, u, act, tvw)
     for c in range(cV):
-        dy[oV + c] = -(tv[c] + Rc[c])
+        dy[oV + c] = -(tvw[c * R1] + Rc[c])
     if nw:
         for i in range(N):              # Lam = grad V, of degree K
             for c in range(cZ):
@@ -133,26 +146,36 @@ def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, tZ, tV, Lam, Sw, tW,
         sw = Sw.reshape(Sw.size)        # flat: coefficient c of row w at c * nw + w
         for k in range(cV * nw):
             sw[k] = 0.0
+        na = 0
+        for w in range(nw):             # the parameters with a nonzero gradient of f
+            hit = False
+            for i in range(N):
+                for a in range(min(cV, lens[1, i])):
+                    if G[i, w, a] != 0.0:
+                        hit = True
+                        break
+                if hit:
+                    break
+            if hit:
+                act[na] = w
+                na += 1
         for i in range(N):
             for a in range(min(cV, lens[1, i])):
                 nz = False
-                for w in range(nw):
-                    g = G[i, w, a]
-                    u[w] = g
+                for k in range(na):
+                    g = G[i, act[k], a]
+                    u[k] = g
                     nz = nz or g != 0.0
                 if not nz:
                     continue
                 for p in range(sptr[a], sptr[a + 1]):
                     lam = Lam[i, sib[p]]
                     base = sio[p] * nw
-                    for w in range(nw):
-                        sw[base + w] += u[w] * lam
-        tw = tW.reshape(tW.size)
-        _transport(y, oW, nw, cV, Phi, lphi, vsrc, vfac, vptr, vib, vio, u, tw)
+                    for k in range(na):
+                        sw[base + act[k]] += u[k] * lam
         for w in range(nw):
             for c in range(cV):
-                k = c * nw + w
-                dy[oW + w * cV + c] = -(tw[k] + (sw[k] + Rw[w, c]))
+                dy[oW + w * cV + c] = -(tvw[c * R1 + 1 + w] + (sw[c * nw + w] + Rw[w, c]))
 
 
 @njit(cache=True)
@@ -218,14 +241,14 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
     Rw = np.empty((nw, CW))
     cmax = cVs[n_orders - 1]
     tZ = np.empty((N, cmax))
-    tV = np.empty((1, cmax))
+    tV = np.empty((1 + nw, cmax))
     Lam = np.empty((N, cmax))
     Sw = np.empty((nw, cmax))
-    tW = np.empty((nw, cmax))
+    act = np.empty(max(N, nw + 1), np.int64)
     lens = np.empty((2, N), np.int64)
     lens[0, :] = CF
     lens[1, :] = CW
-    ubuf = np.empty(max(N, nw, 1))
+    ubuf = np.empty(max(N, nw + 1))
     y = np.zeros(size)
     ys = np.empty(size)
     Ks = np.empty((S + 2, size))  # disc uses three rows
@@ -255,7 +278,7 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
             cZ = cZs[0]
             cV = cVs[0]
             off = offs[0]
-            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, y, off, Ks[0], tZ, tV, Lam, Sw, tW,
+            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, y, off, Ks[0], tZ, tV, Lam, Sw, act,
                     lens, ubuf)
             for i in range(size):
                 Ks[1, i] = y[i] + h * Ks[0, i]          # upd
@@ -268,7 +291,7 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
             for w in range(nw):                          # degree 1 of W from upd
                 for c in range(1, 1 + N):
                     ys[oW + w * cV + c] = Ks[1, oW + w * cV + c]
-            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, ys, off, Ks[2], tZ, tV, Lam, Sw, tW,
+            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, ys, off, Ks[2], tZ, tV, Lam, Sw, act,
                     lens, ubuf)
             for c in range(1, 1 + N):
                 Ks[1, oV + c] = y[oV + c] + h * Ks[2, oV + c]
@@ -293,7 +316,7 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
                 for o in range(n_orders):
                     tab = tab_lo if o == 0 else tab_hi
                     jet_rhs(N, nw, cZs[o], cVs[o], tab, Phi, Rc, G, Rw, ys, offs[o], Ks[s],
-                            tZ, tV, Lam, Sw, tW, lens, ubuf)
+                            tZ, tV, Lam, Sw, act, lens, ubuf)
                 if _blew_up(Ks[s], fail_pos, fail_p, b, 2 * (k * (S + 1) + s) + 1, p):
                     failed = True
                     break

@@ -90,7 +90,7 @@ def _rhs(t, y, dy, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, C
     finite (where `CountingRHS` raises)."""
     if not _finite(y):
         return False
-    (pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, tZ, tV, Lam, Sw, tW, lens,
+    (pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, tZ, tVW, Lam, Sw, act, lens,
      u) = sc
     if use_tape:
         _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw)
@@ -98,8 +98,8 @@ def _rhs(t, y, dy, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, C
         _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, xin[:N], xin[N:], J, pz, pt,
                           hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw)
     for o in range(cZs.shape[0]):
-        jet_rhs(N, nw, cZs[o], cVs[o], tabs[o], Phi, Rc, G, Rw, y, offs[o], dy, tZ, tV, Lam,
-                Sw, tW, lens, u)
+        jet_rhs(N, nw, cZs[o], cVs[o], tabs[o], Phi, Rc, G, Rw, y, offs[o], dy, tZ, tVW, Lam,
+                Sw, act, lens, u)
     return _finite(dy)
 
 
@@ -181,9 +181,9 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
     cmax = cVs[cVs.shape[0] - 1]
     sc = (pz, pt, hs, vals, np.empty(N * CF), np.empty(CF), np.empty(N * M * CW),
           np.empty(M * CW), np.zeros((N, CF)), np.zeros(CF), np.zeros((N, nw, CF)),
-          np.zeros((nw, CF)), np.empty((N, cmax)), np.empty((1, cmax)), np.empty((N, cmax)),
-          np.empty((nw, cmax)), np.empty((nw, cmax)), np.empty((2, N), np.int64),
-          np.empty(max(N, nw, 1)))
+          np.zeros((nw, CF)), np.empty((N, cmax)), np.empty((1 + nw, cmax)),
+          np.empty((N, cmax)), np.empty((nw, cmax)), np.empty(max(N, nw + 1), np.int64),
+          np.empty((2, N), np.int64), np.empty(max(N, nw + 1)))
     nf = tapes[0][0].shape[0]
     nr = tapes[1][0].shape[0]
     W = (np.zeros((nf, Df, CF)), np.zeros((Df + 4, CF)), np.zeros((N, Df, CF)),
