@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
@@ -210,6 +211,7 @@ class _SymbolicSource:
 # -- jet -------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=None)
 def _jet_tables(N: int, K: int) -> tuple:
     zsrc, _, zfac = derivative_table(N, K)
     vsrc, _, vfac = derivative_table(N, K + 1)
@@ -217,7 +219,11 @@ def _jet_tables(N: int, K: int) -> tuple:
     vp = product_table(N, K, K + 1, K + 1)
     sp = product_table(N, K + 1, K, K + 1)
     c = np.ascontiguousarray
-    return (c(zsrc), c(zfac), *map(c, zp), c(vsrc), c(vfac), *map(c, vp), *map(c, sp))
+    # the pairs of each left coefficient (`_numba_kernels.jet_rhs` walks them by it)
+    ptrs = [np.searchsorted(t[0], np.arange((n_coefficients(N, k) if k >= 0 else 0) + 1))
+            .astype(np.int64) for t, k in ((zp, K - 1), (vp, K), (sp, K + 1))]
+    return (c(zsrc), c(zfac), *map(c, zp), c(vsrc), c(vfac), *map(c, vp), *map(c, sp),
+            *ptrs)
 
 
 def _kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]:

@@ -67,53 +67,115 @@ def _step(y, Ks, Wts, h):
 
 
 @njit(cache=True)
-def _transport(y, uoff, rows, ucols, Phi, src, fac, ia, ib, io, out):
+def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, u, act, out):
     """Coefficients of ``grad_x U . Phi`` for the rows of ``U`` (stored in ``y`` from
-    ``uoff``, ``rows`` x ``ucols``) into ``out[:rows]``."""
+    ``uoff``, ``rows`` x ``ucols``) into ``out`` (flat: coefficient ``c`` of row ``r`` at
+    ``c * rows + r``), all rows at once (``u``, ``act``: scratch of ``rows``). Only
+    products of nonzero coefficients are taken: rows that are zero are left out,
+    ``Phi[i]`` is zero from ``lphi[i]`` on (the pairs of each left coefficient, ``ptr``,
+    ascend in ``ib``), and a coefficient of ``grad_x U`` that is zero in every row is
+    skipped."""
     N = Phi.shape[0]
+    nd = ptr.shape[0] - 1
+    for k in range(ucols * rows):
+        out[k] = 0.0
+    na = 0
     for r in range(rows):
         base = uoff + r * ucols
         for c in range(ucols):
-            out[r, c] = 0.0
-        for n in range(ia.shape[0]):
-            a = ia[n]
-            b = ib[n]
-            s = 0.0
-            for i in range(N):
-                s += (y[base + src[i, a]] * fac[i, a]) * Phi[i, b]
-            out[r, io[n]] += s
+            if y[base + c] != 0.0:
+                act[na] = r
+                na += 1
+                break
+    if na == 0:
+        return
+    for i in range(N):
+        lb = lphi[i]
+        for a in range(nd):
+            s = uoff + src[i, a]
+            nz = False
+            for k in range(na):
+                v = y[s + act[k] * ucols]
+                u[k] = v
+                nz = nz or v != 0.0
+            if not nz:
+                continue
+            f = fac[i, a]
+            for k in range(na):
+                u[k] = u[k] * f
+            for p in range(ptr[a], ptr[a + 1]):
+                b = ib[p]
+                if b >= lb:
+                    break
+                ph = Phi[i, b]
+                base = io[p] * rows
+                for k in range(na):
+                    out[base + act[k]] += u[k] * ph
 
 
 @njit(cache=True)
-def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, tZ, tV, Lam, Sw, tW):
+def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, tZ, tVW, Lam, Sw, act, lens, u):
     """dy/dp of one jet (Z of degree K, V and W of degree K + 1) at one sample; the jet
-    is stored from ``off``: Z (N, cZ), V (cV), W (nw, cV)."""
-    (zsrc, zfac, zia, zib, zio, vsrc, vfac, via, vib, vio, sia, sib, sio) = tab
+    is stored from ``off``: Z (N, cZ), V (cV), W (nw, cV). ``Phi[i]`` is zero from
+    coefficient ``lens[0, i]`` on, ``G[i, w]`` from ``lens[1, i]`` on (the caller's
+    bounds: a tape's `lengths`, or the full length). Scratch: ``tZ`` (N, cmax), ``tVW``
+    (1 + nw, cmax), ``Lam`` (N, cmax), ``Sw`` (nw, cmax), ``act`` (integers) and ``u``
+    (max(N, nw + 1),). The rows of ``Z``, and ``V`` with the parameter rows ``W`` (one
+    table), are transported together (one pass over the tables each); products skip
+    zero coefficients (the degrees above 1 of an affine ``Phi``, the parameter rows and
+    gradients of control pieces not reached), which leaves every sum unchanged."""
+    (zsrc, zfac, zia, zib, zio, vsrc, vfac, via, vib, vio, sia, sib, sio,
+     zptr, vptr, sptr) = tab
     oV = off + N * cZ
     oW = oV + cV
-    _transport(y, off, N, cZ, Phi, zsrc, zfac, zia, zib, zio, tZ)
+    tz = tZ.reshape(tZ.size)
+    lphi = lens[0]
+    _transport(y, off, N, cZ, Phi, lphi, zsrc, zfac, zptr, zib, zio, u, act, tz)
     for i in range(N):
         for c in range(cZ):
-            dy[off + i * cZ + c] = -tZ[i, c]
-    _transport(y, oV, _IDS[1], cV, Phi, vsrc, vfac, via, vib, vio, tV)
+            dy[off + i * cZ + c] = -tz[c * N + i]
+    R1 = 1 + nw
+    tvw = tVW.reshape(tVW.size)     # V and W are contiguous: rows 0 and 1..nw from oV
+    _transport(y, oV, R1, cV, Phi, lphi, vsrc, vfac, vptr, vib, vio, u, act, tvw)
     for c in range(cV):
-        dy[oV + c] = -(tV[0, c] + Rc[c])
+        dy[oV + c] = -(tvw[c * R1] + Rc[c])
     if nw:
         for i in range(N):              # Lam = grad V, of degree K
             for c in range(cZ):
                 Lam[i, c] = y[oV + vsrc[i, c]] * vfac[i, c]
+        sw = Sw.reshape(Sw.size)        # flat: coefficient c of row w at c * nw + w
+        for k in range(cV * nw):
+            sw[k] = 0.0
+        na = 0
+        for w in range(nw):             # the parameters with a nonzero gradient of f
+            hit = False
+            for i in range(N):
+                for a in range(min(cV, lens[1, i])):
+                    if G[i, w, a] != 0.0:
+                        hit = True
+                        break
+                if hit:
+                    break
+            if hit:
+                act[na] = w
+                na += 1
+        for i in range(N):
+            for a in range(min(cV, lens[1, i])):
+                nz = False
+                for k in range(na):
+                    g = G[i, act[k], a]
+                    u[k] = g
+                    nz = nz or g != 0.0
+                if not nz:
+                    continue
+                for p in range(sptr[a], sptr[a + 1]):
+                    lam = Lam[i, sib[p]]
+                    base = sio[p] * nw
+                    for k in range(na):
+                        sw[base + act[k]] += u[k] * lam
         for w in range(nw):
             for c in range(cV):
-                Sw[w, c] = 0.0
-            for n in range(sia.shape[0]):
-                s = 0.0
-                for i in range(N):
-                    s += G[i, w, sia[n]] * Lam[i, sib[n]]
-                Sw[w, sio[n]] += s
-        _transport(y, oW, nw, cV, Phi, vsrc, vfac, via, vib, vio, tW)
-        for w in range(nw):
-            for c in range(cV):
-                dy[oW + w * cV + c] = -(tW[w, c] + (Sw[w, c] + Rw[w, c]))
+                dy[oW + w * cV + c] = -(tvw[c * R1 + 1 + w] + (sw[c * nw + w] + Rw[w, c]))
 
 
 @njit(cache=True)
@@ -179,10 +241,14 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
     Rw = np.empty((nw, CW))
     cmax = cVs[n_orders - 1]
     tZ = np.empty((N, cmax))
-    tV = np.empty((1, cmax))
+    tV = np.empty((1 + nw, cmax))
     Lam = np.empty((N, cmax))
     Sw = np.empty((nw, cmax))
-    tW = np.empty((nw, cmax))
+    act = np.empty(max(N, nw + 1), np.int64)
+    lens = np.empty((2, N), np.int64)
+    lens[0, :] = CF
+    lens[1, :] = CW
+    ubuf = np.empty(max(N, nw + 1))
     y = np.zeros(size)
     ys = np.empty(size)
     Ks = np.empty((S + 2, size))  # disc uses three rows
@@ -212,7 +278,8 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
             cZ = cZs[0]
             cV = cVs[0]
             off = offs[0]
-            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, y, off, Ks[0], tZ, tV, Lam, Sw, tW)
+            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, y, off, Ks[0], tZ, tV, Lam, Sw, act,
+                    lens, ubuf)
             for i in range(size):
                 Ks[1, i] = y[i] + h * Ks[0, i]          # upd
                 ys[i] = y[i]                            # mixed
@@ -224,7 +291,8 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
             for w in range(nw):                          # degree 1 of W from upd
                 for c in range(1, 1 + N):
                     ys[oW + w * cV + c] = Ks[1, oW + w * cV + c]
-            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, ys, off, Ks[2], tZ, tV, Lam, Sw, tW)
+            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, ys, off, Ks[2], tZ, tV, Lam, Sw, act,
+                    lens, ubuf)
             for c in range(1, 1 + N):
                 Ks[1, oV + c] = y[oV + c] + h * Ks[2, oV + c]
             for w in range(nw):
@@ -248,7 +316,7 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
                 for o in range(n_orders):
                     tab = tab_lo if o == 0 else tab_hi
                     jet_rhs(N, nw, cZs[o], cVs[o], tab, Phi, Rc, G, Rw, ys, offs[o], Ks[s],
-                            tZ, tV, Lam, Sw, tW)
+                            tZ, tV, Lam, Sw, act, lens, ubuf)
                 if _blew_up(Ks[s], fail_pos, fail_p, b, 2 * (k * (S + 1) + s) + 1, p):
                     failed = True
                     break

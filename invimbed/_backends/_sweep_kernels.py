@@ -21,7 +21,11 @@ for the estimate, ``K + 2`` for the look-ahead: `JetClosure.carried_orders`, blo
 that order). Taylor coefficients of ``f``, ``R``, ``T`` come from the problem's
 Taylor-mode tapes (`invimbed._core.derivatives._taylor_numba.run_row`, a ``from_sympy``
 problem: any order, nothing compiled per problem) or, for per-sample user functions,
-from a derivative plan (`invimbed._backends._numba_kernels._jet_coefficients`).
+from a derivative plan (`invimbed._backends._numba_kernels._jet_coefficients`). Where
+neither tape reads the time ``t`` (an autonomous problem), the coefficients at ``x``
+depend on the depth only through the control, and are computed once per control piece.
+The fields at the requested depths are interpolated from the recorded entries of the
+state only.
 
 With ``cap > 0`` the first ``cap`` accepted steps of each input are kept for a dense
 output: ``t_old``, ``h``, the state at the step's start and ``Q`` (see
@@ -34,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .._core.derivatives._taylor_numba import run_row
+from .._core.derivatives._taylor_numba import lengths, run_row, uses_time
 from .._core.status import RowCode
 from ._ensemble_parts import (_finite, _fmin, _rms, grow_factor, initial_step, initial_step_h0,
                               shrink_factor)
@@ -55,25 +59,30 @@ def _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc,
     """Taylor coefficients of ``f`` and ``R`` (with the ``w``-gradients ``G``, ``Rw``) by
     the tapes, at ``xin = [x, theta]``; the layout of `JetClosure.coefficients_at`."""
     ptr, ib, io = tplan
-    Wf, Tf, fo, Wr, Tr, ro = W
+    Wf, Tf, fo, Wr, Tr, ro, Lf, Lr, memo = W
+    if memo[0] and memo[1]:
+        return          # an autonomous problem: this control piece's coefficients are in
+    memo[1] = 1
     ft = tapes[0]
     rt = tapes[1]
-    run_row(ft[0], ft[1], ft[2], ft[3], t, xin, F, Df, ptr, ib, io, Wf, Tf, fo)
-    run_row(rt[0], rt[1], rt[2], rt[3], t, xin, F, Df, ptr, ib, io, Wr, Tr, ro)
-    for i in range(N):
-        for c in range(CF):
+    run_row(ft[0], ft[1], ft[2], ft[3], t, xin, F, Df, ptr, ib, io, Wf, Tf, fo, Lf)
+    run_row(rt[0], rt[1], rt[2], rt[3], t, xin, F, Df, ptr, ib, io, Wr, Tr, ro, Lr)
+    fout = ft[3]
+    rout = rt[3][0]
+    for i in range(N):          # zero from the tape's bounds (`lengths`) on
+        for c in range(Lf[fout[i], 0]):
             Phi[i, c] = fo[i, 0, c]
-    for c in range(CF):
+    for c in range(Lr[rout, 0]):
         Rc[c] = ro[0, 0, c]
     for i in range(N):
         for w in range(nw):
-            for c in range(CF):
+            for c in range(Lf[fout[i], 1]):
                 s = 0.0
                 for m in range(M):
                     s += fo[i, 1 + m, c] * J[m, w]
                 G[i, w, c] = s
     for w in range(nw):
-        for c in range(CF):
+        for c in range(Lr[rout, 1]):
             s = 0.0
             for m in range(M):
                 s += ro[0, 1 + m, c] * J[m, w]
@@ -87,48 +96,61 @@ def _rhs(t, y, dy, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, C
     finite (where `CountingRHS` raises)."""
     if not _finite(y):
         return False
-    pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, tZ, tV, Lam, Sw, tW = sc
+    (pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, tZ, tVW, Lam, Sw, act, lens,
+     u) = sc
     if use_tape:
         _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw)
     else:
         _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, xin[:N], xin[N:], J, pz, pt,
                           hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw)
     for o in range(cZs.shape[0]):
-        jet_rhs(N, nw, cZs[o], cVs[o], tabs[o], Phi, Rc, G, Rw, y, offs[o], dy, tZ, tV, Lam,
-                Sw, tW)
+        jet_rhs(N, nw, cZs[o], cVs[o], tabs[o], Phi, Rc, G, Rw, y, offs[o], dy, tZ, tVW, Lam,
+                Sw, act, lens, u)
     return _finite(dy)
 
 
 @_jit
-def _record(y, out, d, b, N, nw, cZs, cVs, offs):
-    """The fields of every carried order at depth row ``d`` of input ``b``:
-    ``out[d, b, o] = [z (N), value, adjoint (N), param_grad (nw)]``."""
+def _recorded(N, nw, cZs, cVs, offs):
+    """Where in the state each recorded field is: ``idx[o * width + k]`` is entry ``k``
+    of ``[z (N), value, adjoint (N), param_grad (nw)]`` of carried order ``o``."""
+    width = 2 * N + 1 + nw
+    idx = np.empty(cZs.shape[0] * width, np.int64)
     for o in range(cZs.shape[0]):
-        cZ = cZs[o]
-        cV = cVs[o]
-        oV = offs[o] + N * cZ
-        oW = oV + cV
-        row = out[d, b, o]
+        oV = offs[o] + N * cZs[o]
+        oW = oV + cVs[o]
+        base = o * width
         for i in range(N):
-            row[i] = y[offs[o] + i * cZ]
-            row[N + 1 + i] = y[oV + 1 + i]
-        row[N] = y[oV]
+            idx[base + i] = offs[o] + i * cZs[o]
+            idx[base + N + 1 + i] = oV + 1 + i
+        idx[base + N] = oV
         for w in range(nw):
-            row[2 * N + 1 + w] = y[oW + w * cV]
+            idx[base + 2 * N + 1 + w] = oW + w * cVs[o]
+    return idx
 
 
 @_jit
-def _dense_state(Q, y_old, t_old, h, p, out):
-    """scipy's ``RkDenseOutput`` at ``p``: ``y_old + h Q [x, x^2, ...]``, ``x = (p -
-    t_old) / h``."""
+def _record(y, idx, out, d, b):
+    """The fields of every carried order at depth row ``d`` of input ``b``:
+    ``out[d, b, o] = [z (N), value, adjoint (N), param_grad (nw)]``."""
+    width = out.shape[3]
+    for k in range(idx.shape[0]):
+        out[d, b, k // width, k % width] = y[idx[k]]
+
+
+@_jit
+def _record_dense(Qr, y_old, idx, t_old, h, p, out, d, b):
+    """`_record` of scipy's ``RkDenseOutput`` at ``p``: ``y_old + h Q [x, x^2, ...]``,
+    ``x = (p - t_old) / h``, for the recorded entries only (``Qr``: their rows of
+    ``Q``)."""
+    width = out.shape[3]
     x = (p - t_old) / h
-    for i in range(y_old.shape[0]):
+    for k in range(idx.shape[0]):
         acc = 0.0
         pw = 1.0
-        for j in range(Q.shape[1]):
+        for j in range(Qr.shape[1]):
             pw = pw * x
-            acc += Q[i, j] * pw
-        out[i] = h * acc + y_old[i]
+            acc += Qr[k, j] * pw
+        out[d, b, k // width, k % width] = h * acc + y_old[idx[k]]
 
 
 def sweep_rows(one, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N, M, nw, CF, CW,
@@ -164,13 +186,26 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
     pz, pt, hs, vals = _plan_scratch(plan, N, M)
     cmax = cVs[cVs.shape[0] - 1]
     sc = (pz, pt, hs, vals, np.empty(N * CF), np.empty(CF), np.empty(N * M * CW),
-          np.empty(M * CW), np.empty((N, CF)), np.empty(CF), np.empty((N, nw, CF)),
-          np.empty((nw, CF)), np.empty((N, cmax)), np.empty((1, cmax)), np.empty((N, cmax)),
-          np.empty((nw, cmax)), np.empty((nw, cmax)))
+          np.empty(M * CW), np.zeros((N, CF)), np.zeros(CF), np.zeros((N, nw, CF)),
+          np.zeros((nw, CF)), np.empty((N, cmax)), np.empty((1 + nw, cmax)),
+          np.empty((N, cmax)), np.empty((nw, cmax)), np.empty(max(N, nw + 1), np.int64),
+          np.empty((2, N), np.int64), np.empty(max(N, nw + 1)))
     nf = tapes[0][0].shape[0]
     nr = tapes[1][0].shape[0]
-    W = (np.zeros((nf, Df, CF)), np.zeros((Df, CF)), np.zeros((N, Df, CF)),
-         np.zeros((nr, Df, CF)), np.zeros((Df, CF)), np.zeros((1, Df, CF)))
+    W = (np.zeros((nf, Df, CF)), np.zeros((Df + 4, CF)), np.zeros((N, Df, CF)),
+         np.zeros((nr, Df, CF)), np.zeros((Df + 4, CF)), np.zeros((1, Df, CF)),
+         lengths(tapes[0][0], tapes[0][2], F, N), lengths(tapes[1][0], tapes[1][2], F, N),
+         np.zeros(2, np.int64))
+    # Phi and G are zero beyond the tapes' bounds, or full (a derivative plan)
+    lens = sc[17]
+    for i in range(N):
+        lens[0, i] = W[6][tapes[0][3][i], 0] if use_tape else CF
+        lens[1, i] = W[6][tapes[0][3][i], 1] if use_tape else CW
+    # f and R do not depend on t: their coefficients at x are those of the control piece
+    # (computed at its first evaluation, kept until the next piece)
+    if use_tape and not (uses_time(tapes[0][0], tapes[0][3])
+                         or uses_time(tapes[1][0], tapes[1][3])):
+        W[8][0] = 1
     xin = np.zeros(N + M)
     for i in range(N):
         xin[i] = x[b, i]
@@ -188,7 +223,7 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
         Wt = np.zeros((tt[0].shape[0], 1, CF))
         to = np.zeros((1, 1, CF))
         run_row(tt[0], tt[1], tt[2], tt[3], q, xin, F, 1, tplan[0], tplan[1], tplan[2], Wt,
-                np.zeros((1, CF)), to)
+                np.zeros((5, CF)), to, lengths(tt[0], tt[2], F, N))
         for c in range(CF):
             tbuf[c] = to[0, 0, c]
     else:
@@ -203,8 +238,10 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
         for c in range(cVs[o]):
             y[off + N * cZ + c] = tbuf[c]
     nxt = 0
+    idx = _recorded(N, nw, cZs, cVs, offs)
+    Qr = np.empty((idx.shape[0], kq))
     while nxt < n and dep_seg[nxt] < 0:      # depths at q
-        _record(y, out, nxt, b, N, nw, cZs, cVs, offs)
+        _record(y, idx, out, nxt, b)
         nxt += 1
     evals = 0
     steps = 0
@@ -217,6 +254,7 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
         for m in range(M):
             xin[N + m] = seg_th[s, m]
         J = seg_J[s]
+        W[8][1] = 0         # new piece: its coefficients are computed afresh
         t = a
         evals += 1
         if not _rhs(t, y, f, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, CW,
@@ -307,13 +345,21 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
             t_old = t
             want = nxt < n and dep_seg[nxt] == s and depths[nxt] >= t_new
             keep = steps <= cap
-            if want or keep:
+            if keep:
                 for i in range(size):
                     for c in range(kq):
                         acc = K[0, i] * P[0, c]
                         for j in range(1, ns + 1):
                             acc += K[j, i] * P[j, c]
                         Q[i, c] = acc
+            if want:        # Q of the recorded entries only
+                for k in range(idx.shape[0]):
+                    i = idx[k]
+                    for c in range(kq):
+                        acc = K[0, i] * P[0, c]
+                        for j in range(1, ns + 1):
+                            acc += K[j, i] * P[j, c]
+                        Qr[k, c] = acc
             if keep:
                 d_t[b, steps - 1] = t_old
                 d_h[b, steps - 1] = h
@@ -323,10 +369,9 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
                         d_Q[b, steps - 1, i, c] = Q[i, c]
             while nxt < n and dep_seg[nxt] == s and depths[nxt] >= t_new:
                 if depths[nxt] == t_new:
-                    _record(y_new, out, nxt, b, N, nw, cZs, cVs, offs)
+                    _record(y_new, idx, out, nxt, b)
                 else:
-                    _dense_state(Q, y, t_old, h, depths[nxt], ys)
-                    _record(ys, out, nxt, b, N, nw, cZs, cVs, offs)
+                    _record_dense(Qr, y, idx, t_old, h, depths[nxt], out, nxt, b)
                 nxt += 1
             t = t_new
             for i in range(size):

@@ -125,11 +125,13 @@ def _segments(setup: Setup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     M, nw = ctrl.size, ctrl.n_params
     th = np.zeros((max(len(segs), 1), M))
     J = np.zeros((max(len(segs), 1), M, nw))
-    for s, (a, b) in enumerate(segs):
-        piece = setup.piece_of(a, b)
-        th[s] = ctrl.theta(0.5 * (a + b), piece)
+    if segs:        # every interval at once (`Setup.piece_of` of each)
+        ab = np.array(segs, dtype=float)
+        mid, lo, hi = 0.5 * (ab[:, 0] + ab[:, 1]), ab.min(axis=1), ab.max(axis=1)
+        pieces = ctrl.pieces(lo, hi)
+        th[:len(segs)] = ctrl.theta_rows(mid, pieces)
         if nw:
-            J[s] = ctrl.jacobian(0.5 * (a + b), piece)
+            J[:len(segs)] = ctrl.jacobian_rows(mid, pieces)
     where = np.full(d.size, -1, dtype=np.int64)
     for s, (a, b) in enumerate(segs):
         where[(d >= b) & (d < a)] = s

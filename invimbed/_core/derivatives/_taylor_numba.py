@@ -6,8 +6,11 @@ process. Per row it keeps one ``(D, C)`` block per node; a node of kind 0 fills 
 value, one of kind 1 only its polynomial (its dual parts stay zero), as the numpy
 evaluator does. Products walk `invimbed._core.derivatives.multiindex.product_table`
 (the jet closure's table) grouped by the left factor's coefficient, skipping zero
-coefficients (the powers ``h^j`` of a composition have none below degree ``j``). The
-univariate series are `invimbed._core.derivatives._univariate.series`, compiled.
+coefficients (the powers ``h^j`` of a composition have none below degree ``j``). Each
+node touches only the leading coefficients its degree can fill (`lengths`: a linear
+node of a 16-variable tape fills 17 of the 153 coefficients of degree 2), and nothing
+is allocated per node. The univariate series are
+`invimbed._core.derivatives._univariate.series`, compiled.
 """
 
 from __future__ import annotations
@@ -35,79 +38,175 @@ def plan(n: int, order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @njit(cache=True)
-def _mul_acc(x, y, out, ptr, ib, io):
-    """``out += x * y`` (truncated)."""
-    for i in range(ptr.shape[0] - 1):
+def lengths(ops, kind, order, n):
+    """How many leading coefficients (graded order) of each node can be nonzero:
+    ``L[i, 0]`` of its polynomial, ``L[i, 1]`` of its dual parts (0: all zero), from the
+    degrees the tape's operations produce (a sum: the larger; a product: the sum,
+    truncated at ``order``; a composition: ``order``). A bound set by the tape alone:
+    `run_row` touches no coefficient beyond it, whose value stays zero."""
+    ends = np.zeros(order + 2, np.int64)      # ends[d + 1]: coefficients of degree <= d
+    c = 1
+    for d in range(order + 1):
+        ends[d + 1] = c
+        c = c * (n + d + 1) // (d + 1)
+    m = ops.shape[0]
+    dp = np.zeros(m, np.int64)
+    dd = np.zeros(m, np.int64)
+    L = np.zeros((m, 2), np.int64)
+    for i in range(m):
+        op, a, b, c = ops[i, 0], ops[i, 1], ops[i, 2], ops[i, 3]
+        p, d = 0, -1
+        if kind[i] == 0:
+            pass
+        elif op == INPUT:
+            p = 1 if (b >= 0 and order >= 1) else 0
+            d = 0 if c >= 0 else -1
+        elif op == ADD or op == MAX or op == MIN:
+            p, d = max(dp[a], dp[b]), max(dd[a], dd[b])
+        elif op == SELECT:
+            p, d = max(dp[b], dp[c]), max(dd[b], dd[c])
+        elif op == ABS:
+            p, d = dp[a], dd[a]
+        elif op == MUL:
+            if kind[a] == 0:
+                p, d = dp[b], dd[b]
+            elif kind[b] == 0:
+                p, d = dp[a], dd[a]
+            else:
+                p = dp[a] + dp[b]
+                if dd[b] >= 0:
+                    d = dp[a] + dd[b]
+                if dd[a] >= 0:
+                    d = max(d, dd[a] + dp[b])
+        elif op == POWI:
+            p = dp[a] * b
+            if dd[a] >= 0:
+                d = dp[a] * (b - 1) + dd[a]
+        elif op == FUNC:
+            p = order if dp[a] >= 1 else 0
+            if dd[a] >= 0:
+                d = p + dd[a]
+        dp[i] = min(p, order)
+        dd[i] = min(d, order)
+        L[i, 0] = ends[dp[i] + 1]
+        L[i, 1] = ends[dd[i] + 1]
+    return L
+
+
+@njit(cache=True)
+def uses_time(ops, outputs):
+    """Whether an output of the tape depends on the time ``t``."""
+    dep = np.zeros(ops.shape[0], np.bool_)
+    for i in range(ops.shape[0]):
+        op, a, b, c = ops[i, 0], ops[i, 1], ops[i, 2], ops[i, 3]
+        if op == TIME:
+            dep[i] = True
+        elif op == CONST or op == INPUT:
+            dep[i] = False
+        elif op == SELECT:
+            dep[i] = dep[a] or dep[b] or dep[c]
+        elif op == CMP:
+            dep[i] = dep[a] or dep[c]
+        elif op == ADD or op == MUL or op == MAX or op == MIN or op == AND or op == OR:
+            dep[i] = dep[a] or dep[b]
+        else:           # POWI, FUNC, ABS, STEP, NOT: one argument
+            dep[i] = dep[a]
+    for j in range(outputs.shape[0]):
+        if dep[outputs[j]]:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _mul_acc(x, y, out, ptr, ib, io, lx, ly):
+    """``out += x * y`` (truncated), ``x`` and ``y`` zero from ``lx`` and ``ly`` on."""
+    for i in range(min(lx, ptr.shape[0] - 1)):
         xi = x[i]
         if xi != 0.0:
             for p in range(ptr[i], ptr[i + 1]):
-                out[io[p]] += xi * y[ib[p]]
+                j = ib[p]
+                if j >= ly:         # ib ascends within a left coefficient's pairs
+                    break
+                out[io[p]] += xi * y[j]
 
 
 @njit(cache=True)
-def _jmul(x, y, kx, ky, out, D, ptr, ib, io):
-    """Jet product into ``out`` (D, C): ``out_0 = x_0 y_0``, ``out_d = x_0 y_d + x_d y_0``."""
-    out[:, :] = 0.0
-    _mul_acc(x[0], y[0], out[0], ptr, ib, io)
+def _zero(w, D, lp, ld):
+    w[0, :lp] = 0.0
+    for d in range(1, D):
+        w[d, :ld] = 0.0
+
+
+@njit(cache=True)
+def _jmul(x, y, kx, ky, out, D, ptr, ib, io, Lx, Ly, lp, ld):
+    """Jet product into ``out`` (D, C): ``out_0 = x_0 y_0``, ``out_d = x_0 y_d + x_d y_0``
+    (``Lx``, ``Ly``, ``lp``, ``ld``: the bounds of `lengths`)."""
+    _zero(out, D, lp, ld)
+    _mul_acc(x[0], y[0], out[0], ptr, ib, io, Lx[0], Ly[0])
     for d in range(1, D):
         if ky == 2:
-            _mul_acc(x[0], y[d], out[d], ptr, ib, io)
+            _mul_acc(x[0], y[d], out[d], ptr, ib, io, Lx[0], Ly[1])
         if kx == 2:
-            _mul_acc(x[d], y[0], out[d], ptr, ib, io)
+            _mul_acc(x[d], y[0], out[d], ptr, ib, io, Lx[1], Ly[0])
 
 
 @njit(cache=True)
-def _compose(code, r, x, kx, out, order, D, ptr, ib, io):
-    C = x.shape[1]
+def _compose(code, r, x, kx, out, order, D, ptr, ib, io, Lx, lp, ld, S):
+    """``g(x)`` for the univariate function ``code``; ``S`` (4, C) scratch."""
     c0 = np.empty(1)
     c0[0] = x[0, 0]
     duals = kx == 2
     g = series(code, c0, r, order + (1 if duals else 0))
-    h = x[0].copy()
+    h, power, val, dg = S[0], S[1], S[2], S[3]
+    h[:lp] = x[0, :lp]
     h[0] = 0.0
-    power = h.copy()
-    nxt = np.zeros(C)
-    val = np.zeros(C)
-    dg = np.zeros(C)
+    power[:lp] = h[:lp]
+    val[:lp] = 0.0
+    dg[:lp] = 0.0
     val[0] = g[0, 0]
     if duals:
         dg[0] = g[1, 0]
     for j in range(1, order + 1):
         if j > 1:
-            nxt[:] = 0.0
-            _mul_acc(power, h, nxt, ptr, ib, io)
-            power[:] = nxt
-        val += g[j, 0] * power
+            out[0, :lp] = 0.0
+            _mul_acc(power, h, out[0], ptr, ib, io, lp, Lx[0])
+            power[:lp] = out[0, :lp]
+        for c in range(lp):
+            val[c] += g[j, 0] * power[c]
         if duals:
-            dg += (j + 1) * g[j + 1, 0] * power
-    out[:, :] = 0.0
-    out[0] = val
+            for c in range(lp):
+                dg[c] += (j + 1) * g[j + 1, 0] * power[c]
+    _zero(out, D, lp, ld)
+    out[0, :lp] = val[:lp]
     if duals:
         for d in range(1, D):
-            _mul_acc(dg, x[d], out[d], ptr, ib, io)
+            _mul_acc(dg, x[d], out[d], ptr, ib, io, lp, Lx[1])
 
 
 @njit(cache=True)
-def run(ops, par, kind, outputs, t, xin, order, D, C, ptr, ib, io, out):
-    """Evaluate the tape for every row of ``xin`` into ``out`` (B, n_out, D, C)."""
+def run(ops, par, kind, outputs, t, xin, order, D, C, ptr, ib, io, out, n):
+    """Evaluate the tape (``n`` seeded variables) for every row of ``xin`` into ``out``
+    (B, n_out, D, C)."""
     W = np.zeros((ops.shape[0], D, C))
-    tmp = np.zeros((D, C))
+    tmp = np.zeros((D + 4, C))
+    L = lengths(ops, kind, order, n)
     for row in range(xin.shape[0]):
         run_row(ops, par, kind, outputs, t[row], xin[row], order, D, ptr, ib, io, W, tmp,
-                out[row])
+                out[row], L)
 
 
 @njit(cache=True)
-def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out):
+def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out, L):
     """One row of `run`: the tape at time ``t`` and inputs ``x`` into ``out`` (n_out, D,
-    C), with the node storage ``W`` (n_nodes, D, C) and ``tmp`` (D, C) of the caller (the
-    compiled imbedding sweep keeps them for a whole sweep)."""
-    n_nodes, C = ops.shape[0], W.shape[2]
+    C), with the node storage ``W`` (n_nodes, D, C, zero where `lengths` ``L`` bounds
+    it), ``tmp`` (D + 4, C) of the caller (the compiled imbedding sweep keeps them for a
+    whole sweep). Nothing is allocated but the univariate series."""
+    n_nodes = ops.shape[0]
     for i in range(n_nodes):
         op, a, b, c = ops[i, 0], ops[i, 1], ops[i, 2], ops[i, 3]
         k = kind[i]
         Dk = D if k == 2 else 1
-        Ck = 1 if k == 0 else C
+        lp, ld = L[i, 0], L[i, 1]
         w = W[i]
         if op == CONST:
             w[0, 0] = par[i]
@@ -120,35 +219,58 @@ def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out):
             if c >= 0:
                 w[1 + c, 0] = 1.0
         elif op == ADD:
-            w[:Dk, :Ck] = W[a, :Dk, :Ck] + W[b, :Dk, :Ck]
+            wa, wb = W[a], W[b]
+            for j in range(lp):
+                w[0, j] = wa[0, j] + wb[0, j]
+            for d in range(1, Dk):
+                for j in range(ld):
+                    w[d, j] = wa[d, j] + wb[d, j]
         elif op == MUL:
-            if kind[a] == 0:
-                w[:Dk, :Ck] = W[a, 0, 0] * W[b, :Dk, :Ck]
-            elif kind[b] == 0:
-                w[:Dk, :Ck] = W[b, 0, 0] * W[a, :Dk, :Ck]
+            if kind[a] == 0 or kind[b] == 0:
+                s = W[a, 0, 0] if kind[a] == 0 else W[b, 0, 0]
+                wv = W[b] if kind[a] == 0 else W[a]
+                for j in range(lp):
+                    w[0, j] = s * wv[0, j]
+                for d in range(1, Dk):
+                    for j in range(ld):
+                        w[d, j] = s * wv[d, j]
             else:
-                _jmul(W[a], W[b], kind[a], kind[b], w, Dk, ptr, ib, io)
+                _jmul(W[a], W[b], kind[a], kind[b], w, Dk, ptr, ib, io, L[a], L[b], lp, ld)
         elif op == POWI:
             if k == 0:
                 w[0, 0] = W[a, 0, 0] ** b
             else:
                 w[:, :] = W[a]
                 for _ in range(b - 1):
-                    _jmul(w, W[a], k, k, tmp, Dk, ptr, ib, io)
-                    w[:, :] = tmp
+                    _jmul(w, W[a], k, k, tmp, Dk, ptr, ib, io, L[i], L[a], lp, ld)
+                    w[0, :lp] = tmp[0, :lp]
+                    for d in range(1, Dk):
+                        w[d, :ld] = tmp[d, :ld]
         elif op == FUNC:
             if k == 0:
                 c0 = np.empty(1)
                 c0[0] = W[a, 0, 0]
                 w[0, 0] = series(b, c0, par[i], 0)[0, 0]
             else:
-                _compose(b, par[i], W[a], kind[a], w, order, D, ptr, ib, io)
+                _compose(b, par[i], W[a], kind[a], w, order, D, ptr, ib, io, L[a], lp, ld,
+                         tmp[D:])
         elif op == ABS:
-            w[:Dk, :Ck] = np.sign(W[a, 0, 0]) * W[a, :Dk, :Ck]
-        elif op == MAX or op == MIN:
-            pa, pb = W[a, 0, 0], W[b, 0, 0]
-            src = a if (pa >= pb if op == MAX else pa <= pb) else b
-            w[:Dk, :Ck] = W[src, :Dk, :Ck]
+            s = np.sign(W[a, 0, 0])
+            for j in range(lp):
+                w[0, j] = s * W[a, 0, j]
+            for d in range(1, Dk):
+                for j in range(ld):
+                    w[d, j] = s * W[a, d, j]
+        elif op == MAX or op == MIN or op == SELECT:
+            if op == SELECT:
+                src = b if W[a, 0, 0] != 0 else c
+            else:
+                pa, pb = W[a, 0, 0], W[b, 0, 0]
+                src = a if (pa >= pb if op == MAX else pa <= pb) else b
+            if k == 0:
+                w[0, 0] = W[src, 0, 0]
+            else:
+                w[:Dk, :] = W[src, :Dk, :]
         elif op == STEP:
             p = W[a, 0, 0]
             if b == 1:
@@ -166,9 +288,6 @@ def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out):
             w[0, 0] = 1.0 if (W[a, 0, 0] != 0 or W[b, 0, 0] != 0) else 0.0
         elif op == NOT:
             w[0, 0] = 1.0 if W[a, 0, 0] == 0 else 0.0
-        elif op == SELECT:
-            src = b if W[a, 0, 0] != 0 else c
-            w[:Dk, :Ck] = W[src, :Dk, :Ck]
     for j in range(outputs.shape[0]):
         out[j] = W[outputs[j]]
 
@@ -180,5 +299,5 @@ def evaluate(tape: Tape, t: np.ndarray, xin: np.ndarray, order: int) -> np.ndarr
     ptr, ib, io = plan(n, order)
     out = np.zeros((xin.shape[0], len(tape.outputs), D, C))
     run(tape.ops, tape.par, tape.kind, tape.outputs, np.ascontiguousarray(t, dtype=float),
-        np.ascontiguousarray(xin, dtype=float), order, D, C, ptr, ib, io, out)
+        np.ascontiguousarray(xin, dtype=float), order, D, C, ptr, ib, io, out, n)
     return out
