@@ -230,8 +230,9 @@ class DenseSolution:
             raise ValueError(f"`p` must lie in the swept interval [{lo:.10g}, {hi:.10g}] "
                              f"(from the deepest depth the sweep reached up to q), but got "
                              f"{got}; request deeper depths from the solver to sweep further")
-        order = np.argsort(-flat, kind="stable")
-        at = replace(self.setup, depths=flat.copy(), order=order, depths_desc=flat[order])
+        permutation = np.argsort(-flat, kind="stable")
+        at = replace(self.setup, depths=flat.copy(), permutation=permutation,
+                     depths_desc=flat[permutation])
         outcome = Outcome(ys=self.states(at.depths_desc),
                           message="Interpolated at every requested depth from the sweep's "
                                   "accepted steps.")
