@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.linalg import expm
 
 from invimbed._core.integrators.ensemble import (MAX_FACTOR, MIN_FACTOR, SAFETY,
                                                  _initial_step, step_factors)
@@ -121,3 +122,39 @@ def test_numba_adjoint_equations_equal_numpy():
         scale = np.max(np.abs(want))
         assert scale > 0
         assert np.max(np.abs(got - want)) <= 1e-13 * scale, k
+
+
+@pytest.mark.parametrize("name", EMBEDDED)
+@pytest.mark.parametrize("h", [0.13, -0.07])
+def test_one_embedded_step_compiled_equals_numpy(name, h):
+    """The step arithmetic both compiled adaptive kernels share (`stage_state`,
+    `weighted_step`, `scaled_error`, `dense_coefficient`) against the numpy ensemble's
+    expressions (`ensemble.integrate_rows`: ``A[s, :s] K``, ``B K``, ``E K`` over
+    ``atol + max(|y|, |y_new|) rtol``, and scipy's dense output ``Q = K^T P``)."""
+    tab = METHODS[name].tableau
+    ns, rtol, atol = tab.n_stages, 1e-6, 1e-9
+    S = Y0.size
+    K = np.empty((ns + 1, S))
+    K[0] = L @ Y0
+    ys = np.empty(S)
+    for s in range(1, ns):
+        parts.stage_state(Y0, K, tab.A, s, h, S, ys)
+        ref = Y0 + np.matmul(tab.A[s, :s], K[:s]) * h
+        np.testing.assert_allclose(ys, ref, rtol=1e-13, atol=1e-15)
+        K[s] = L @ ys
+    y_new = np.empty(S)
+    parts.weighted_step(Y0, K, tab.B, ns, h, S, y_new)
+    np.testing.assert_allclose(y_new, Y0 + h * np.matmul(tab.B, K[:-1]), rtol=1e-13, atol=1e-15)
+    K[ns] = L @ y_new
+    err = np.empty(S)
+    parts.scaled_error(Y0, y_new, K, tab.E, ns + 1, h, rtol, atol, S, err)
+    scale = atol + np.maximum(np.abs(Y0), np.abs(y_new)) * rtol
+    ref = h * np.matmul(tab.E, K) / scale
+    # the error weights sum to 0: compare to the size of the terms (summation rounding)
+    terms = abs(h) * np.matmul(np.abs(tab.E), np.abs(K)) / scale
+    assert np.all(np.abs(err - ref) <= 1e-13 * terms)
+    Q = np.array([[parts.dense_coefficient(K, tab.P, ns + 1, i, c)
+                   for c in range(tab.P.shape[1])] for i in range(S)])
+    assert np.all(np.abs(Q - K.T @ tab.P) <= 1e-13 * (np.abs(K.T) @ np.abs(tab.P)))
+    # the step is a step: y_new near the exact flow, to the method's order
+    assert np.abs(y_new - expm(h * L) @ Y0).max() < abs(h) ** (tab.order + 1)

@@ -27,8 +27,9 @@ from numba import njit, prange
 
 from .._core.status import RowCode
 from ._ensemble_parts import (_dense_z, _finite, _fmax, _fmin, _next_stop, _piece, _rms,
-                              _sum_squares, grow_factor, initial_step, initial_step_h0,
-                              shrink_factor)
+                              _sum_squares, dense_coefficient, grow_factor, initial_step,
+                              initial_step_h0, scaled_error, shrink_factor, stage_state,
+                              weighted_step)
 from ._numba_calls import _plan_scratch
 
 _jit = njit(cache=True, error_model="numpy")
@@ -224,30 +225,18 @@ def _integrate(mode, t0, t1, y, tab, ctl, num, ints, fns, how, N, M, nw, dense, 
         for i in range(S):
             K[0, i] = f[i]
         for s in range(1, ns):
-            for i in range(S):
-                acc = A[s, 0] * K[0, i]
-                for j in range(1, s):
-                    acc += A[s, j] * K[j, i]
-                ys[i] = y[i] + acc * hstep
+            stage_state(y, K, A, s, hstep, S, ys)
             _rhs(mode, t + C[s] * hstep, ys, piece, K[s], fns, values, dense, nd, ptr, wk,
                  how, N, M, nw, kq, fd)
             nfev += 1
             if s == stiff:
                 for i in range(S):
                     y_stiff[i] = ys[i]
-        for i in range(S):
-            acc = Bw[0] * K[0, i]
-            for j in range(1, ns):
-                acc += Bw[j] * K[j, i]
-            y_new[i] = y[i] + hstep * acc
+        weighted_step(y, K, Bw, ns, hstep, S, y_new)
         _rhs(mode, t_new, y_new, piece, K[ns], fns, values, dense, nd, ptr, wk, how, N, M, nw,
              kq, fd)
         nfev += 1
-        for i in range(S):
-            acc = E[0] * K[0, i]
-            for j in range(1, ns + 1):
-                acc += E[j] * K[j, i]
-            a[i] = (hstep * acc) / (atol + _fmax(abs(y[i]), abs(y_new[i])) * rtol)
+        scaled_error(y, y_new, K, E, ns + 1, hstep, rtol, atol, S, a)
         norm = _rms(a)
         finite = np.isfinite(norm) and _finite(K[ns]) and _finite(y_new)
         accept = finite and norm < 1.0
@@ -270,10 +259,7 @@ def _integrate(mode, t0, t1, y, tab, ctl, num, ints, fns, how, N, M, nw, dense, 
                 for i in range(S):
                     dense[nd, 2 + i] = y[i]
                     for c in range(kq):
-                        acc = K[0, i] * P[0, c]
-                        for j in range(1, ns + 1):
-                            acc += K[j, i] * P[j, c]
-                        dense[nd, 2 + S + i * kq + c] = acc
+                        dense[nd, 2 + S + i * kq + c] = dense_coefficient(K, P, ns + 1, i, c)
                 nd += 1
             if stiff >= 0:   # Shampine: |h| |K_last - K_stiff| / |y_new - y_stiff|
                 for i in range(S):

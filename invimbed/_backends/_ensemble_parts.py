@@ -241,3 +241,46 @@ def grow_factor(norm, rejected, safety, max_factor, exponent):
 def shrink_factor(norm, safety, min_factor, exponent):
     """The step's factor after a rejected step: ``max(min_factor, safety norm^exponent)``."""
     return _fmax(min_factor, safety * norm ** exponent)
+
+
+# -- one explicit Runge-Kutta step's arithmetic, shared by both adaptive kernels ------------
+@_jit
+def stage_state(y, K, A, s, h, n, out):
+    """``out[:n] = y + h sum_{j < s} A[s, j] K[j]``: the state at which stage ``s`` of an
+    explicit Runge-Kutta step evaluates (the numpy twin: `invimbed._core.integrators`)."""
+    for i in range(n):
+        acc = K[0, i] * A[s, 0]
+        for j in range(1, s):
+            acc += K[j, i] * A[s, j]
+        out[i] = y[i] + acc * h
+
+
+@_jit
+def weighted_step(y, K, w, m, h, n, out):
+    """``out[:n] = y + h sum_{j < m} w[j] K[j]``: the step's new state (``w = b``)."""
+    for i in range(n):
+        acc = K[0, i] * w[0]
+        for j in range(1, m):
+            acc += K[j, i] * w[j]
+        out[i] = y[i] + h * acc
+
+
+@_jit
+def scaled_error(y, y_new, K, E, m, h, rtol, atol, n, out):
+    """``out[:n]``: the embedded error ``h sum_{j < m} E[j] K[j]`` over scipy's scale
+    ``atol + max(|y|, |y_new|) rtol``, whose RMS decides the step."""
+    for i in range(n):
+        acc = K[0, i] * E[0]
+        for j in range(1, m):
+            acc += K[j, i] * E[j]
+        out[i] = (acc * h) / (atol + _fmax(abs(y[i]), abs(y_new[i])) * rtol)
+
+
+@_jit
+def dense_coefficient(K, P, m, i, c):
+    """Entry ``(i, c)`` of the step's continuous extension ``Q = K^T P`` (scipy's
+    ``RkDenseOutput``), over the first ``m`` stages."""
+    acc = K[0, i] * P[0, c]
+    for j in range(1, m):
+        acc += K[j, i] * P[j, c]
+    return acc

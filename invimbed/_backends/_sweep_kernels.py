@@ -40,8 +40,9 @@ from numba import njit, prange
 
 from .._core.derivatives._taylor_numba import lengths, run_row, uses_time
 from .._core.status import RowCode
-from ._ensemble_parts import (_finite, _fmin, _rms, grow_factor, initial_step, initial_step_h0,
-                              shrink_factor)
+from ._ensemble_parts import (_finite, _fmin, _rms, dense_coefficient, grow_factor,
+                              initial_step, initial_step_h0, scaled_error, shrink_factor,
+                              stage_state, weighted_step)
 from ._numba_calls import _IDS, _plan_scratch
 from ._numba_kernels import _jet_coefficients, jet_rhs
 
@@ -302,11 +303,7 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
                 for i in range(size):
                     K[0, i] = f[i]
                 for st in range(1, ns):
-                    for i in range(size):
-                        acc = K[0, i] * A[st, 0]
-                        for j in range(1, st):
-                            acc += K[j, i] * A[st, j]
-                        ys[i] = y[i] + acc * h
+                    stage_state(y, K, A, st, h, size, ys)
                     evals += 1
                     if not _rhs(t + C[st] * h, ys, K[st], ev, fns, plan, use_tape, tapes,
                                 tplan, F, Df, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, tabs,
@@ -316,22 +313,14 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
                         break
                 if code != S_DONE:
                     break
-                for i in range(size):
-                    acc = K[0, i] * Bw[0]
-                    for j in range(1, ns):
-                        acc += K[j, i] * Bw[j]
-                    y_new[i] = y[i] + h * acc
+                weighted_step(y, K, Bw, ns, h, size, y_new)
                 evals += 1
                 if not _rhs(t + h, y_new, K[ns], ev, fns, plan, use_tape, tapes, tplan, F,
                             Df, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, tabs, sc, W):
                     code = S_NONFINITE
                     where = t + h
                     break
-                for i in range(size):
-                    acc = K[0, i] * E[0]
-                    for j in range(1, ns + 1):
-                        acc += K[j, i] * E[j]
-                    err[i] = (acc * h) / (atol + max(abs(y[i]), abs(y_new[i])) * rtol)
+                scaled_error(y, y_new, K, E, ns + 1, h, rtol, atol, size, err)
                 norm = _rms(err)
                 if norm < 1:
                     h_abs *= grow_factor(norm, rejected, safety, max_factor, exponent)
@@ -348,18 +337,12 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
             if keep:
                 for i in range(size):
                     for c in range(kq):
-                        acc = K[0, i] * P[0, c]
-                        for j in range(1, ns + 1):
-                            acc += K[j, i] * P[j, c]
-                        Q[i, c] = acc
+                        Q[i, c] = dense_coefficient(K, P, ns + 1, i, c)
             if want:        # Q of the recorded entries only
                 for k in range(idx.shape[0]):
                     i = idx[k]
                     for c in range(kq):
-                        acc = K[0, i] * P[0, c]
-                        for j in range(1, ns + 1):
-                            acc += K[j, i] * P[j, c]
-                        Qr[k, c] = acc
+                        Qr[k, c] = dense_coefficient(K, P, ns + 1, i, c)
             if keep:
                 d_t[b, steps - 1] = t_old
                 d_h[b, steps - 1] = h
