@@ -212,20 +212,11 @@ def worst_rel_error(res: Mapping[str, Any], ref: Mapping[str, Any], *,
 
 
 def forced_double_pendulum(g: float = 3.0, amp: float = 2.0) -> tuple:
-    """The 4-state forced double pendulum of ``bench_tol.py`` and ``bench_taylor_mode.py``
-    (``tests/test_accuracy.py``'s): two links, unit masses and lengths, a torque
-    ``amp sin(3t)`` on the first link plus the constant control ``u``; ``(t, z, theta, f,
-    R, T)`` as sympy objects, for ``invimbed.from_sympy`` or a ``SympyProvider``."""
-    import sympy as sp
-
-    t, u = sp.Symbol("t"), sp.Symbol("u")
-    a, b, va, vb = sp.symbols("a b va vb")
-    d = a - b
-    den = 3 - sp.cos(2 * a - 2 * b)
-    aa = (-3 * g * sp.sin(a) - g * sp.sin(a - 2 * b)
-          - 2 * sp.sin(d) * (vb ** 2 + va ** 2 * sp.cos(d))) / den
-    bb = 2 * sp.sin(d) * (2 * va ** 2 + 2 * g * sp.cos(a) + vb ** 2 * sp.cos(d)) / den
-    f = [va, vb, aa + u + amp * sp.sin(3 * t), bb]
-    R = 0.1 * (a ** 2 + b ** 2) + 0.05 * u ** 2
-    T = (1 - sp.cos(a - 1)) + (1 - sp.cos(b)) + 0.05 * (va ** 2 + vb ** 2)
-    return t, [a, b, va, vb], [u], f, R, T
+    """The 4-state forced double pendulum of ``bench_tol.py`` and ``bench_taylor_mode.py``:
+    ``tests/problems.py``'s `forced_double_pendulum` (the problem of
+    ``tests/test_accuracy.py``), ``(t, z, theta, f, R, T)`` as sympy objects."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from problems import forced_double_pendulum as spec
+    return spec(g, amp)

@@ -633,37 +633,45 @@ def print_full(rows: list[Row]) -> None:
               f"{fmt_t(r.time):>10} {err:>9}  {r.worst_field:<10} {ent:>9} {est:>7}  {r.note}")
 
 
-def summary(rows: list[Row], problems: list[Problem], plan: dict[str, list[int]],
-            checks: dict) -> list[dict]:
-    out = []
-    head = (f"{'problem':<10} {'n':>5} {'N':>3} {'target':>7}  {'fastest':<22} {'time':>9}  "
-            f"{'runner-up':<22} {'time':>9} {'ratio':>6}  {'fastest sweep':<17} {'time':>9} "
-            f"{'ratio':>6}  ref check")
+def table_cells(rows: list[Row], problems: list[Problem], plan: dict[str, list[int]],
+                head: str):
+    """Print ``head`` and its rule, then yield ``(problem, n, that cell's rows, target)``
+    for every cell of a table, with a blank line after each problem."""
     print(head)
     print("-" * len(head))
     for pb in problems:
         for n in plan[pb.name]:
             sel = [r for r in rows if r.problem == pb.name and r.n == n]
             for tgt in TARGETS:
-                ranked = best_for(sel, tgt)
-                first = ranked[0] if ranked else None
-                second = ranked[1] if len(ranked) > 1 else None
-                sweep_ = next((r for r in ranked if is_sweep(r.method)), None)
-                out.append({"problem": pb.name, "n": n, "N": pb.N, "target": tgt,
-                            "first": first, "second": second, "sweep": sweep_})
-                f1 = f"{first.method} @{first.rtol:.0e}" if first else "not reached"
-                f2 = f"{second.method} @{second.rtol:.0e}" if second else "-"
-                ratio = f"{second.time / first.time:.1f}x" if first and second else ""
-                f3 = f"{sweep_.method} @{sweep_.rtol:.0e}" if sweep_ else "not reached"
-                ratio3 = f"{sweep_.time / first.time:.1f}x" if sweep_ else ""
-                chk = checks[(pb.name, n)]
-                flag = " (!)" if pb.exact is None and chk > tgt / 10 else ""
-                chk_s = "exact" if pb.exact is not None else f"{chk:.0e}"
-                print(f"{pb.name:<10} {n:>5} {pb.N:>3} {tgt:>7.0e}  {f1:<22} "
-                      f"{fmt_t(first.time) if first else '-':>9}  {f2:<22} "
-                      f"{fmt_t(second.time) if second else '-':>9} {ratio:>6}  {f3:<17} "
-                      f"{fmt_t(sweep_.time) if sweep_ else '-':>9} {ratio3:>6}  {chk_s}{flag}")
+                yield pb, n, sel, tgt
         print()
+
+
+def summary(rows: list[Row], problems: list[Problem], plan: dict[str, list[int]],
+            checks: dict) -> list[dict]:
+    out = []
+    head = (f"{'problem':<10} {'n':>5} {'N':>3} {'target':>7}  {'fastest':<22} {'time':>9}  "
+            f"{'runner-up':<22} {'time':>9} {'ratio':>6}  {'fastest sweep':<17} {'time':>9} "
+            f"{'ratio':>6}  ref check")
+    for pb, n, sel, tgt in table_cells(rows, problems, plan, head):
+        ranked = best_for(sel, tgt)
+        first = ranked[0] if ranked else None
+        second = ranked[1] if len(ranked) > 1 else None
+        sweep_ = next((r for r in ranked if is_sweep(r.method)), None)
+        out.append({"problem": pb.name, "n": n, "N": pb.N, "target": tgt,
+                    "first": first, "second": second, "sweep": sweep_})
+        f1 = f"{first.method} @{first.rtol:.0e}" if first else "not reached"
+        f2 = f"{second.method} @{second.rtol:.0e}" if second else "-"
+        ratio = f"{second.time / first.time:.1f}x" if first and second else ""
+        f3 = f"{sweep_.method} @{sweep_.rtol:.0e}" if sweep_ else "not reached"
+        ratio3 = f"{sweep_.time / first.time:.1f}x" if sweep_ else ""
+        chk = checks[(pb.name, n)]
+        flag = " (!)" if pb.exact is None and chk > tgt / 10 else ""
+        chk_s = "exact" if pb.exact is not None else f"{chk:.0e}"
+        print(f"{pb.name:<10} {n:>5} {pb.N:>3} {tgt:>7.0e}  {f1:<22} "
+              f"{fmt_t(first.time) if first else '-':>9}  {f2:<22} "
+              f"{fmt_t(second.time) if second else '-':>9} {ratio:>6}  {f3:<17} "
+              f"{fmt_t(sweep_.time) if sweep_ else '-':>9} {ratio3:>6}  {chk_s}{flag}")
     return out
 
 
@@ -712,25 +720,19 @@ def speedups(rows: list[Row], problems: list[Problem],
     out = {}
     head = (f"{'problem':<10} {'n':>6} {'target':>7}  {'numba sweep':<20} {'time':>9}  "
             f"{'fastest ensemble':<24} {'time':>9}  {'speed-up':>8}  {'numpy sweep':>9}")
-    print(head)
-    print("-" * len(head))
-    for pb in problems:
-        for n in plan[pb.name]:
-            sel = [r for r in rows if r.problem == pb.name and r.n == n]
-            for tgt in TARGETS:
-                sw = fastest(sel, tgt, is_numba_sweep)
-                en = fastest(sel, tgt, is_ensemble)
-                npy = fastest(sel, tgt, lambda m: is_sweep(m) and not is_numba_sweep(m))
-                ratio = en.time / sw.time if sw and en else None
-                out[(pb.name, n, tgt)] = (sw, en, ratio)
-                f1 = f"{sw.method} @{sw.rtol:.0e}" if sw else "not reached"
-                f2 = f"{en.method} @{en.rtol:.0e}" if en else "not reached"
-                r_s = f"{ratio:.1f}x" if ratio else "-"
-                r_np = f"{npy.time / sw.time:.1f}x" if sw and npy else "-"
-                print(f"{pb.name:<10} {n:>6} {tgt:>7.0e}  {f1:<20} "
-                      f"{fmt_t(sw.time) if sw else '-':>9}  {f2:<24} "
-                      f"{fmt_t(en.time) if en else '-':>9}  {r_s:>8}  {r_np:>9}")
-        print()
+    for pb, n, sel, tgt in table_cells(rows, problems, plan, head):
+        sw = fastest(sel, tgt, is_numba_sweep)
+        en = fastest(sel, tgt, is_ensemble)
+        npy = fastest(sel, tgt, lambda m: is_sweep(m) and not is_numba_sweep(m))
+        ratio = en.time / sw.time if sw and en else None
+        out[(pb.name, n, tgt)] = (sw, en, ratio)
+        f1 = f"{sw.method} @{sw.rtol:.0e}" if sw else "not reached"
+        f2 = f"{en.method} @{en.rtol:.0e}" if en else "not reached"
+        r_s = f"{ratio:.1f}x" if ratio else "-"
+        r_np = f"{npy.time / sw.time:.1f}x" if sw and npy else "-"
+        print(f"{pb.name:<10} {n:>6} {tgt:>7.0e}  {f1:<20} "
+              f"{fmt_t(sw.time) if sw else '-':>9}  {f2:<24} "
+              f"{fmt_t(en.time) if en else '-':>9}  {r_s:>8}  {r_np:>9}")
     return out
 
 

@@ -20,6 +20,8 @@ logistic_functions, logistic_problem, logistic_closed_form
 pendulum_functions, vanderpol_functions
     Nonlinear problems with nonquadratic losses (no closed form; the tests use
     :func:`brute_force` and finite differences of it).
+forced_double_pendulum
+    A 4-state two-link pendulum as sympy expressions (the `tol` tests and benchmarks).
 brute_force
     An independent forward solve of ``z`` and ``J`` with ``scipy.integrate.solve_ivp``.
 lq_matrices
@@ -42,6 +44,7 @@ __all__ = [
     "DERIVATIVE_PARENTS",
     "ProblemFunctions",
     "brute_force",
+    "forced_double_pendulum",
     "logistic_closed_form",
     "logistic_functions",
     "logistic_problem",
@@ -500,6 +503,26 @@ def pendulum_functions(a: float = 1.0, forcing: float = 0.3, omega: float = 1.3,
              R_theta=R_theta, R_zz=R_zz, R_ztheta=R_ztheta, R_zzz=R_zzz, T_z=T_z, T_zz=T_zz,
              T_zzz=T_zzz)
     return ProblemFunctions(f, R, T, d, 2, 2, float(q))
+
+
+def forced_double_pendulum(g: float = 3.0, amp: float = 2.0) -> tuple:
+    """A two-link pendulum (unit masses and lengths) with a torque ``amp sin(3t)`` on the
+    first link plus the constant control ``u``: ``(t, z, theta, f, R, T)`` as sympy
+    objects, for ``invimbed.from_sympy`` or a ``SympyProvider`` (no closed form; the tests
+    compare with `solve_adjoint`)."""
+    import sympy as sp
+
+    t, u = sp.Symbol("t"), sp.Symbol("u")
+    a, b, va, vb = sp.symbols("a b va vb")
+    d = a - b
+    den = 3 - sp.cos(2 * a - 2 * b)
+    aa = (-3 * g * sp.sin(a) - g * sp.sin(a - 2 * b)
+          - 2 * sp.sin(d) * (vb ** 2 + va ** 2 * sp.cos(d))) / den
+    bb = 2 * sp.sin(d) * (2 * va ** 2 + 2 * g * sp.cos(a) + vb ** 2 * sp.cos(d)) / den
+    f = [va, vb, aa + u + amp * sp.sin(3 * t), bb]
+    R = 0.1 * (a ** 2 + b ** 2) + 0.05 * u ** 2
+    T = (1 - sp.cos(a - 1)) + (1 - sp.cos(b)) + 0.05 * (va ** 2 + vb ** 2)
+    return t, [a, b, va, vb], [u], f, R, T
 
 
 # -- Van der Pol -----------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 
 import invimbed
 from invimbed import STATUS, BolzaProblem, solve_adjoint, solve_imbedding
+from problems import forced_double_pendulum
 
 sp = pytest.importorskip("sympy")
 
@@ -23,19 +24,9 @@ def lorenz():
 
 
 def double_pendulum(g=3.0, amp=2.0):
-    """Two-link pendulum (unit masses and lengths) with a sinusoidal torque on the first
-    link and a constant control torque u."""
-    t, u = sp.Symbol("t"), sp.Symbol("u")
-    a, b, va, vb = sp.symbols("a b va vb")
-    d = a - b
-    den = 3 - sp.cos(2 * a - 2 * b)
-    aa = (-3 * g * sp.sin(a) - g * sp.sin(a - 2 * b)
-          - 2 * sp.sin(d) * (vb**2 + va**2 * sp.cos(d))) / den
-    bb = 2 * sp.sin(d) * (2 * va**2 + 2 * g * sp.cos(a) + vb**2 * sp.cos(d)) / den
-    f = [va, vb, aa + u + amp * sp.sin(3 * t), bb]
-    R = 0.1 * (a**2 + b**2) + 0.05 * u**2
-    T = (1 - sp.cos(a - 1)) + (1 - sp.cos(b)) + 0.05 * (va**2 + vb**2)
-    return invimbed.from_sympy(t, [a, b, va, vb], [u], f, R, T)
+    """Two-link pendulum with a sinusoidal torque on the first link and a constant
+    control torque u (`problems.forced_double_pendulum`)."""
+    return invimbed.from_sympy(*forced_double_pendulum(g, amp))
 
 
 def pendulum():
