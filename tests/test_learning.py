@@ -212,7 +212,7 @@ def test_callback_stops_training():
     x, y = projectile_data(depths, np.array([6.0]))
     res = fit_endpoint_dynamics(affine_model, np.zeros(6), x, depths, y, q=Q, epochs=50,
                                 callback=lambda info: info.epoch >= 3, **AFFINE)
-    assert res.nit == 3 and res.status == 99 and not res.success
+    assert res.nit == 3 and res.status == -4 and not res.success
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
@@ -347,7 +347,7 @@ def test_callback_stops_lbfgsb():
     res = fit_endpoint_dynamics(affine_model, np.zeros(6), x, depths, y, q=Q, epochs=50,
                                 optimizer="L-BFGS-B", callback=lambda info: info.epoch >= 2,
                                 **AFFINE)
-    assert res.nit == 2 and res.status == 99 and not res.success
+    assert res.nit == 2 and res.status == -4 and not res.success
     assert res.history.size == 3 and "callback" in res.message
 
 

@@ -197,7 +197,7 @@ def test_not_optimal_is_not_success():
     problem = lq_problem(**LQ, q=1.0)
     res = invimbed.solve_ocp(problem, [1.0, 0.0], p=0.0, intervals=6, n_controls=1,
                              solver="slsqp", max_iter=2)
-    assert not res.success and res.status == 1
+    assert not res.success and res.status == -2 and res.status is invimbed.Status.NOT_CONVERGED
     assert res.solver_status != 0
     assert res.kkt["stationarity"] > 1e-6
     assert "Not optimal" in res.message

@@ -150,7 +150,8 @@ def test_callback_progress_and_early_stop(capsys, monkeypatch):
     assert [s[0] for s in seen] == [1, 2]
     assert seen[1][1] <= seen[0][1]
     assert isinstance(seen[0][2], PiecewiseConstant)
-    assert res.status == 99 and not res.success
+    assert res.status == -4 and res.status is invimbed.Status.STOPPED and not res.success
+    assert res.solver_status == 99                  # scipy's code for StopIteration
     assert "iteration 2" in capsys.readouterr().err
 
 

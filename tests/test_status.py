@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 import invimbed
 from invimbed import (STATUS, Constant, Status, simulate, solve_adjoint, solve_imbedding,
                       solve_optimal)
+from invimbed._core.budget import row_outcome
 from invimbed._core.status import RowCode, as_status, row_status
 
 ROOT = pathlib.Path(invimbed.__file__).parent
@@ -18,9 +20,9 @@ ROOT = pathlib.Path(invimbed.__file__).parent
 
 def test_status_table_is_the_enum():
     assert STATUS == {int(s): s.message for s in Status}
-    assert sorted(STATUS) == [-3, -2, -1, 0, 1]
+    assert sorted(STATUS) == [-4, -3, -2, -1, 0, 1]
     assert (Status.SUCCESS, Status.UNCHECKED, Status.FAILED, Status.NOT_CONVERGED,
-            Status.RAISED) == (0, 1, -1, -2, -3)
+            Status.RAISED, Status.STOPPED) == (0, 1, -1, -2, -3, -4)
     assert STATUS[-2].startswith("not converged") and STATUS[-3].startswith("raised")
     assert [s.success for s in Status] == [s >= 0 for s in Status]
     assert invimbed._core.results.RAISED is Status.RAISED
@@ -28,7 +30,8 @@ def test_status_table_is_the_enum():
 
 def test_as_status_names_the_argument():
     assert as_status(-2) is Status.NOT_CONVERGED
-    with pytest.raises(ValueError, match=r"`status` must be one of \[-3, -2, -1, 0, 1\].*got 7"):
+    with pytest.raises(ValueError,
+                       match=r"`status` must be one of \[-4, -3, -2, -1, 0, 1\].*got 7"):
         as_status(7)
 
 
@@ -86,4 +89,90 @@ def test_no_decision_on_message_text():
                             and getattr(c.slice, "value", None) == "message"
                             for c in node.comparators)):
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, bad
+
+
+def test_the_ensemble_status_is_row_status_of_each_rows_last_code():
+    # rows (depth, input) of 2 depths x 2 inputs: the forward code, then the backward
+    # code where the forward pass reached q; `row_status` alone gives the status
+    setup = SimpleNamespace(x=np.zeros((2, 1)), batched=True,
+                            depths_desc=np.array([0.0, -1.0]))
+    D, U, N, M = (int(c) for c in (RowCode.DONE, RowCode.UNDERFLOW, RowCode.NONFINITE,
+                                   RowCode.MAX_STEPS))
+    t, hl = np.array([0.1, 0.2, 0.3, 0.4]), np.zeros(4)
+    for fwd, bwd in [([D, D, D, D], [D, D, D, D]), ([D, N, D, D], [D, D, D, D]),
+                     ([D, D, D, D], [D, D, M, D]), ([U, D, D, D], [D, D, D, U])]:
+        fwd, bwd = np.array(fwd), np.array(bwd)
+        status, message = row_outcome(setup, (fwd, bwd, t, hl), max_steps=7)
+        assert status is row_status(np.where(fwd == D, bwd, fwd))
+        assert (message is None) == (status is Status.SUCCESS)
+    # the first failed row is named, with the pass and the reason of its own code
+    status, message = row_outcome(setup, (np.array([D, D, D, M]), np.array([D, U, D, D]),
+                                          t, hl), max_steps=7)
+    assert status is Status.FAILED
+    assert message.startswith("The backward adjoint solve failed for depth p = 0 and "
+                              "input x[1] at t = 0.2: the step size fell below")
+    assert "2 of 4 (depth, input) rows failed" in message
+
+
+def _ocp_lq():
+    return invimbed.BolzaProblem(
+        lambda t, z, u: u, lambda t, z, u: 0.5 * (u[:, 0]**2 + z[:, 0]**2), q=1.0,
+        vectorized=True, autonomous=True)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: invimbed.solve_ocp(_ocp_lq(), [1.0], p=0.0, intervals=6, n_controls=1,
+                               solver="slsqp"),
+    lambda: invimbed.solve_ocp(_ocp_lq(), [1.0], p=0.0, intervals=6, n_controls=1,
+                               solver="slsqp", max_iter=1),
+    lambda: invimbed.solve_ocp(_ocp_lq(), [1.0], p=0.0, intervals=6, n_controls=1,
+                               solver="slsqp", callback=lambda *a: True),
+    lambda: invimbed.optimize_control(_ocp_lq(), [1.0], Constant([0.0]), p=0.0),
+    lambda: invimbed.optimize_control(_ocp_lq(), [1.0], Constant([0.0]), p=0.0,
+                                      options={"maxiter": 1}),
+    lambda: invimbed.optimize_control(_ocp_lq(), [1.0], Constant([0.0]), p=0.0,
+                                      callback=lambda info: True),
+], ids=["ocp", "ocp_max_iter", "ocp_callback", "optimize", "optimize_maxiter",
+        "optimize_callback"])
+def test_every_optimiser_returns_a_member_with_success_its_sign(make):
+    res = make()
+    assert isinstance(res.status, Status)
+    assert res.success == (res.status >= 0) == res.status.success
+    assert isinstance(res.solver_status, (int, np.integer))     # the optimiser's own code
+
+
+def test_optimiser_statuses_are_the_enums():
+    # a callback stop and an iteration limit, each with the enum's code and sign
+    stop = invimbed.solve_ocp(_ocp_lq(), [1.0], p=0.0, intervals=6, n_controls=1,
+                              solver="slsqp", callback=lambda *a: True)
+    assert stop.status is Status.STOPPED and "`callback` stopped" in stop.message
+    short = invimbed.solve_ocp(_ocp_lq(), [1.0], p=0.0, intervals=6, n_controls=1,
+                               solver="slsqp", max_iter=1)
+    assert short.status is Status.NOT_CONVERGED and not short.success
+    limit = invimbed.optimize_control(_ocp_lq(), [1.0], Constant([0.0]), p=0.0,
+                                      options={"maxiter": 1})
+    assert limit.status is Status.NOT_CONVERGED and limit.solver_status != 0
+    # solve_ocp's table is the subset of the one enum that it returns
+    assert set(invimbed.OCP_STATUS) == {0, -1, -2, -4} <= set(STATUS)
+    for code in invimbed.OCP_STATUS:
+        assert Status(code).success == (code >= 0)
+
+
+def test_no_solver_writes_a_status_outside_the_enum():
+    # every `status=` keyword and `.status = ` assignment in the package is a Status
+    # member, a variable, or a row code of an integrator (RowCode)
+    bad = []
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            values = []
+            if isinstance(node, ast.keyword) and node.arg == "status":
+                values.append(node.value)
+            if isinstance(node, ast.Assign):
+                values += [node.value for tgt in node.targets
+                           if isinstance(tgt, ast.Attribute) and tgt.attr == "status"]
+            for v in values:
+                if isinstance(v, ast.Constant) or (
+                        isinstance(v, ast.UnaryOp) and isinstance(v.operand, ast.Constant)):
+                    bad.append(f"{path.relative_to(ROOT)}:{v.lineno}")
     assert not bad, bad

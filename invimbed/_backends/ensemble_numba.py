@@ -110,7 +110,8 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
                    opts: dict) -> tuple[dict, int, tuple]:
     """The ensemble adjoint on the numba backend; the contract of
     `invimbed._core.adjoint._ensemble` (see the module docstring): ``(fields, nfev,
-    rows)``, ``rows`` the status of every row for `ensemble_failure`."""
+    rows)``, ``rows`` the `RowCode` s and last times of every row
+    (`invimbed._core.budget.row_outcome`)."""
     import_numba()
     ctrl = setup.control
     knots, values = control_arrays(ctrl)
@@ -172,7 +173,7 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
         x = np.tile(setup.x, (n, 1))[good]
         fields["depth_grad"].reshape(rows)[good] = depth_gradient(
             dataclasses.replace(setup, provider=values), p, out_a[good], x)
-    return fields, nfev, (good, fwd_ok, status[:, 0], status[:, 1], out_t, out_hl)
+    return fields, nfev, (status[:, 0], status[:, 1], out_t, out_hl)
 
 
 def row_cost(setup: Setup) -> RowCost:

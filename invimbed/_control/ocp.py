@@ -17,6 +17,7 @@ from scipy.optimize import OptimizeResult
 from .._core.open_loop import PiecewiseConstant
 from .._core.integrators.ensemble import ENSEMBLE_METHODS
 from .._core.problem import BolzaProblem
+from .._core.status import Status
 from .._core.validation import (as_float_array, as_int, as_positive_int, as_real, check_callable,
                                 check_choice, describe)
 from .ocp_constraints import Defects, FinalState, Path, Terminal, as_pair
@@ -25,15 +26,19 @@ from .ocp_solvers import HESSIANS, SOLVERS, have_ipopt, run_solver
 from .options import SolverFailure
 from .shooting import Shooting
 
-#: ``status`` of a `solve_ocp` result.
-OCP_STATUS = {
-    0: "optimal: our check of the KKT residual and of the constraint violation passed "
-       "(`tol`, `constraint_tol`)",
-    1: "not optimal: the NLP solver stopped (its status and message are in "
-       "`solver_status`, `solver_message`) at a point that fails our KKT check; `kkt` and "
-       "`constraint_violation` say by how much",
-    -1: "an integration of a shooting interval failed (the message names the interval)",
-}
+#: The `invimbed.Status` members a `solve_ocp` result's ``status`` can hold, ``{code:
+#: meaning}``: the subset of `invimbed.STATUS` that `solve_ocp` returns, in its words.
+OCP_STATUS = {int(code): text for code, text in (
+    (Status.SUCCESS, "optimal: our check of the KKT residual and of the constraint violation "
+                     "passed (`tol`, `constraint_tol`)"),
+    (Status.NOT_CONVERGED, "not optimal: the NLP solver stopped (its status and message are "
+                           "in `solver_status`, `solver_message`) at a point that fails our "
+                           "KKT check; `kkt` and `constraint_violation` say by how much"),
+    (Status.FAILED, "an integration of a shooting interval failed (the message names the "
+                    "interval)"),
+    (Status.STOPPED, "stopped: `callback` stopped the solver at a point that fails our KKT "
+                     "check; `kkt` and `constraint_violation` say by how much"),
+)}
 
 
 def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
@@ -91,7 +96,8 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     -------
     OptimizeResult
         ``success`` (our KKT check passed, never the solver's word alone), ``status``
-        (`OCP_STATUS`), ``fun`` (``J``), ``times``, ``states``, ``controls``,
+        (an `invimbed.Status`, one of `OCP_STATUS`: 0 optimal, -2 not optimal, -4
+        stopped by ``callback``, -1 an interval's integration failed), ``fun`` (``J``), ``times``, ``states``, ``controls``,
         ``control``, ``horizon``, ``kkt``, ``constraint_violation``, ``trajectory``, ...
 
     Raises
@@ -213,14 +219,15 @@ def _result(nlp: ShootingNLP, run, tol: float, constraint_tol: float,
     S, U, H = sh.unpack(w)
     times = sh.times(H)
     res = OptimizeResult(x=w, states=S, controls=U.copy(), times=times, horizon=H,
-                         p=float(times[0]), solver=run.solver, solver_status=run.status,
+                         p=float(times[0]), solver=run.solver, solver_status=run.solver_status,
                          solver_message=run.message, nit=run.nit)
     try:
         fun = nlp.objective(w)
         kkt = kkt_check(nlp, w, tol=tol, constraint_tol=constraint_tol,
                         multipliers=run.multipliers)
     except SolverFailure as exc:
-        res.update(success=False, status=-1, fun=np.nan, kkt=None, constraint_violation=np.nan,
+        res.update(success=False, status=Status.FAILED, fun=np.nan, kkt=None,
+                   constraint_violation=np.nan,
                    violations={}, message=f"{exc}. {run.message}", nsolve=nlp.n_solves,
                    nfev=nlp.nfev)
         return res
@@ -229,17 +236,20 @@ def _result(nlp: ShootingNLP, run, tol: float, constraint_tol: float,
     res["constraint_violation"] = kkt.violation
     res["violations"] = nlp.violation_by_block(w)
     if run.failure is not None and not kkt.ok:
-        res.update(success=False, status=-1,
+        res.update(success=False, status=Status.FAILED,
                    message=f"The solver stopped after {run.nit} iterations when {run.failure}. "
                            f"{run.message}")
     elif kkt.ok:
-        res.update(success=True, status=0,
+        res.update(success=True, status=Status.SUCCESS,
                    message=f"Optimal: KKT residual {max(kkt.stationarity, kkt.complementarity):.1e}"
                            f" <= tol = {tol:g}, constraint violation {kkt.violation:.1e} <= "
                            f"constraint_tol = {constraint_tol:g}. {run.message}")
     else:
-        res.update(success=False, status=1,
-                   message=f"Not optimal: KKT residual (stationarity {kkt.stationarity:.1e}, "
+        code = Status.STOPPED if run.stopped else Status.NOT_CONVERGED
+        stop = "`callback` stopped the solver. " if run.stopped else ""
+        res.update(success=False, status=code,
+                   message=f"{stop}Not optimal: KKT residual (stationarity "
+                           f"{kkt.stationarity:.1e}, "
                            f"complementarity {kkt.complementarity:.1e}; tol = {tol:g}), "
                            f"constraint violation {kkt.violation:.1e} (constraint_tol = "
                            f"{constraint_tol:g}) after {run.nit} iterations. {run.message}")

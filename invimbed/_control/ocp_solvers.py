@@ -45,10 +45,11 @@ class Run:
 
     w: np.ndarray
     solver: str
-    status: int
+    solver_status: int                     # the solver's own code (never a `Status`)
     message: str
     nit: int
     failure: str | None = None             # an integration that failed and stopped it
+    stopped: bool = False                  # the user's callback asked it to stop
     multipliers: tuple | None = None       # (y, zb) of the constraints and bounds, if given
     history: list = field(default_factory=list)
 
@@ -70,7 +71,7 @@ def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callbac
 
     colored = ColoredHessian(nlp) if hessian == "finite-differences" else None
 
-    last: dict[str, Any] = {"w": np.array(w0, dtype=float), "failure": None}
+    last: dict[str, Any] = {"w": np.array(w0, dtype=float), "failure": None, "stopped": False}
     history: list = []
 
     def guard(fn):
@@ -101,7 +102,9 @@ def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callbac
         def intermediate(alg_mod, iter_count, obj_value, inf_pr, inf_du, *rest):
             history.append((int(iter_count), float(obj_value), float(inf_pr), float(inf_du)))
             if callback is not None and iter_count > 0:
-                return callback(int(iter_count), float(obj_value), float(inf_pr)) is not True
+                last["stopped"] = callback(int(iter_count), float(obj_value),
+                                           float(inf_pr)) is True
+                return not last["stopped"]
             return True
 
     prob = cyipopt.Problem(n=nlp.n, m=nlp.m, problem_obj=Adapter(), lb=nlp.lb, ub=nlp.ub,
@@ -121,14 +124,14 @@ def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callbac
     failure = last["failure"] if status not in (0, 1) else None
     mult = (np.asarray(info["mult_g"], dtype=float),
             np.asarray(info["mult_x_U"], dtype=float) - np.asarray(info["mult_x_L"], dtype=float))
-    return Run(w=np.asarray(w, dtype=float), solver="ipopt", status=status,
+    return Run(w=np.asarray(w, dtype=float), solver="ipopt", solver_status=status,
                message=f"IPOPT: {msg}", nit=nit, failure=failure, history=history,
-               multipliers=mult)
+               multipliers=mult, stopped=last["stopped"])
 
 
 def _scipy(name, nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callback) -> Run:
     history: list = []
-    last: dict[str, Any] = {"failure": None, "w": np.array(w0, dtype=float)}
+    last: dict[str, Any] = {"failure": None, "w": np.array(w0, dtype=float), "stopped": False}
     big = 1e20
 
     def guarded(fn):
@@ -181,6 +184,7 @@ def _scipy(name, nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, c
             value = np.nan
         history.append((count[0], float(value)))
         if callback is not None and callback(count[0], float(value), np.nan) is True:
+            last["stopped"] = True
             raise StopIteration
 
     try:
@@ -188,10 +192,10 @@ def _scipy(name, nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, c
                        method="trust-constr" if name == "trust-constr" else "SLSQP",
                        bounds=bounds, constraints=constraints, options=opts, callback=cb)
     except SolverFailure as exc:
-        return Run(w=last["w"], solver=name, status=-1,
+        return Run(w=last["w"], solver=name, solver_status=-1,
                    message=f"{name}: stopped by a failed integration", nit=count[0],
                    failure=str(exc), history=history)
-    return Run(w=np.asarray(res.x, dtype=float), solver=name, status=int(res.status),
+    return Run(w=np.asarray(res.x, dtype=float), solver=name, solver_status=int(res.status),
                message=f"{name}: {res.message}", nit=int(getattr(res, "nit", count[0])),
-               history=history)
+               history=history, stopped=last["stopped"])
 

@@ -23,6 +23,7 @@ from .._core.open_loop import OpenLoopControl
 from .._core.derivatives import DerivativeOrderError
 from .._core.imbedding import solve_imbedding
 from .._core.problem import BolzaProblem
+from .._core.status import Status
 from .._core.validation import as_bool, as_int, as_real, as_state, check_choice, describe
 from .._progress import ProgressBar
 from .options import SolverFailure, split_solve_kwargs
@@ -76,7 +77,8 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
     options : dict, optional
         Passed to ``minimize`` (e.g. ``{"maxiter": 200, "gtol": 1e-10}``).
     callback : callable ``callback(intermediate_result)``, optional
-        Called after each iteration; returning ``True`` stops (``status`` 99).
+        Called after each iteration; returning ``True`` stops (``status`` -4,
+        `invimbed.Status.STOPPED`).
     progress : bool, default False
         Show a progress bar.
     trajectory_points : int, default 201
@@ -90,8 +92,10 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
     OptimizeResult
         scipy's (``x = w*``, ``fun`` = the exact ``J(w*)``, ``jac``, ``success``, ...) plus
         ``control`` (``control.with_params(w*)``), ``jac_exact``, ``gradient_exact``,
-        ``gradient_error``, ``warnings``, ``trajectory``, ``nsolve``. A failed solve ends
-        the optimisation with ``success=False`` and the solver's message.
+        ``gradient_error``, ``warnings``, ``trajectory``, ``nsolve``. ``status`` is an
+        `invimbed.Status`: 0 where scipy reports success, -2 where it stopped short
+        (scipy's own code in ``solver_status``), -4 where ``callback`` stopped it, -1
+        where a solve failed (which ends the optimisation, with the solver's message).
 
     Raises
     ------
@@ -186,7 +190,7 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
         state["nsolve"] += 1
         # status -2 (not converged): finite fields whose approximation the result reports
         # through `gradient_error`; only a failed integration stops the optimiser
-        if not res.success and res.status != -2:
+        if not res.success and res.status != Status.NOT_CONVERGED:
             state["failure"] = (w.copy(), "imbedding sweep (solve_imbedding)", res.message)
             raise SolverFailure(res.message)
         return res
@@ -211,6 +215,7 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
 
     bar = ProgressBar(progress, (options or {}).get("maxiter"), "optimize_control")
     nit = [0]
+    stopped = [False]
 
     def scipy_callback(intermediate_result):
         nit[0] += 1
@@ -226,6 +231,7 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
             if cached is not None and use_jac:
                 info["jac"] = cached[1].copy()
             if callback(info) is True:
+                stopped[0] = True
                 raise StopIteration
 
     w0 = np.asarray(control.w, dtype=float).copy()
@@ -239,11 +245,16 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
         # `fun` is the exact J at the returned x (a cache hit unless the method returned
         # a point it did not evaluate last)
         final = evaluate(np.asarray(res.x, dtype=float))
+        res["solver_status"] = int(res.status)
+        res["status"] = (Status.STOPPED if stopped[0] else
+                         Status.SUCCESS if res.success else Status.NOT_CONVERGED)
+        res["success"] = res.status.success
     except SolverFailure:
         w_fail, which, msg = state["failure"]
         good = state["last_good"]
         w_best = good[0] if good is not None else w0
-        res = OptimizeResult(x=w_best, success=False, status=-1, nit=nit[0],
+        res = OptimizeResult(x=w_best, success=False, status=Status.FAILED, nit=nit[0],
+                             solver_status=None,
                              nfev=state["nsolve"],
                              message=f"The {which} failed at w = "
                                      f"{np.array2string(w_fail, precision=6, threshold=8)}: "

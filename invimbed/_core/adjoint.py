@@ -37,6 +37,7 @@ from .integrators.ensemble import DONE, ENSEMBLE_METHODS, MAX_STEPS, NONFINITE, 
 from .integrators.tableau import TABLEAUX
 from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
+from .status import Status
 from .arguments import Setup, prepare
 from .assembly import depth_gradient, pack_result
 from .backends import check_backend, get_backend
@@ -146,21 +147,22 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
                              f"'RK23', strategy='ensemble'), but got strategy={strategy!r} "
                              f"and method={method!r}")
         ensemble_numba, row_cost = get_backend(backend, "ensemble")
-        fields, nfev, failure = run_in_chunks(
+        fields, nfev, status, failure = run_in_chunks(
             lambda sub: ensemble_numba(sub, method, rtol, atol, opts), setup, budget,
             row_cost(setup), opts["max_steps"], max)
     elif strategy == "ensemble":
-        fields, nfev, failure = run_in_chunks(
+        fields, nfev, status, failure = run_in_chunks(
             lambda sub: _ensemble(sub, method, rtol, atol, opts), setup, budget,
             _row_cost(setup, method), opts["max_steps"], sum)
     else:
-        fields, nfev, failure = _per_depth(setup, method, rtol, atol, opts)
-    success = failure is None
-    message = ("The adjoint solves reached every requested depth." if success else failure)
+        fields, nfev, status, failure = _per_depth(setup, method, rtol, atol, opts)
+    message = ("The adjoint solves reached every requested depth." if failure is None
+               else failure)
     if warnings:
         message += " Note: " + "; ".join(map(str, warnings)) + "."
-    return pack_result(setup, fields, success=success, message=message, nfev=nfev,
-                       closure="adjoint", method=method, strategy=strategy, warnings=warnings)
+    return pack_result(setup, fields, success=status.success, status=status, message=message,
+                       nfev=nfev, closure="adjoint", method=method, strategy=strategy,
+                       warnings=warnings)
 
 
 def _options(options: dict) -> dict:
@@ -259,7 +261,7 @@ def _ensemble(setup: Setup, method: str, rtol: float, atol: float,
     if np.any(good):
         fields["depth_grad"].reshape(rows)[good] = depth_gradient(setup, p[good], adjoint[good],
                                                                x[good])
-    rows = (good, ok, fwd.status, bwd.status, np.where(ok, bwd.t, fwd.t),
+    rows = (fwd.status, bwd.status, np.where(ok, bwd.t, fwd.t),
             np.where(ok, bwd.h_lambda, fwd.h_lambda))
     return fields, nfev, rows
 
@@ -311,7 +313,9 @@ def _solve(fun, t0: float, t1: float, y0: np.ndarray, method: str, rtol: float,
 
 
 def _per_depth(setup: Setup, method: str, rtol: float, atol: float,
-               opts: dict) -> tuple[dict, int, str | None]:
+               opts: dict) -> tuple[dict, int, Status, str | None]:
+    """``(fields, nfev, status, failure)``: `Status.FAILED` and the message naming the
+    first failed depth if any depth failed, `Status.SUCCESS` and None otherwise."""
     B, N = setup.x.shape
     n, nw = setup.depths_desc.size, setup.control.n_params
     fields = empty_fields(n, B, N, nw)
@@ -336,8 +340,8 @@ def _per_depth(setup: Setup, method: str, rtol: float, atol: float,
         message = (f"The {where} failed for depth p = {p:.10g} at t = {t_fail:.10g}: "
                    f"{reason}. {failed} of {n} depths failed; the others are exact to the "
                    f"tolerances.")
-        return fields, nfev, message
-    return fields, nfev, None
+        return fields, nfev, Status.FAILED, message
+    return fields, nfev, Status.SUCCESS, None
 
 
 def _one_depth(setup: Setup, p: float, method: str, rtol: float, atol: float,
@@ -353,45 +357,65 @@ def _one_depth(setup: Setup, p: float, method: str, rtol: float, atol: float,
         lam = prov.derivative("T", q, z, None, dz=1)
         return None, q, {"z": z.copy(), "value": prov.derivative("T", q, z, None),
                          "adjoint": lam, "param_grad": np.zeros((B, nw))}, 0, 0
-    segs = segments(q, p, ctrl.breakpoints)[::-1]  # forward in t: from p up to q
-    dense = []
-    y = np.concatenate([setup.x.ravel(), np.zeros(B)])
-    for hi, lo in segs:
-        piece = setup.piece_of(hi, lo)
+    pieces = [(lo, hi, setup.piece_of(hi, lo))                 # forward in t: p up to q
+              for hi, lo in segments(q, p, ctrl.breakpoints)[::-1]]
 
-        def forward(t, yy, piece=piece):
+    def forward(piece, _):
+        def rates(t, yy):
             th = np.broadcast_to(ctrl.theta(t, piece), (B, M))
             fr = forward_rates(prov, t, yy[:B * N].reshape(B, N), th)
             return np.concatenate([fr[:, :N].ravel(), fr[:, N]])
+        return rates
 
-        fail, t_end, y_end, sol, count, steps = _solve(forward, lo, hi, y, method, rtol, atol,
-                                                      opts, dense=True)
-        nfev += count
-        nsteps += steps
-        if fail is not None:
-            return "forward solve: " + fail, t_end, {}, nfev, nsteps
-        dense.append((lo, hi, sol, piece))
-        y = y_end
+    fail, t_end, y, dense, nfev, nsteps = _solve_pieces(
+        "forward solve", forward, pieces, np.concatenate([setup.x.ravel(), np.zeros(B)]),
+        method, rtol, atol, opts, dense=True)
+    if fail is not None:
+        return fail, t_end, {}, nfev, nsteps
     zq = y[:B * N].reshape(B, N)
     value = y[B * N:] + prov.derivative("T", q, zq, None)
     lam = prov.derivative("T", q, zq, None, dz=1)
     mu = np.zeros((B, nw))
-    yb = np.concatenate([lam.ravel(), mu.ravel()])
-    for lo, hi, sol_z, piece in reversed(dense):
 
-        def backward(t, yy, sol_z=sol_z, piece=piece):
+    def backward(piece, sol_z):
+        def rates(t, yy):
             z = sol_z(t)[:B * N].reshape(B, N)
             th = np.broadcast_to(ctrl.theta(t, piece), (B, M))
             dl, dm = adjoint_rates(prov, t, z, th, yy[:B * N].reshape(B, N),
                                    ctrl.jacobian(t, piece) if nw else None)
             return dl.ravel() if dm is None else np.concatenate([dl.ravel(), dm.ravel()])
+        return rates
 
-        fail, t_end, yb_end, _, count, steps = _solve(backward, hi, lo, yb, method, rtol, atol,
-                                                     opts, dense=False)
+    back = [(hi, lo, piece) for lo, hi, piece in reversed(pieces)]
+    fail, t_end, yb, _, count, steps = _solve_pieces(
+        "backward adjoint solve", backward, back, np.concatenate([lam.ravel(), mu.ravel()]),
+        method, rtol, atol, opts, dense=False, sols=dense[::-1])
+    nfev += count
+    nsteps += steps
+    if fail is not None:
+        return fail, t_end, {}, nfev, nsteps
+    return None, p, {"z": zq, "value": value, "adjoint": yb[:B * N].reshape(B, N),
+                     "param_grad": yb[B * N:].reshape(B, nw)}, nfev, nsteps
+
+
+def _solve_pieces(where: str, rates_of: Any, pieces: list, y: np.ndarray, method: str,
+                  rtol: float, atol: float, opts: dict, dense: bool,
+                  sols: list | None = None) -> tuple[str | None, float, np.ndarray, list, int,
+                                                     int]:
+    """`_solve` over the control's pieces ``(t0, t1, piece)`` one after the other, the
+    right-hand side of each ``rates_of(piece, sol)`` (``sol``: that piece's entry of
+    ``sols``, or None). Returns ``(failure, t, y, dense_outputs, nfev, nsteps)``:
+    ``failure`` is None or ``where``'s reason, ``t`` where the solve ended."""
+    nfev = nsteps = 0
+    out, t_end = [], None
+    for k, (t0, t1, piece) in enumerate(pieces):
+        fail, t_end, y_end, sol, count, steps = _solve(
+            rates_of(piece, None if sols is None else sols[k]), t0, t1, y, method, rtol,
+            atol, opts, dense=dense)
         nfev += count
         nsteps += steps
         if fail is not None:
-            return "backward adjoint solve: " + fail, t_end, {}, nfev, nsteps
-        yb = yb_end
-    return None, p, {"z": zq, "value": value, "adjoint": yb[:B * N].reshape(B, N),
-                     "param_grad": yb[B * N:].reshape(B, nw)}, nfev, nsteps
+            return f"{where}: {fail}", t_end, y, out, nfev, nsteps
+        out.append(sol)
+        y = y_end
+    return None, t_end, y, out, nfev, nsteps

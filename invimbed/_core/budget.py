@@ -32,7 +32,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .arguments import Setup
-from .failures import empty_fields, ensemble_failure
+from .failures import DONE, empty_fields, ensemble_failure
+from .status import Status, row_status
 from .validation import as_memory_budget
 
 #: The largest default budget: chunks of the numpy ensemble of about 10^4 rows (N = 2)
@@ -49,8 +50,9 @@ FIRST_STEPS = 1000
 STEP_MARGIN = 1.5
 
 #: ``run(setup, ...) -> (fields, nfev, rows)``: one chunk's fields (n, B, ...), its
-#: right-hand-side count and its rows' status ``(good, fwd_ok, fwd_codes, bwd_codes, t,
-#: h_lambda)``, arrays of ``n B`` rows (`invimbed._core.failures.ensemble_failure`).
+#: right-hand-side count and its rows' status ``(fwd_codes, bwd_codes, t, h_lambda)``:
+#: arrays of ``n B`` rows, the `RowCode` of each row's forward and backward pass, and its
+#: last time and Shampine estimate in the pass that failed (`row_outcome`).
 ChunkRun = Callable[..., tuple[dict, int, tuple]]
 
 
@@ -138,13 +140,13 @@ def _sub_setup(setup: Setup, c: int, d: int, a: int, b: int) -> Setup:
 
 def run_in_chunks(run: ChunkRun, setup: Setup, budget: int | None, cost: RowCost,
                   max_steps: int, nfev_of: Callable[[list[int]], int],
-                  who: str = "solve_adjoint") -> tuple[dict, int, str | None]:
+                  who: str = "solve_adjoint") -> tuple[dict, int, Status, str | None]:
     """``run`` over row chunks that keep the peak memory under ``budget`` bytes (None:
     `default_memory_budget` of the request's outputs).
 
-    Returns ``(fields, nfev, failure)`` as ``run`` would for every row at once:
+    Returns ``(fields, nfev, status, failure)`` as ``run`` would for every row at once:
     ``nfev_of`` combines the chunks' counts (their sum for vectorised calls, the largest
-    for a per-row count), ``failure`` is `ensemble_failure`'s message over every row.
+    for a per-row count); ``status, failure`` are `row_outcome` over every row.
 
     Raises
     ------
@@ -168,10 +170,9 @@ def run_in_chunks(run: ChunkRun, setup: Setup, budget: int | None, cost: RowCost
     worst = cost.work + min(max_steps, FIRST_STEPS) * cost.step
     if rows * worst <= room:
         fields, nfev, rows = run(setup)
-        return fields, nfev, _failure(setup, rows, max_steps)
+        return (fields, nfev) + row_outcome(setup, rows, max_steps)
     fields = empty_fields(n, B, setup.x.shape[1], setup.control.n_params)
-    status = [np.empty((n, B), dtype=dt) for dt in (bool, bool, np.int64, np.int64,
-                                                     float, float)]
+    status = [np.empty((n, B), dtype=dt) for dt in (np.int64, np.int64, float, float)]
     counts: list[int] = []
     mean_steps = 0.0
 
@@ -203,14 +204,21 @@ def run_in_chunks(run: ChunkRun, setup: Setup, budget: int | None, cost: RowCost
             solve(d - 1, d, a, b)
             a = b
         d -= 1
-    return fields, nfev_of(counts), _failure(setup, [s.ravel() for s in status], max_steps)
+    return (fields, nfev_of(counts)) + row_outcome(setup, [s.ravel() for s in status],
+                                                   max_steps)
 
 
-def _failure(setup: Setup, rows: tuple | list, max_steps: int) -> str | None:
-    good = rows[0]
-    if np.all(good):
-        return None
+def row_outcome(setup: Setup, rows: tuple | list,
+                max_steps: int) -> tuple[Status, str | None]:
+    """``(status, failure)`` of an ensemble's rows ``(fwd_codes, bwd_codes, t, h_lambda)``
+    (`ChunkRun`): the `Status` is `row_status` of each row's last code (the backward
+    pass's where the forward pass reached ``q``), as for `invimbed.simulate`; ``failure``
+    is None or `ensemble_failure`'s message, naming the first failed row."""
+    fwd_codes, bwd_codes, t, h_lambda = rows
+    codes = np.where(fwd_codes == DONE, bwd_codes, fwd_codes)
+    status = row_status(codes)
+    if status is Status.SUCCESS:
+        return status, None
     B = setup.x.shape[0]
-    return ensemble_failure(setup.batched, good, rows[1], rows[2], rows[3],
-                            np.repeat(setup.depths_desc, B), rows[4], rows[5], max_steps, B)
-
+    return status, ensemble_failure(setup.batched, codes, fwd_codes,
+                                    np.repeat(setup.depths_desc, B), t, h_lambda, max_steps, B)

@@ -118,23 +118,21 @@ def row_failure(batched: bool, where: str, depth: float, b: int, t: float, reaso
             f"exact to the tolerances.")
 
 
-def ensemble_failure(batched: bool, good: np.ndarray, fwd_ok: np.ndarray,
-                     fwd_codes: np.ndarray, bwd_codes: np.ndarray, row_depths: np.ndarray,
-                     t: np.ndarray, h_lambda: np.ndarray, max_steps: int,
-                     B: int) -> str | None:
-    """The message of an ensemble whose rows did not all succeed (None if they did):
-    the first failed row (``r = depth index * B + input``), which pass failed, where and
-    why (`row_failure_reason`), and how many rows failed. ``t`` and ``h_lambda`` are
-    each row's last time and Shampine estimate in the pass that failed."""
-    bad = np.flatnonzero(~good)
-    if not bad.size:
-        return None
+def ensemble_failure(batched: bool, codes: np.ndarray, fwd_codes: np.ndarray,
+                     row_depths: np.ndarray, t: np.ndarray, h_lambda: np.ndarray,
+                     max_steps: int, B: int) -> str:
+    """The message of an ensemble whose rows did not all succeed: the first failed row
+    (``r = depth index * B + input``), which pass failed, where and why
+    (`row_failure_reason`), and how many rows failed. ``codes`` is each row's last
+    `RowCode` (its backward pass's where the forward pass reached ``q``), ``fwd_codes``
+    the forward pass's; ``t`` and ``h_lambda`` are each row's last time and Shampine
+    estimate in the pass that failed. Whether the rows failed is `row_status`'s answer."""
+    bad = np.flatnonzero(codes != DONE)
     r = int(bad[0])
-    fwd_failed = not fwd_ok[r]
-    code = int(fwd_codes[r] if fwd_failed else bwd_codes[r])
-    reason = row_failure_reason(code, max_steps, float(h_lambda[r]))
+    fwd_failed = fwd_codes[r] != DONE
+    reason = row_failure_reason(int(codes[r]), max_steps, float(h_lambda[r]))
     return row_failure(batched, "forward solve" if fwd_failed else "backward adjoint solve",
-                       float(row_depths[r]), r % B, float(t[r]), reason, bad.size, good.size)
+                       float(row_depths[r]), r % B, float(t[r]), reason, bad.size, codes.size)
 
 
 def empty_fields(n: int, B: int, N: int, nw: int) -> dict[str, np.ndarray]:

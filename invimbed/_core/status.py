@@ -28,10 +28,13 @@ class Status(IntEnum):
     UNCHECKED = 1
     #: The integration failed: a non-finite value, a step-size underflow, the budget.
     FAILED = -1
-    #: The error estimate exceeds the tolerance at some depth.
+    #: The result's own check against the tolerance fails: the error estimate at some
+    #: depth, or an optimiser's optimality check.
     NOT_CONVERGED = -2
     #: The solve raised an exception instead of returning a result.
     RAISED = -3
+    #: The user's callback stopped an optimiser.
+    STOPPED = -4
 
     @property
     def message(self) -> str:
@@ -53,14 +56,23 @@ _MESSAGES = {
         "function of the problem returns less than float64 and rtol asks for more than its "
         "precision (then success is False)",
     Status.FAILED: "integration failed: a non-finite value, a step-size underflow or the "
-                   "step budget (the message names the depth)",
+                   "step budget (the message names the depth; for an optimiser, the point "
+                   "or the shooting interval whose solve failed)",
     Status.NOT_CONVERGED:
         "not converged: the error estimate exceeds the tolerance at some depth (the "
-        "message names the first); the fields there are approximate",
+        "message names the first); the fields there are approximate. For an optimiser "
+        "(optimize_control, solve_ocp, fit_endpoint_dynamics): it stopped at a point that "
+        "fails the optimality check (solve_ocp: our KKT check at `tol`, `constraint_tol`; "
+        "the others: scipy's convergence test, e.g. at the iteration limit); "
+        "`solver_status` holds the optimiser's own code",
     Status.RAISED:
         "raised: the solve raised an exception instead of returning a result "
         "(invimbed.dask.solve_batch: a chunk whose task raised; its rows are NaN and the "
         "message names the exception)",
+    Status.STOPPED:
+        "stopped: the user's callback asked an optimiser to stop (optimize_control, "
+        "solve_ocp, fit_endpoint_dynamics); the result holds the last iterate, not "
+        "checked for optimality",
 }
 
 #: ``{code: message}`` of every `Status`, in the style of scipy's ``MESSAGES``.

@@ -31,6 +31,7 @@ import numpy as np
 from scipy.optimize import OptimizeResult, OptimizeWarning, minimize
 
 from .._core.open_loop import Constant
+from .._core.status import Status
 from .._core.validation import as_bool, as_int, as_real, check_callable, describe
 from .._progress import ProgressBar
 from .regression import EndpointRegression
@@ -99,7 +100,9 @@ def fit_endpoint_dynamics(dynamics: Callable, w0: Any, x: Any, depths: Any, y: A
     -------
     OptimizeResult
         ``x`` (the trained weights), ``fun``, ``jac``, ``history``, ``nit``,
-        ``n_sweeps``, ``nfev``, ``success``, ``status``, ``message``, and ``problem``
+        ``n_sweeps``, ``nfev``, ``success``, ``status`` (an `invimbed.Status`: 0, -2
+        where L-BFGS-B stopped short, with scipy's code in ``solver_status``, -4 where
+        ``callback`` stopped, -1 where a sweep failed), ``message``, and ``problem``
         with ``control`` so that ``solve_imbedding(res.problem, x_new, depths,
         control=res.control).z`` predicts.
 
@@ -145,12 +148,12 @@ def fit_endpoint_dynamics(dynamics: Callable, w0: Any, x: Any, depths: Any, y: A
         return callback(info) is True
 
     run = _lbfgsb if optimizer == "L-BFGS-B" else _first_order
-    state = SimpleNamespace(w=w, out=None, history=[], nit=0, status=0,
-                            message=f"Completed {epochs} epochs.")
+    state = SimpleNamespace(w=w, out=None, history=[], nit=0, status=Status.SUCCESS,
+                            solver_status=None, message=f"Completed {epochs} epochs.")
     try:
         run(reg, state, optimizer, lr, epochs, gtol, opts, report)
     except _SweepFailure as exc:
-        return _result(reg, state, None, -1, f"A sweep failed: {exc}")
+        return _result(reg, state, None, Status.FAILED, f"A sweep failed: {exc}")
     finally:
         bar.close()
     return _result(reg, state, state.out, state.status, state.message)
@@ -215,7 +218,7 @@ def _first_order(reg: EndpointRegression, state: SimpleNamespace, optimizer: str
         state.w, state.out, state.nit = w, out, epoch
         state.history.append(out.loss)
         if report(epoch, w, out):
-            state.status = 99
+            state.status = Status.STOPPED
             state.message = f"`callback` stopped the training after {epoch} epochs."
             return
 
@@ -252,14 +255,16 @@ def _lbfgsb(reg: EndpointRegression, state: SimpleNamespace, optimizer: str, lr:
         sres = minimize(fun, state.w, jac=True, method="L-BFGS-B", callback=cb,
                         options=dict(opts, maxiter=epochs, gtol=gtol))
     except _Stopped:
-        state.status = 99
+        state.status = Status.STOPPED
         state.message = f"`callback` stopped the training after {state.nit} epochs."
         return
     state.w = np.asarray(sres.x, dtype=float)
     state.out = at(state.w)
     if not state.history:
         state.history = [state.out.loss]
-    state.nit, state.status, state.message = int(sres.nit), int(sres.status), str(sres.message)
+    state.nit, state.solver_status, state.message = (int(sres.nit), int(sres.status),
+                                                     str(sres.message))
+    state.status = Status.SUCCESS if sres.success else Status.NOT_CONVERGED
 
 
 def _evaluate(reg: EndpointRegression, w: np.ndarray) -> OptimizeResult:
@@ -270,14 +275,14 @@ def _evaluate(reg: EndpointRegression, w: np.ndarray) -> OptimizeResult:
 
 
 def _result(reg: EndpointRegression, state: SimpleNamespace, out: OptimizeResult | None,
-            status: int, message: str) -> OptimizeResult:
+            status: Status, message: str) -> OptimizeResult:
     w = state.w
     ok = out is not None
     return OptimizeResult(x=w, fun=out.loss if ok else np.nan, jac=out.grad if ok else None,
                           history=np.array(state.history), nit=state.nit,
-                          n_sweeps=reg.n_sweeps, nfev=reg.nfev, success=ok and status == 0,
-                          status=status, message=message, problem=reg.model_problem(),
-                          control=Constant(w))
+                          n_sweeps=reg.n_sweeps, nfev=reg.nfev, success=ok and status.success,
+                          status=status, solver_status=state.solver_status, message=message,
+                          problem=reg.model_problem(), control=Constant(w))
 
 
 class _SweepFailure(RuntimeError):
