@@ -61,6 +61,17 @@ def _differenced(req, t, z, th, fns, fd):
 
 
 @_jit
+def _transposed_times(J, col, y, N, C, out):
+    """``out[c] = sum_j J[j, col + c] y[j]`` for ``c < C`` (j in order): a Jacobian's
+    transpose times the adjoint, ``f_z^T lam`` or ``f_theta^T lam``."""
+    for c in range(C):
+        acc = 0.0
+        for j in range(N):
+            acc += J[j, col + c] * y[j]
+        out[c] = acc
+
+
+@_jit
 def _rhs(mode, t, y, piece, out, fns, values, dense, nd, ptr, wk, how, N, M, nw, kq, fd):
     """The right-hand side of one row: forward (``mode == 0``) ``[f, R]``; backward
     ``[-(f_z^T lam + R_z), -((f_th^T lam + R_th) dtheta/dw)]`` at ``z(t)`` of the dense
@@ -95,19 +106,10 @@ def _rhs(mode, t, y, piece, out, fns, values, dense, nd, ptr, wk, how, N, M, nw,
     _dense_z(t, dense, nd, ptr, N, kq, zbuf)
     h = how[_FZ]             # f_z (N, N); the plan's layout is (N, 1 + N), column 0 unused
     if h >= 0:
-        A = fns[_S_FZ](t, zbuf, th)
-        for i in range(N):
-            acc = 0.0
-            for j in range(N):
-                acc += A[j, i] * y[j]
-            out[i] = acc
+        _transposed_times(fns[_S_FZ](t, zbuf, th), 0, y, N, N, out)
     else:
         buf = _differenced(_IDS[_FZ], t, zbuf, th, fns, fd)
-        for i in range(N):
-            acc = 0.0
-            for j in range(N):
-                acc += buf[j * (N + 1) + 1 + i] * y[j]
-            out[i] = acc
+        _transposed_times(buf[:N * (N + 1)].reshape((N, N + 1)), 1, y, N, N, out)
     h = how[_RZ]             # R_z (N,); the plan's layout is (1 + N,)
     if h >= 0:
         rz = fns[_S_RZ](t, zbuf, th)
@@ -125,19 +127,10 @@ def _rhs(mode, t, y, piece, out, fns, values, dense, nd, ptr, wk, how, N, M, nw,
     gacc = wk[N:N + M]
     h = how[_FTH]            # f_theta (N, M), the same in the plan's layout
     if h >= 0:
-        G = fns[_S_FTH](t, zbuf, th)
-        for m in range(M):
-            acc = 0.0
-            for j in range(N):
-                acc += G[j, m] * y[j]
-            gacc[m] = acc
+        _transposed_times(fns[_S_FTH](t, zbuf, th), 0, y, N, M, gacc)
     else:
         buf = _differenced(_IDS[_FTH], t, zbuf, th, fns, fd)
-        for m in range(M):
-            acc = 0.0
-            for j in range(N):
-                acc += buf[j * M + m] * y[j]
-            gacc[m] = acc
+        _transposed_times(buf[:N * M].reshape((N, M)), 0, y, N, M, gacc)
     for w in range(nw):
         out[N + w] = 0.0
     h = how[_RTH]            # R_theta (M,); dtheta/dw selects the piece's block of w

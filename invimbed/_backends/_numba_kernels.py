@@ -337,26 +337,27 @@ def _jet_record(N, nw, cZs, cVs, offs, n_orders, y, d, b, out_z, out_v, out_a, o
     """The fields of the jet at depth ``d`` (sample ``b``): z, V, Lam and W are the
     constant and linear Taylor coefficients (the core adds the depth gradient); with the
     estimate, their distance from the next order's."""
-    cZ = cZs[0]
-    cV = cVs[0]
-    off = offs[0]
-    oV = off + N * cZ
-    oW = oV + cV
-    for i in range(N):
-        out_z[d, b, i] = y[off + i * cZ]
-        out_a[d, b, i] = y[oV + 1 + i]
-    out_v[d, b] = y[oV]
-    for w in range(nw):
-        out_w[d, b, w] = y[oW + w * cV]
-    if n_orders > 1:
-        hZ = cZs[1]
-        hV = cVs[1]
-        hoff = offs[1]
-        hoV = hoff + N * hZ
-        hoW = hoV + hV
+    out_v[d, b] = _jet_fields(N, nw, cZs[0], cVs[0], offs[0], y, out_z[d, b], out_a[d, b],
+                              out_w[d, b])
+    if n_orders > 1:            # the next order's fields, then their distance
+        v = _jet_fields(N, nw, cZs[1], cVs[1], offs[1], y, err_z[d, b], err_a[d, b],
+                        err_w[d, b])
         for i in range(N):
-            err_z[d, b, i] = abs(y[hoff + i * hZ] - out_z[d, b, i])
-            err_a[d, b, i] = abs(y[hoV + 1 + i] - out_a[d, b, i])
-        err_v[d, b] = abs(y[hoV] - out_v[d, b])
+            err_z[d, b, i] = abs(err_z[d, b, i] - out_z[d, b, i])
+            err_a[d, b, i] = abs(err_a[d, b, i] - out_a[d, b, i])
+        err_v[d, b] = abs(v - out_v[d, b])
         for w in range(nw):
-            err_w[d, b, w] = abs(y[hoW + w * hV] - out_w[d, b, w])
+            err_w[d, b, w] = abs(err_w[d, b, w] - out_w[d, b, w])
+
+
+@njit(cache=True)
+def _jet_fields(N, nw, cZ, cV, off, y, z, a, w):
+    """One order's z, Lam and W (the jet ``y`` laid out from ``off`` with ``cZ``, ``cV``
+    coefficients per component) into ``z``, ``a``, ``w``; returns V."""
+    oV = off + N * cZ
+    for i in range(N):
+        z[i] = y[off + i * cZ]
+        a[i] = y[oV + 1 + i]
+    for k in range(nw):
+        w[k] = y[oV + cV + k * cV]
+    return y[oV]
