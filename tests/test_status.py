@@ -133,13 +133,32 @@ def _ocp_lq():
                                       options={"maxiter": 1}),
     lambda: invimbed.optimize_control(_ocp_lq(), [1.0], Constant([0.0]), p=0.0,
                                       callback=lambda info: True),
+    lambda: _fit(optimizer="adam", epochs=3),
+    lambda: _fit(optimizer="L-BFGS-B", epochs=1),
+    lambda: _fit(optimizer="adam", epochs=3, callback=lambda info: True),
 ], ids=["ocp", "ocp_max_iter", "ocp_callback", "optimize", "optimize_maxiter",
-        "optimize_callback"])
+        "optimize_callback", "fit", "fit_lbfgsb_epochs", "fit_callback"])
 def test_every_optimiser_returns_a_member_with_success_its_sign(make):
     res = make()
     assert isinstance(res.status, Status)
     assert res.success == (res.status >= 0) == res.status.success
-    assert isinstance(res.solver_status, (int, np.integer))     # the optimiser's own code
+    # the optimiser's own code, where one ran (scipy, IPOPT; None for adam)
+    assert res.solver_status is None or isinstance(res.solver_status, (int, np.integer))
+
+
+def _fit(**kw):
+    depths = np.array([-1.0, -0.5])
+    return invimbed.fit_endpoint_dynamics(lambda t, z, w: w[0] * z, [0.0], [1.0], depths,
+                                          np.exp(0.5 * -depths)[:, None], learning_rate=0.1,
+                                          **kw)
+
+
+def test_fit_statuses_are_the_enums():
+    assert _fit(optimizer="adam", epochs=3).status is Status.SUCCESS
+    stop = _fit(optimizer="adam", epochs=3, callback=lambda info: True)
+    assert stop.status is Status.STOPPED and stop.nit == 1
+    short = _fit(optimizer="L-BFGS-B", epochs=1)
+    assert short.status is Status.NOT_CONVERGED and short.solver_status == 1   # scipy's
 
 
 def test_optimiser_statuses_are_the_enums():
