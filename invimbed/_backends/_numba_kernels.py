@@ -71,38 +71,29 @@ def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, u, act, o
     """Coefficients of ``grad_x U . Phi`` for the rows of ``U`` (stored in ``y`` from
     ``uoff``, ``rows`` x ``ucols``) into ``out`` (flat: coefficient ``c`` of row ``r`` at
     ``c * rows + r``), all rows at once (``u``, ``act``: scratch of ``rows``). Only
-    products of nonzero coefficients are taken: rows that are zero are left out,
-    ``Phi[i]`` is zero from ``lphi[i]`` on (the pairs of each left coefficient, ``ptr``,
-    ascend in ``ib``), and a coefficient of ``grad_x U`` that is zero in every row is
-    skipped."""
+    products of nonzero coefficients are taken: for each coefficient of ``grad_x U``, the
+    rows where it is zero are left out (the parameter rows of control pieces not reached,
+    and the degrees of ``W`` that an affine ``Phi`` keeps zero), and ``Phi[i]`` is zero
+    from ``lphi[i]`` on (the pairs of each left coefficient, ``ptr``, ascend in ``ib``).
+    Each sum takes its nonzero terms in the order of the full one, so it is unchanged."""
     N = Phi.shape[0]
     nd = ptr.shape[0] - 1
     for k in range(ucols * rows):
         out[k] = 0.0
-    na = 0
-    for r in range(rows):
-        base = uoff + r * ucols
-        for c in range(ucols):
-            if y[base + c] != 0.0:
-                act[na] = r
-                na += 1
-                break
-    if na == 0:
-        return
     for i in range(N):
         lb = lphi[i]
         for a in range(nd):
             s = uoff + src[i, a]
-            nz = False
-            for k in range(na):
-                v = y[s + act[k] * ucols]
-                u[k] = v
-                nz = nz or v != 0.0
-            if not nz:
-                continue
             f = fac[i, a]
-            for k in range(na):
-                u[k] = u[k] * f
+            na = 0
+            for r in range(rows):
+                v = y[s + r * ucols]
+                if v != 0.0:
+                    u[na] = v * f
+                    act[na] = r
+                    na += 1
+            if na == 0:
+                continue
             for p in range(ptr[a], ptr[a + 1]):
                 b = ib[p]
                 if b >= lb:
@@ -146,27 +137,16 @@ def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, tZ, tVW, Lam, Sw, ac
         sw = Sw.reshape(Sw.size)        # flat: coefficient c of row w at c * nw + w
         for k in range(cV * nw):
             sw[k] = 0.0
-        na = 0
-        for w in range(nw):             # the parameters with a nonzero gradient of f
-            hit = False
-            for i in range(N):
-                for a in range(min(cV, lens[1, i])):
-                    if G[i, w, a] != 0.0:
-                        hit = True
-                        break
-                if hit:
-                    break
-            if hit:
-                act[na] = w
-                na += 1
         for i in range(N):
             for a in range(min(cV, lens[1, i])):
-                nz = False
-                for k in range(na):
-                    g = G[i, act[k], a]
-                    u[k] = g
-                    nz = nz or g != 0.0
-                if not nz:
+                na = 0                  # the parameters where this coefficient is nonzero
+                for w in range(nw):
+                    g = G[i, w, a]
+                    if g != 0.0:
+                        u[na] = g
+                        act[na] = w
+                        na += 1
+                if na == 0:
                     continue
                 for p in range(sptr[a], sptr[a + 1]):
                     lam = Lam[i, sib[p]]

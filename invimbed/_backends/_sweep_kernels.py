@@ -36,7 +36,7 @@ output: ``t_old``, ``h``, the state at the step's start and ``Q`` (see
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import get_thread_id, njit, prange
 
 from .._core.derivatives._taylor_numba import lengths, run_row, uses_time
 from .._core.status import RowCode
@@ -156,24 +156,28 @@ def _record_dense(Qr, y_old, idx, t_old, h, p, out, d, b):
 
 def sweep_rows(one, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N, M, nw, CF, CW,
                cZs, cVs, offs, size, tab0, tab1, tab2, tab3, seg, seg_th, seg_J, depths, dep_seg, rk, num,
-               ints, out, info, where_out, d_t, d_h, d_y, d_Q):
+               ints, out, info, where_out, d_t, d_h, d_y, d_Q, ws_f, ws_r, ws_t):
     """Every input's sweep in a ``prange`` loop (compiled by
-    `invimbed._backends.sweep_adaptive`)."""
+    `invimbed._backends.sweep_adaptive`); each thread's inputs share its slice of the
+    tapes' node storage ``ws_f``, ``ws_r``, ``ws_t``."""
     for b in prange(x.shape[0]):
-        one(np.int64(b), ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N,
+        one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N,
             M, nw, CF,
             CW, cZs, cVs, offs, size, tab0, tab1, tab2, tab3, seg, seg_th, seg_J, depths, dep_seg, rk, num,
-            ints, out, info, where_out, d_t, d_h, d_y, d_Q)
+            ints, out, info, where_out, d_t, d_h, d_y, d_Q, ws_f, ws_r, ws_t)
 
 
 @_jit
-def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N, M, nw, CF,
+def sweep_one(b, tid, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N, M, nw, CF,
               CW,
               cZs, cVs, offs, size, tab0, tab1, tab2, tab3, seg, seg_th, seg_J, depths, dep_seg, rk, num,
-              ints, out, info, where_out, d_t, d_h, d_y, d_Q):
-    """The sweep of input ``b`` (see the module docstring); ``tab0`` ... ``tab3`` are
-    the tables of the carried orders (`invimbed._backends._numba._jet_tables`, the last
-    repeated), ``tape_f``, ``tape_r``, ``tape_t`` the tapes of ``f``, ``R``, ``T``."""
+              ints, out, info, where_out, d_t, d_h, d_y, d_Q, ws_f, ws_r, ws_t):
+    """The sweep of input ``b`` on thread ``tid`` (see the module docstring); ``tab0``
+    ... ``tab3`` are the tables of the carried orders
+    (`invimbed._backends._numba._jet_tables`, the last repeated), ``tape_f``,
+    ``tape_r``, ``tape_t`` the tapes of ``f``, ``R``, ``T``, ``ws_f[tid]``,
+    ``ws_r[tid]``, ``ws_t[tid]`` their node storage (zero where the tapes' `lengths`
+    bound it, as `run_row` leaves it for the same tapes)."""
     tabs = (tab0, tab1, tab2, tab3)
     tapes = (tape_f, tape_r, tape_t)
     A, Bw, C, E, P = rk
@@ -191,10 +195,8 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
           np.zeros((nw, CF)), np.empty((N, cmax)), np.empty((1 + nw, cmax)),
           np.empty((N, cmax)), np.empty((nw, cmax)), np.empty(max(N, nw + 1), np.int64),
           np.empty((2, N), np.int64), np.empty(max(N, nw + 1)))
-    nf = tapes[0][0].shape[0]
-    nr = tapes[1][0].shape[0]
-    W = (np.zeros((nf, Df, CF)), np.zeros((Df + 4, CF)), np.zeros((N, Df, CF)),
-         np.zeros((nr, Df, CF)), np.zeros((Df + 4, CF)), np.zeros((1, Df, CF)),
+    W = (ws_f[tid], np.zeros((Df + 4, CF)), np.zeros((N, Df, CF)),
+         ws_r[tid], np.zeros((Df + 4, CF)), np.zeros((1, Df, CF)),
          lengths(tapes[0][0], tapes[0][2], F, N), lengths(tapes[1][0], tapes[1][2], F, N),
          np.zeros(2, np.int64))
     # Phi and G are zero beyond the tapes' bounds, or full (a derivative plan)
@@ -221,7 +223,7 @@ def sweep_one(b, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, 
     tbuf = np.zeros(CF)
     if use_tape:
         tt = tapes[2]
-        Wt = np.zeros((tt[0].shape[0], 1, CF))
+        Wt = ws_t[tid]
         to = np.zeros((1, 1, CF))
         run_row(tt[0], tt[1], tt[2], tt[3], q, xin, F, 1, tplan[0], tplan[1], tplan[2], Wt,
                 np.zeros((5, CF)), to, lengths(tt[0], tt[2], F, N))

@@ -199,6 +199,36 @@ def _addressed(fns: tuple) -> tuple:
 
 
 _KERNELS: dict[tuple, Any] = {}
+#: The tapes' node storage of the last sweep of each Python thread, kept up to this
+#: many bytes: `run_row` writes the same entries at every run of the same tapes, so a
+#: later sweep of the same problem reuses it as it is, where fresh zeroed memory costs
+#: one page fault per page (most of a short sweep's time, measured for ``N = 16``).
+WORKSPACE_BYTES = 64 * 2 ** 20
+_WORK: dict[int, tuple] = {}
+
+
+def _workspace(tapes: tuple, F: int, Df: int, CF: int) -> tuple:
+    """Zeroed node storage of the tapes ``f``, ``R``, ``T`` for each of numba's threads
+    (`invimbed._backends._sweep_kernels.sweep_one`), reused from this thread's previous
+    sweep where that ran the same tapes."""
+    import threading
+
+    numba = _types()["numba"]
+    T = int(numba.config.NUMBA_NUM_THREADS)
+    key = (tapes[0][0], tapes[1][0], tapes[2][0], F, Df, CF, T)
+    me = threading.get_ident()
+    hit = _WORK.get(me)
+    if (hit is not None and all(a is b for a, b in zip(hit[0][:3], key[:3]))
+            and hit[0][3:] == key[3:]):
+        return hit[1]
+    shapes = [(T, tapes[0][0].shape[0], Df, CF), (T, tapes[1][0].shape[0], Df, CF),
+              (T, tapes[2][0].shape[0], 1, CF)]
+    ws = tuple(np.zeros(s) for s in shapes)
+    if sum(w.nbytes for w in ws) <= WORKSPACE_BYTES:
+        _WORK[me] = (key, ws)
+    else:
+        _WORK.pop(me, None)
+    return ws
 
 
 def _kernel(args: tuple) -> Any:
@@ -217,7 +247,7 @@ def _kernel(args: tuple) -> Any:
             warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
             argtypes, ev_sig, ev_type = eval_signature(args)
             eval_request.compile(ev_sig.args)
-            one_sig = types.void(types.int64, ev_type, *argtypes)
+            one_sig = types.void(types.int64, types.int64, ev_type, *argtypes)
             kern.sweep_one.compile(one_sig.args)
             loop = numba.njit(types.void(types.FunctionType(one_sig), ev_type, *argtypes),
                               cache=True, parallel=True)(kern.sweep_rows)
@@ -292,11 +322,9 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         args = (_addressed(fns), plan.arrays(), use_tape, *tapes, tplan, F, Df, setup.x, float(setup.q),
                 N, M, nw, CF, CF, cZs, cVs, offs, size, *tabs, seg, seg_th, seg_J, depths,
                 dep_seg, rk, num, (budget, int(tab.error_order), cap), out, info, where,
-                d_t, d_h, d_y, d_Q)
+                d_t, d_h, d_y, d_Q, *_workspace(tapes, F, Df, CF))
         loop, one, ev = _kernel(args)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
-            loop(one, ev, *args)
+        _run_loop(loop, one, ev, args, B)
         if not cap or int(info[:, 2].max()) <= cap:
             break
         cap = int(info[:, 2].max())
@@ -314,6 +342,24 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
                          ratio_test=ratio_test and tol is not None, look_ahead=look_ahead)
         attach_steps(res, setup, steps, clo, method, finish)
     return (res, steps) if keep_steps else res
+
+
+def _run_loop(loop: Any, one: Any, ev: Any, args: tuple, B: int) -> None:
+    """The ``prange`` loop over ``B`` inputs on at most ``B`` of numba's threads: a
+    parallel region of more threads than inputs costs their start (milliseconds on a
+    busy machine) for nothing."""
+    numba = _types()["numba"]
+    threads = numba.get_num_threads()
+    use = max(1, min(threads, B))
+    if use != threads:
+        numba.set_num_threads(use)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
+            loop(one, ev, *args)
+    finally:
+        if use != threads:
+            numba.set_num_threads(threads)
 
 
 def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: str,
