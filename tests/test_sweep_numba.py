@@ -230,6 +230,9 @@ def test_numba_dense_output_equals_the_numpy_one(problem, method):
     steps, so the same continuous extension; in a batch, input b's is that of the numpy
     sweep of x[b] alone (each input has its own steps)."""
     kw = dict(control=CTRL, order=2, method=method, dense_output=True)
+    if method == "RK23":     # the dense output runs RK23 30x tighter: a looser request
+        # keeps the numpy sweeps short
+        kw.update(rtol=1e-4, atol=1e-7)
     xs = np.array([[0.3, -0.1], [1.2, 0.4]])
     res = solve_imbedding(problem, xs, DEPTHS, backend="numba", **kw)
     assert res.sol.interval == (-1.0, 0.0)   # x[1] not converged at -1: as on numpy
