@@ -22,7 +22,8 @@ from .assembly import collect_results
 from .budget import resolve_budget
 from .sweep_memory import plan as memory_plan
 from .derivatives.finite_difference import relative_step
-from .dense import attach_closure_dense, check_dense_output, dense_conflicts
+from .dense import (attach_closure_dense, check_dense_output, dense_conflicts,
+                    dense_tolerances)
 from .validation import (STEP_BUDGET, as_bool, as_int, as_ivp_options, as_spacing,
                          check_choice, check_positive, describe)
 
@@ -79,6 +80,9 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     dense_output : bool, default False
         Keep the continuous extension: ``res.sol(p)`` gives every field at any depth of
         ``[min(depths), q]`` (docs/accuracy.md, "Dense output: any depth from one sweep").
+        The integrator then runs at ``rtol`` and ``atol`` divided by a factor of the
+        method (10 for RK45, 30 for RK23; docs/accuracy.md), so that the fields at any
+        depth are within the requested ``rtol`` and ``atol``.
     memory_budget : int, str or None
         Bytes (or ``"2GiB"``) the sweep may hold (docs/performance.md, "Memory budget").
     **options
@@ -130,6 +134,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
             x = to_numpy(x)
             options.setdefault("array_type", "cupy")
     rtol, atol = integrator_tolerances(rtol, atol, tol_pair)
+    if dense_output:    # sol(p) within the requested tolerance (docs/accuracy.md)
+        rtol, atol = dense_tolerances(method, rtol, atol)
     setup = prepare(problem, x, depths, control, method, rtol, atol, step, ALL_METHODS)
     if delta is not None:
         if closure != "stencil":
