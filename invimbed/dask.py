@@ -250,7 +250,7 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
           the failed rows for the adjoint; all NaN, ``converged`` False and
           ``depth_order`` 0 after an exception): nothing is dropped.
         - ``status``: the most severe of the chunks' statuses, in the order -3, -1, -2,
-          1, 0 (so a batch of status-1 chunks has status 1);
+          -4, -5, 1, 0 (so a batch of status-1 chunks has status 1);
         - ``nfev``: the sum over chunks.
 
     Raises
