@@ -81,20 +81,22 @@ def _float32_lq():
 
 
 @pytest.mark.parametrize("make", [
-    lambda P, x: solve_imbedding(P, x, [0.0, -0.5], control=Constant([0.1]), rtol=1e-10),
-    lambda P, x: solve_imbedding(P, x, [0.0, -0.5], control=Constant([0.1]), rtol=1e-10,
+    lambda P, x: solve_imbedding(P, x, [0.0, -0.5], control=Constant([0.1]), rtol=1e-6),
+    lambda P, x: solve_imbedding(P, x, [0.0, -0.5], control=Constant([0.1]), rtol=1e-6,
                                  estimate_error=False),
-    lambda P, x: solve_adjoint(P, x, [0.0, -0.5], control=Constant([0.1]), rtol=1e-10),
-    lambda P, x: solve_adjoint(P, x, [0.0, -0.5], control=Constant([0.1]), rtol=1e-10,
+    lambda P, x: solve_adjoint(P, x, [0.0, -0.5], control=Constant([0.1]), rtol=1e-6),
+    lambda P, x: solve_adjoint(P, x, [0.0, -0.5], control=Constant([0.1]), rtol=1e-6,
                                strategy="per_depth"),
     lambda P, x: solve_optimal(P, x, [0.0, -0.5], n_controls=1, method="rk4", step=0.05,
-                               rtol=1e-10),
+                               rtol=1e-6),
 ])
 def test_a_finer_rtol_than_a_float32_function_allows_is_imprecise(make):
+    # rtol 1e-6, not finer: the adaptive steps of solve_adjoint chase float32's rounding
+    # noise for seconds at 1e-10
     res = make(_float32_lq(), np.array([[0.3, -0.2], [0.1, 0.4]]))
     assert res.status is Status.IMPRECISE and not res.success
     assert res.success == res.status.success
-    assert "rtol = 1e-10 is below 1.2e-06" in res.message
+    assert "rtol = 1e-06 is below 1.2e-06" in res.message
     assert "low_precision" in [w.code for w in res.warnings]
 
 
