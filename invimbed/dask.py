@@ -43,10 +43,10 @@ _FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
 #: A `solve_imbedding` result's other per-(depth, input) arrays (batch axis 1), where it
 #: has them; a chunk that raised has them False, NaN or 0.
 _PAIR_ARRAYS = ("converged", "series_ratio", "depth_order", "exact_fallback")
-#: The chunks' statuses (`invimbed.STATUS`), most severe first: the batch has the most
-#: severe of its chunks' (all NaN, some NaN, approximate, unchecked, success).
-_SEVERITY = (Status.RAISED, Status.FAILED, Status.NOT_CONVERGED, Status.UNCHECKED,
-             Status.SUCCESS)
+#: Every `Status`, most severe first: the batch has the most severe of its chunks' (all
+#: NaN, some NaN, approximate, stopped, as precise as the functions, unchecked, success).
+_SEVERITY = (Status.RAISED, Status.FAILED, Status.NOT_CONVERGED, Status.STOPPED,
+             Status.IMPRECISE, Status.UNCHECKED, Status.SUCCESS)
 
 
 def _keyword_only(fn: Any) -> set[str]:
@@ -250,7 +250,7 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
           the failed rows for the adjoint; all NaN, ``converged`` False and
           ``depth_order`` 0 after an exception): nothing is dropped.
         - ``status``: the most severe of the chunks' statuses, in the order -3, -1, -2,
-          1, 0 (so a batch of status-1 chunks has status 1);
+          -4, -5, 1, 0 (so a batch of status-1 chunks has status 1);
         - ``nfev``: the sum over chunks.
 
     Raises
@@ -400,8 +400,10 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
     if failed:
         listed = "; ".join(f"{label(t)}: {cs['message']}" for t, cs in failed[:5])
         more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
-        word = ("did not converge" if all(cs["status"] == Status.NOT_CONVERGED
-                                          for _, cs in failed) else "failed")
+        codes = {cs["status"] for _, cs in failed}
+        word = ("did not converge" if codes == {Status.NOT_CONVERGED} else
+                "are as precise as their functions, not as rtol"
+                if codes == {Status.IMPRECISE} else "failed")
         message = (f"{len(failed)} of {len(tiles)} chunks {word} ({listed}{more}). The other "
                    f"chunks' rows are valid; see `chunk_status`.")
     else:

@@ -136,6 +136,24 @@ def test_unchecked_chunks_make_an_unchecked_batch(client):
     np.testing.assert_array_equal(res.z, ref.z)
 
 
+def test_every_status_has_a_severity():
+    assert sorted(idask._SEVERITY) == sorted(invimbed.Status)
+    assert idask._SEVERITY[0] is invimbed.Status.RAISED
+    assert idask._SEVERITY[-1] is invimbed.Status.SUCCESS
+
+
+def test_imprecise_chunks_make_an_imprecise_batch(client):
+    # float32 dynamics and rtol below their precision: every chunk is status -5
+    problem = BolzaProblem(lambda t, z, th: (-z).astype(np.float32),
+                           terminal_loss=lambda z: 0.5 * z @ z)
+    x = np.linspace(-1.0, 1.0, 6)[:, None]
+    res = idask.solve_batch(problem, x, [-0.2], client=client, chunk_size=3, rtol=1e-10,
+                            atol=1e-12)
+    assert [c["status"] for c in res.chunk_status] == [-5, -5]
+    assert (res.success, res.status) == (False, invimbed.Status.IMPRECISE)
+    assert "not as rtol" in res.message
+
+
 def test_tol_results_keep_converged_and_orders(client):
     # chunk 0:5 is near rest and converges at order 1; chunk 5:10 does not converge by
     # max_order=3 from depth -0.5 on: the batch is status -2, as the unchunked call

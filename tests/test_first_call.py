@@ -87,7 +87,7 @@ def test_float32_dynamics_are_reported_and_a_finer_rtol_is_not_a_success():
 
     fine = invimbed.solve_imbedding(_float32_problem(), X, [-0.2], rtol=1e-10, atol=1e-12,
                                     estimate_error=False)
-    assert not fine.success and fine.status == 1
+    assert not fine.success and fine.status == invimbed.Status.IMPRECISE == -5
     assert "rtol = 1e-10 is below 1.2e-06" in fine.message
     assert "low_precision" in [w.code for w in fine.warnings]
 

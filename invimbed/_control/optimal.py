@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._core.arguments import parse_tol, prepare
+from .._core.assembly import mark_imprecise
 from .._core.open_loop import Constant
 from .._core.dense import check_dense_output, dense_conflicts
 from .._core.integrators import ALL_METHODS
@@ -182,7 +183,7 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     check = closed_loop if closed_loop is not None else not res.linear_quadratic
     if check and res.get("policy") is not None:
         check_closed_loop(res, setup, res.policy, method, rtol, atol, options, tol_pair)
-    return res
+    return mark_imprecise(setup, res)
 
 
 def _sweep(setup, problem, grid, budget, *, method, rtol, atol, step, options, estimate_error,

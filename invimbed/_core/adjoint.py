@@ -39,7 +39,7 @@ from .problem import BolzaProblem
 from .results import ImbeddingResult, SolverWarning
 from .status import Status
 from .arguments import Setup, prepare
-from .assembly import depth_gradient, pack_result
+from .assembly import depth_gradient, mark_imprecise, pack_result
 from .backends import check_backend, get_backend
 from .budget import RowCost, output_bytes, resolve_budget, run_in_chunks
 from .validation import as_ivp_options, check_choice
@@ -160,9 +160,9 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
                else failure)
     if warnings:
         message += " Note: " + "; ".join(map(str, warnings)) + "."
-    return pack_result(setup, fields, success=status.success, status=status, message=message,
-                       nfev=nfev, closure="adjoint", method=method, strategy=strategy,
-                       warnings=warnings)
+    return mark_imprecise(setup, pack_result(
+        setup, fields, success=status.success, status=status, message=message, nfev=nfev,
+        closure="adjoint", method=method, strategy=strategy, warnings=warnings))
 
 
 def _options(options: dict) -> dict:

@@ -76,9 +76,8 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
 
     ``status`` defaults to 0 on success and -1 otherwise (`invimbed.STATUS`); array
     values of ``extra`` with a leading depth axis of the right size are rearranged too.
-    The problem's own warnings (`BolzaProblem.solver_warnings`) are added; a solve whose
-    ``rtol`` its functions' precision cannot reach (`invimbed._core.probe`) is status 1,
-    not 0."""
+    The problem's own warnings (`BolzaProblem.solver_warnings`) are added; the solver
+    judges the functions' precision last (`mark_imprecise`)."""
     inverse = np.empty_like(setup.permutation)
     inverse[setup.permutation] = np.arange(setup.permutation.size)
     n = setup.permutation.size
@@ -111,12 +110,24 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
             notes.append(note)
             message += f" Note: {note}."
     set_fields(res, warnings=notes, message=message)
-    if setup.unreachable and res.status == Status.SUCCESS:       # `invimbed._core.probe`
-        set_fields(res, success=False, status=Status.UNCHECKED,
-                   message=message + f" Not checked: {setup.unreachable}.")
     if "derivatives" not in res:
         set_fields(res, derivatives=getattr(setup.provider, "derivative_source", None)
                    or setup.problem.derivative_source)
+    return res
+
+
+def mark_imprecise(setup: Setup, res: Any) -> Any:
+    """Give a result of status >= 0 whose ``rtol`` its functions' precision cannot reach
+    (``setup.unreachable``, `invimbed._core.probe`) `Status.IMPRECISE`; other results are
+    returned as they are.
+
+    Each solver calls it once, where it has decided its status: the order loop, the
+    fallback and the backends' verdict judge the error estimate alone. A negative status
+    stays: its fields are not even as precise as the functions."""
+    if setup.unreachable and res.status >= 0:
+        set_fields(res, success=False, status=Status.IMPRECISE,
+                   message=f"{res.message} Not within rtol: {setup.unreachable}; the fields "
+                           f"are as precise as that function (status {int(Status.IMPRECISE)}).")
     return res
 
 

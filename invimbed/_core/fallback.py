@@ -5,6 +5,12 @@ classical adjoint method (docs/accuracy.md, `fallback="adjoint"`).
 result: each (depth, input) pair marked not converged by the accuracy verdict is
 recomputed by the exact ensemble `solve_adjoint` and marked in ``exact_fallback``, so that
 ``success=True`` keeps meaning "within the tolerance".
+
+A function of the problem that returns less than float64 (`invimbed._core.probe`) limits
+the exact solve as it limits the sweep: it runs at an ``rtol`` no finer than that
+function's precision (finer, an adaptive step chases the rounding noise into its step
+budget), and `solve_imbedding` gives the result `Status.IMPRECISE` when the user's ``rtol``
+asks for more (`invimbed._core.assembly.mark_imprecise`).
 """
 
 from __future__ import annotations
@@ -16,22 +22,25 @@ import numpy as np
 from .adjoint import solve_adjoint
 from .arguments import tolerances_from_tol
 from .integrators import SCIPY_METHODS
+from .probe import precision_limit
 from .results import ImbeddingResult, SolverWarning, set_fields
 from .status import Status
 
 
 def exact_options(method: str, rtol: float, atol: float, tol: Any,
-                  max_steps: int | None = None) -> dict:
+                  max_steps: int | None = None, *, finest: float = 0.0) -> dict:
     """The keyword arguments of the fallback's `solve_adjoint`: RK45 (RK23 if the sweep
     used it); ``rtol = 0.01 tol_rtol`` in ``[1e-12, 1e-6]`` and ``atol = 1e-5 tol_atol`` in
-    ``[1e-14, 1e-9]`` (the sweep's own, capped at 1e-6 and 1e-9, without ``tol``); a
+    ``[1e-14, 1e-9]`` (the sweep's own, capped at 1e-6 and 1e-9, without ``tol``), but
+    ``rtol`` not below ``finest`` (`precision_limit` of the problem's functions); a
     ``max_steps`` the user gave an adaptive sweep."""
     if tol is not None:
         a_rtol, a_atol = tolerances_from_tol(tol, (0.01,), (1e-5,), (1e-12, 1e-6),
                                              (1e-14, 1e-9))
     else:
         a_rtol, a_atol = min(rtol, 1e-6), min(atol, 1e-9)
-    out = {"method": method if method in ("RK45", "RK23") else "RK45", "rtol": a_rtol,
+    out = {"method": method if method in ("RK45", "RK23") else "RK45",
+           "rtol": max(a_rtol, float(finest)),
            "atol": a_atol}
     if max_steps is not None and method in SCIPY_METHODS:
         out["max_steps"] = max_steps
@@ -60,7 +69,8 @@ def fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
     exact = np.zeros_like(conv2)
     if not bad.any():
         return set_fields(res, exact_fallback=exact if setup.batched else exact[:, 0])
-    options = exact_options(method, rtol, atol, tol, max_steps)
+    options = exact_options(method, rtol, atol, tol, max_steps,
+                            finest=precision_limit(setup.problem.low_precision))
     a_rtol, a_atol = options["rtol"], options["atol"]
     inputs = np.flatnonzero(bad.any(axis=0))
     depths_bad = np.flatnonzero(bad.any(axis=1))
@@ -103,8 +113,10 @@ def fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
                     SolverWarning("sweep_failed", res.message, first)])
             where = "the sweep failed or its jet did not converge" if failed else \
                 "its jet did not converge"
+            head = ("Every requested depth was reached" if setup.unreachable else
+                    "Every requested depth is within the tolerance")
             set_fields(res, success=True, status=Status.SUCCESS,
-                       message=f"Every requested depth is within the tolerance; {count} "
+                       message=f"{head}; {count} "
                                f"(depth, input) pair(s) from depth p = {first:.6g} on, where "
                                f"{where}, are exact values of solve_adjoint "
                                f"(`exact_fallback`).")

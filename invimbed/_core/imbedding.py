@@ -18,7 +18,8 @@ from .backends import check_backend, get_backend
 from .accuracy import assess
 from .arguments import parse_tol, prepare, tolerances_from_tol
 from .orders import raise_order
-from .assembly import collect_results
+from .probe import precision_limit
+from .assembly import collect_results, mark_imprecise
 from .budget import resolve_budget
 from .sweep_memory import plan as memory_plan
 from .derivatives.finite_difference import relative_step
@@ -178,7 +179,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     else:
         top = (_highest_order(prov, setup, est, max_order)
                if backend == "numpy" or _compiled_adaptive(backend, method) else order)
-        exact = exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET))
+        exact = exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET),
+                              finest=precision_limit(setup.problem.low_precision))
         res = raise_order(setup, sweep, order=order, top=max(top, order),
                           probe=exact_probe(setup, exact) if fallback == "adjoint" else None)
         last = (res.get("orders_run") or [order])[-1]
@@ -192,6 +194,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     if fallback == "adjoint" and res.get("converged") is not None:
         res = fallback_adjoint(setup, res, method, rtol, atol, tol_pair,
                                options.get(STEP_BUDGET))
+    mark_imprecise(setup, res)           # before: its message says what it is
     mark_unchecked(res, closure, est, method)
     keys = ("exact_fallback", "orders_run", "depth_order") + (("sol",) if dense_output else ())
     return set_fields(res, **{k: res.get(k) for k in keys})   # sol None: no step taken

@@ -13,7 +13,8 @@ silence are caught there:
   function rounded to float32 carries relative noise of about 1.2e-7 into every step,
   which no error estimate sees. It is reported by a `SolverWarning` (code
   ``"low_precision"``) in every result of the problem, and a solve asking for a relative
-  tolerance finer than that precision is not a success (`PRECISION_MARGIN`, status 1).
+  tolerance finer than that precision is not a success (`PRECISION_MARGIN`,
+  `Status.IMPRECISE`, -5).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 from .results import SolverWarning
 
 #: A solve whose ``rtol`` is below this many times the returned precision (the ``eps``
-#: of the dtype) cannot be within its tolerance: its result has status 1, not 0.
+#: of the dtype) cannot be within its tolerance: its result is `Status.IMPRECISE` (-5).
 PRECISION_MARGIN = 10.0
 
 WARNING_CODE = "low_precision"

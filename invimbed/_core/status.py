@@ -35,6 +35,9 @@ class Status(IntEnum):
     RAISED = -3
     #: The user's callback stopped an optimiser.
     STOPPED = -4
+    #: A function of the problem returns less than float64, and ``rtol`` asks for more
+    #: than its precision: the fields are as precise as that function, not as ``rtol``.
+    IMPRECISE = -5
 
     @property
     def message(self) -> str:
@@ -52,9 +55,7 @@ _MESSAGES = {
     Status.UNCHECKED:
         "reached, not checked: every requested depth was reached with finite values, but "
         "the result has no error estimate (closure='stencil' or 'crop', method='disc', "
-        "estimate_error=False), so the fields were not checked against a tolerance; or a "
-        "function of the problem returns less than float64 and rtol asks for more than its "
-        "precision (then success is False)",
+        "estimate_error=False), so the fields were not checked against a tolerance",
     Status.FAILED: "integration failed: a non-finite value, a step-size underflow or the "
                    "step budget (the message names the depth; for an optimiser, the point "
                    "or the shooting interval whose solve failed)",
@@ -73,6 +74,11 @@ _MESSAGES = {
         "stopped: the user's callback asked an optimiser to stop (optimize_control, "
         "solve_ocp, fit_endpoint_dynamics); the result holds the last iterate, not "
         "checked for optimality",
+    Status.IMPRECISE:
+        "imprecise: a function of the problem returns less than float64 and rtol asks for "
+        "more than its precision: the fields are as precise as that function, not as rtol "
+        "(the message names the function and the finest rtol it allows; the `low_precision` "
+        "warning its dtype)",
 }
 
 #: ``{code: message}`` of every `Status`, in the style of scipy's ``MESSAGES``.
