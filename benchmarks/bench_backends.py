@@ -6,7 +6,7 @@ only), ``n = 64`` depths evenly spaced in ``[-1, 0]``, fixed-step ``rk4`` with o
 between consecutive depths (63 steps, 252 right-hand-side evaluations). The same
 functions are written twice: per sample with ``numba.njit`` (what ``backend="numba"``
 runs) and vectorised with numpy (what ``backend="numpy"`` runs fastest); both with every
-derivative the jet needs written by hand ("exact"), or with none (finite differences,
+derivative the jet needs written by hand ("exact"), or with ``derivatives="finite-differences"`` (finite differences,
 the same rule in both backends). A third table gives both backends the same per-sample
 plain-Python functions with exact derivatives (numpy calls them row by row). A fourth
 builds the problem with ``from_sympy(compile="numba")``: both backends then run the
@@ -262,9 +262,10 @@ def problems(exact: bool | str) -> tuple[invimbed.BolzaProblem, invimbed.BolzaPr
         d = {k: v.py_func for k, v in NUMBA_DERIVATIVES.items()}
         prob = invimbed.BolzaProblem(f1.py_func, R1.py_func, T1.py_func, derivatives=d)
         return prob, prob
-    return (invimbed.BolzaProblem(f1, R1, T1, derivatives=NUMBA_DERIVATIVES if exact else None),
+    fd = "finite-differences"     # not the default (traced exact derivatives where it can)
+    return (invimbed.BolzaProblem(f1, R1, T1, derivatives=NUMBA_DERIVATIVES if exact else fd),
             invimbed.BolzaProblem(fv, Rv, Tv, vectorized=True,
-                                  derivatives=NUMPY_DERIVATIVES if exact else None))
+                                  derivatives=NUMPY_DERIVATIVES if exact else fd))
 
 
 def inputs(B: int) -> np.ndarray:

@@ -17,7 +17,7 @@ the wall time (best of a few repeats, ``time.perf_counter``) and the number of
 right-hand-side evaluations (``nfev``) of
 
 * ``solve_imbedding`` (jet, order 1) with ``estimate_error=True`` and ``False``;
-* the same with finite-difference derivatives only (no ``derivatives=`` given);
+* the same with finite-difference derivatives only (``derivatives="finite-differences"``; with no ``derivatives=`` the functions are traced into exact derivatives);
 * ``solve_adjoint`` (a forward and a backward solve per depth),
 
 all at the same ``rtol``/``atol``, and prints a table with the ratios. The imbedding
@@ -154,7 +154,7 @@ DERIVATIVES: dict[str, Callable] = {
 def make_problem(exact: bool) -> invimbed.BolzaProblem:
     """The coupled pendulums, with the exact derivatives or with finite differences only."""
     return invimbed.BolzaProblem(f, R, T, q=Q, vectorized=True,
-                                 derivatives=DERIVATIVES if exact else None)
+                                 derivatives=DERIVATIVES if exact else "finite-differences")
 
 
 def check_derivatives() -> float:

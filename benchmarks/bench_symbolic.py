@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
 
     # 2. evaluation against finite differences, same batch
-    fd = invimbed.BolzaProblem(f_np, R_np, T_np, vectorized=True).provider(N, M)
+    fd = invimbed.BolzaProblem(f_np, R_np, T_np, vectorized=True,
+                               derivatives="finite-differences").provider(N, M)
     print("Evaluation of the order-k requests on one batch (time per call, best of repeats)")
     cols = [f"{'B':>5}", f"{'k':>2}", f"{'sympy numpy':>12}"]
     if numba:
