@@ -79,7 +79,8 @@ def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, D, u, act
     none where it is (0, 0)) are summed over ``i`` as one dense N x N product per row
     whose degree-1 coefficients of ``grad_x U`` are not all zero (for ``V``:
     ``A^T P + P A``), then added; the sums differ from the numpy closure's only in
-    their order."""
+    their order. The constant coefficient of ``grad_x U`` is taken for all rows at once
+    where most of them are nonzero."""
     N = Phi.shape[0]
     nd = ptr.shape[0] - 1
     n1 = D.shape[0]
@@ -106,6 +107,18 @@ def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, D, u, act
                         act[na] = r
                         na += 1
             if na == 0:
+                continue
+            if a == 0 and na * 2 > rows:  # most rows: all of them, contiguous in ``out``
+                for r in range(rows):       # (the zero rows add exact zeros)
+                    u[r] = y[s + r * ucols] * f if top[r] > sa else 0.0
+                for p in range(ptr[0], ptr[1]):
+                    b = ib[p]
+                    if b >= lb:
+                        break
+                    ph = Phi[i, b]
+                    base = io[p] * rows
+                    for r in range(rows):
+                        out[base + r] += u[r] * ph
                 continue
             for p in range(ptr[a], ptr[a + 1]):
                 b = ib[p]
