@@ -36,7 +36,8 @@ import numpy as np
 
 from .._core.arguments import Setup
 from .._core.derivatives import DerivativeProvider
-from .._core.derivatives.multiindex import derivative_table, n_coefficients, product_table
+from .._core.derivatives.multiindex import (derivative_table, multi_indices, n_coefficients,
+                                             product_table)
 from .._core.integrators.common import check_max_steps
 from ._plans import BASE_KEYS, Request, build_plan, key_name
 from ._result import finish
@@ -213,17 +214,41 @@ class _SymbolicSource:
 
 @lru_cache(maxsize=None)
 def _jet_tables(N: int, K: int) -> tuple:
+    """The index tables of `_numba_kernels.jet_rhs` for the jet of order ``K`` in ``N``
+    variables, from `derivative_table` and `product_table` (those of the numpy closure):
+    the derivative tables of Z and V, the product tables of the transports of Z and of V
+    and W (without their (degree 1) x (degree 1) pairs, which `_numba_kernels._transport`
+    takes as a dense N x N product) and of the parameter source, the pairs of each left
+    coefficient (``ptr``), and the dense pairs' output indices of Z and of V."""
     zsrc, _, zfac = derivative_table(N, K)
     vsrc, _, vfac = derivative_table(N, K + 1)
-    zp = product_table(N, K - 1, K, K)
-    vp = product_table(N, K, K + 1, K + 1)
+    zp, zd = _dense_pairs(product_table(N, K - 1, K, K), N)
+    vp, vd = _dense_pairs(product_table(N, K, K + 1, K + 1), N)
     sp = product_table(N, K + 1, K, K + 1)
     c = np.ascontiguousarray
     # the pairs of each left coefficient (`_numba_kernels.jet_rhs` walks them by it)
     ptrs = [np.searchsorted(t[0], np.arange((n_coefficients(N, k) if k >= 0 else 0) + 1))
             .astype(np.int64) for t, k in ((zp, K - 1), (vp, K), (sp, K + 1))]
     return (c(zsrc), c(zfac), *map(c, zp), c(vsrc), c(vfac), *map(c, vp), *map(c, sp),
-            *ptrs)
+            *ptrs, c(zd), c(vd))
+
+
+def _dense_pairs(table: tuple, N: int) -> tuple[tuple, np.ndarray]:
+    """``table`` (a `product_table`) without its pairs of two coefficients of degree 1,
+    and those pairs' output indices as an N x N array ``D[j, k]`` (the product of the
+    coefficients of ``delta_j`` and ``delta_k``); (0, 0) where it has none. The
+    coefficients of degree 1 are 1 to N, those of ``delta_0`` to ``delta_{N-1}``
+    (`multi_indices`' order), which is checked."""
+    ia, ib, io = table
+    if len(ia) and not np.array_equal(multi_indices(N, 1)[1:], np.eye(N, dtype=np.int64)):
+        raise AssertionError("internal error: the coefficients of degree 1 are not 1 to N")
+    one = (ia >= 1) & (ia <= N) & (ib >= 1) & (ib <= N)
+    D = np.full((N, N) if one.any() else (0, 0), -1, np.int64)
+    D[ia[one] - 1, ib[one] - 1] = io[one]
+    if (D < 0).any():
+        raise AssertionError("internal error: a dense pair of the product table is missing")
+    keep = ~one
+    return (ia[keep], ib[keep], io[keep]), D
 
 
 def _kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]:

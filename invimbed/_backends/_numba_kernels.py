@@ -67,32 +67,58 @@ def _step(y, Ks, Wts, h):
 
 
 @njit(cache=True)
-def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, u, act, out):
+def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, D, u, act, out, Mt):
     """Coefficients of ``grad_x U . Phi`` for the rows of ``U`` (stored in ``y`` from
     ``uoff``, ``rows`` x ``ucols``) into ``out`` (flat: coefficient ``c`` of row ``r`` at
-    ``c * rows + r``), all rows at once (``u``, ``act``: scratch of ``rows``). Only
-    products of nonzero coefficients are taken: for each coefficient of ``grad_x U``, the
-    rows where it is zero are left out (the parameter rows of control pieces not reached,
-    and the degrees of ``W`` that an affine ``Phi`` keeps zero), and ``Phi[i]`` is zero
-    from ``lphi[i]`` on (the pairs of each left coefficient, ``ptr``, ascend in ``ib``).
-    Each sum takes its nonzero terms in the order of the full one, so it is unchanged."""
+    ``c * rows + r``), all rows at once (``u``, ``act``: scratch of ``rows``; ``Mt``:
+    N * N, flat). Only products of nonzero coefficients are taken: for each coefficient of
+    ``grad_x U``, the rows where it is zero are left out (the parameter rows of control
+    pieces not reached, and the degrees of ``W`` that an affine ``Phi`` keeps zero), and
+    ``Phi[i]`` is zero from ``lphi[i]`` on (the pairs of each left coefficient, ``ptr``,
+    ascend in ``ib``). The products of two coefficients of degree 1 (the table ``D``,
+    none where it is (0, 0)) are summed over ``i`` as one dense N x N product per row
+    whose degree-1 coefficients of ``grad_x U`` are not all zero (for ``V``:
+    ``A^T P + P A``), then added; the sums differ from the numpy closure's only in
+    their order. The constant coefficient of ``grad_x U`` is taken for all rows at once
+    where most of them are nonzero."""
     N = Phi.shape[0]
     nd = ptr.shape[0] - 1
+    n1 = D.shape[0]
     for k in range(ucols * rows):
         out[k] = 0.0
+    top = np.empty(rows, np.int64)  # row r of U is zero from coefficient top[r] on
+    for r in range(rows):
+        t = ucols
+        while t > 0 and y[uoff + r * ucols + t - 1] == 0.0:
+            t -= 1
+        top[r] = t
     for i in range(N):
         lb = lphi[i]
         for a in range(nd):
-            s = uoff + src[i, a]
+            sa = src[i, a]
+            s = uoff + sa
             f = fac[i, a]
             na = 0
             for r in range(rows):
-                v = y[s + r * ucols]
-                if v != 0.0:
-                    u[na] = v * f
-                    act[na] = r
-                    na += 1
+                if sa < top[r]:
+                    v = y[s + r * ucols]
+                    if v != 0.0:
+                        u[na] = v * f
+                        act[na] = r
+                        na += 1
             if na == 0:
+                continue
+            if a == 0 and na * 2 > rows:  # most rows: all of them, contiguous in ``out``
+                for r in range(rows):       # (the zero rows add exact zeros)
+                    u[r] = y[s + r * ucols] * f if top[r] > sa else 0.0
+                for p in range(ptr[0], ptr[1]):
+                    b = ib[p]
+                    if b >= lb:
+                        break
+                    ph = Phi[i, b]
+                    base = io[p] * rows
+                    for r in range(rows):
+                        out[base + r] += u[r] * ph
                 continue
             for p in range(ptr[a], ptr[a + 1]):
                 b = ib[p]
@@ -102,6 +128,20 @@ def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, u, act, o
                 base = io[p] * rows
                 for k in range(na):
                     out[base + act[k]] += u[k] * ph
+    for r in range(rows if n1 else 0):
+        if top[r] <= 1 + n1:        # no coefficient of degree 2 or more: none of degree
+            continue                # 1 in grad_x U (the coefficients are graded)
+        for k in range(n1 * n1):
+            Mt[k] = 0.0
+        for i in range(N):
+            nb = min(n1, lphi[i] - 1)
+            for j in range(n1):
+                g = y[uoff + src[i, 1 + j] + r * ucols] * fac[i, 1 + j]
+                for k in range(nb):
+                    Mt[j * n1 + k] += g * Phi[i, 1 + k]
+        for j in range(n1):
+            for k in range(n1):
+                out[D[j, k] * rows + r] += Mt[j * n1 + k]
 
 
 @njit(cache=True)
@@ -114,20 +154,23 @@ def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, tZ, tVW, Lam, Sw, ac
     (max(N, nw + 1),). The rows of ``Z``, and ``V`` with the parameter rows ``W`` (one
     table), are transported together (one pass over the tables each); products skip
     zero coefficients (the degrees above 1 of an affine ``Phi``, the parameter rows and
-    gradients of control pieces not reached), which leaves every sum unchanged."""
+    gradients of control pieces not reached), and the products of two degree-1
+    coefficients are one dense N x N product per row (`_transport`; ``Lam`` is its
+    scratch before it is filled)."""
     (zsrc, zfac, zia, zib, zio, vsrc, vfac, via, vib, vio, sia, sib, sio,
-     zptr, vptr, sptr) = tab
+     zptr, vptr, sptr, zD, vD) = tab
     oV = off + N * cZ
     oW = oV + cV
     tz = tZ.reshape(tZ.size)
     lphi = lens[0]
-    _transport(y, off, N, cZ, Phi, lphi, zsrc, zfac, zptr, zib, zio, u, act, tz)
+    Mt = Lam.reshape(Lam.size)      # the dense products' scratch until Lam is filled
+    _transport(y, off, N, cZ, Phi, lphi, zsrc, zfac, zptr, zib, zio, zD, u, act, tz, Mt)
     for i in range(N):
         for c in range(cZ):
             dy[off + i * cZ + c] = -tz[c * N + i]
     R1 = 1 + nw
     tvw = tVW.reshape(tVW.size)     # V and W are contiguous: rows 0 and 1..nw from oV
-    _transport(y, oV, R1, cV, Phi, lphi, vsrc, vfac, vptr, vib, vio, u, act, tvw)
+    _transport(y, oV, R1, cV, Phi, lphi, vsrc, vfac, vptr, vib, vio, vD, u, act, tvw, Mt)
     for c in range(cV):
         dy[oV + c] = -(tvw[c * R1] + Rc[c])
     if nw:
