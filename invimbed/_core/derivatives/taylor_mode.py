@@ -274,6 +274,7 @@ class TaylorJets:
             raise ValueError(f"`engine` must be 'numba', 'numpy' or 'auto', but got "
                              f"{engine!r}")
         self.engine = engine
+        self._kernel_sizes: set[tuple[int, int]] = set()
         self._sp, self._t, self._z, self._theta = sp, t, tuple(z), tuple(theta)
         self._expressions = expressions
         self._tapes: dict[tuple[str, str], Tape] = {}
@@ -331,15 +332,20 @@ class TaylorJets:
         return evaluate(tape, np.ascontiguousarray(times), xin, order)
 
     def _compiled(self, n: int, order: int) -> bool:
-        """Whether a request of ``n`` seeds and degree ``order`` runs the numba kernel."""
+        """Whether a request of ``n`` seeds and degree ``order`` runs the numba kernel
+        (once it does, it keeps doing so: the answer is kept per request size, as this
+        runs at every evaluation of the sweep)."""
         if self.engine != "auto":
             return self.engine == "numba"
-        if math.comb(2 * n + order, order) >= self.COMPILE_FROM:
+        if (n, order) in self._kernel_sizes:
             return True
         from ..compile_cost import ready
         from ._taylor_numba import run
 
-        return ready(run)
+        if math.comb(2 * n + order, order) >= self.COMPILE_FROM or ready(run):
+            self._kernel_sizes.add((n, order))
+            return True
+        return False
 
     def taylor(self, which: str, t, z: np.ndarray, theta: np.ndarray, order: int,
                dth: int, out_shape: tuple[int, ...]) -> np.ndarray:
