@@ -100,6 +100,16 @@ def test_a_finer_rtol_than_a_float32_function_allows_is_imprecise(make):
     assert "low_precision" in [w.code for w in res.warnings]
 
 
+def test_dense_output_judges_the_requested_rtol_against_the_precision():
+    # rtol 1e-5 is within float32's reach; dense output runs its steps 10x tighter
+    # (RK45), below that reach, but the user's rtol is what the precision check judges
+    x = np.array([[0.3, -0.2], [0.1, 0.4]])
+    res = solve_imbedding(_float32_lq(), x, [0.0, -0.5], control=Constant([0.1]), rtol=1e-5,
+                          dense_output=True)
+    assert res.status is not Status.IMPRECISE and res.success
+    assert "low_precision" in [w.code for w in res.warnings]
+
+
 def test_the_fallback_repairs_a_float32_problem_at_its_precision():
     # the jet of order 1 does not reach tol=1e-9 at p = -0.5; the exact solve runs at
     # the finest rtol float32 allows (1.2e-6, not 1e-11: finer, its steps chase the

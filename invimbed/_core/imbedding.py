@@ -135,9 +135,9 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
             x = to_numpy(x)
             options.setdefault("array_type", "cupy")
     rtol, atol = integrator_tolerances(rtol, atol, tol_pair)
-    if dense_output:    # sol(p) within the requested tolerance (docs/accuracy.md)
-        rtol, atol = dense_tolerances(method, rtol, atol)
     setup = prepare(problem, x, depths, control, method, rtol, atol, step, ALL_METHODS)
+    if dense_output:    # sol(p) within the requested tolerance (docs/accuracy.md); the
+        rtol, atol = dense_tolerances(method, rtol, atol)   # precision check saw the user's
     if delta is not None:
         if closure != "stencil":
             raise ValueError(f"`delta` is the spacing of closure='stencil' only, but got "
