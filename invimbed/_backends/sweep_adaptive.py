@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .._core.arguments import Setup
-from .._core.assembly import collect_results
+from .._core.assembly import _depth_gradients, collect_results
 from .._core.derivatives.multiindex import n_coefficients
 from .._core.failures import (below_min_step, budget_exhausted, first_evaluation,
                               step_collapsed, sweep_stopped)
@@ -313,22 +313,26 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
     depths = np.ascontiguousarray(setup.depths_desc, dtype=float)
     n, width, kq = depths.size, 2 * N + 1 + nw, tab.P.shape[1]
     cap = int(keep_steps) or (DENSE_STEPS if dense_output else 0)
+    qd = np.array([float(setup.q)])        # theta at q as the core takes it (`depth_gradient`)
+    q_same = bool(np.array_equal(ctrl.theta_rows(qd, ctrl.pieces(qd, qd))[0], seg_th[0]))
     while True:
         out = np.full((n, B, len(orders), width), np.nan)
+        dg = np.full((n, B), np.nan)
         info = np.zeros((B, 3), dtype=np.int64)
         where = np.full((B, 2), np.nan)
         d_t, d_h = np.zeros((B, cap)), np.zeros((B, cap))
         d_y, d_Q = np.zeros((B, cap, size)), np.zeros((B, cap, size, kq))
         args = (_addressed(fns), plan.arrays(), use_tape, *tapes, tplan, F, Df, setup.x, float(setup.q),
                 N, M, nw, CF, CF, cZs, cVs, offs, size, *tabs, seg, seg_th, seg_J, depths,
-                dep_seg, rk, num, (budget, int(tab.error_order), cap), out, info, where,
+                dep_seg, rk, num, (budget, int(tab.error_order), cap, orders.index(order), int(q_same)),
+                out, dg, info, where,
                 d_t, d_h, d_y, d_Q, *_workspace(tapes, F, Df, CF))
         loop, one, ev = _kernel(args)
         _run_loop(loop, one, ev, args, B)
         if not cap or int(info[:, 2].max()) <= cap:
             break
         cap = int(info[:, 2].max())
-    res = _assemble(setup, out, info, where, orders, order, est, method, tol, warnings_,
+    res = _assemble(setup, out, dg, info, where, orders, order, est, method, tol, warnings_,
                     budget, N, nw, min_step)
     if not cap:
         return res
@@ -396,10 +400,13 @@ def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: st
     return res
 
 
-def _assemble(setup: Setup, out: np.ndarray, info: np.ndarray, where: np.ndarray,
-              orders: list[int], order: int, est: bool, method: str, tol: Any,
-              warnings_: list, budget: int, N: int, nw: int, min_step: Any) -> Any:
-    """The result of the kernel's outputs, by `collect_results`."""
+def _assemble(setup: Setup, out: np.ndarray, dg: np.ndarray, info: np.ndarray,
+              where: np.ndarray, orders: list[int], order: int, est: bool, method: str,
+              tol: Any, warnings_: list, budget: int, N: int, nw: int, min_step: Any) -> Any:
+    """The result of the kernel's outputs, by `collect_results`; the depth gradients the
+    kernel left NaN where the adjoint is finite (a problem whose ``f`` or ``R`` reads
+    ``t``, depths at ``q`` where theta is not the first piece's) are the core's
+    (`_depth_gradients`)."""
     sl = {"z": slice(0, N), "value": N, "adjoint": slice(N + 1, 2 * N + 1),
           "param_grad": slice(2 * N + 1, 2 * N + 1 + nw)}
     by_order = {K: {k: out[:, :, o, s] for k, s in sl.items()} for o, K in enumerate(orders)}
@@ -410,6 +417,11 @@ def _assemble(setup: Setup, out: np.ndarray, info: np.ndarray, where: np.ndarray
         return {k: np.abs(by_order[hi][k] - by_order[lo][k]) for k in _KEYS}
 
     fields = {k: np.ascontiguousarray(v) for k, v in by_order[order].items()}
+    lam = fields["adjoint"]
+    left = np.isnan(dg) & np.all(np.isfinite(lam), axis=-1)
+    if left.any():
+        dg = np.where(left, _depth_gradients(setup, np.where(left[..., None], lam, np.nan)), dg)
+    fields["depth_grad"] = dg
     errors = diff(order, order + 1) if est else None
     lower = diff(order - 1, order) if errors is not None else None
     upper = diff(order + 1, order + 2) if errors is not None else None
