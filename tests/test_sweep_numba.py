@@ -176,7 +176,7 @@ def test_compiled_jet_rhs_equals_the_numpy_closure(problem, order, sparse):
             np.ascontiguousarray(coef["R"][0]), np.ascontiguousarray(coef["G"][0]),
             np.ascontiguousarray(coef["Rw"][0]), y, off, dy, np.empty((N, cm)),
             np.empty((1 + nw, cm)), np.empty((N, cm)), np.empty((nw, cm)),
-            np.empty(max(N, nw + 1), np.int64), np.array([[cp] * N, [cg] * N]),
+            np.empty(2 * max(N, nw + 1), np.int64), np.array([[cp] * N, [cg] * N]),
             np.empty(max(N, nw + 1)))
     got = clo.layout.unpack(dy)
     for key in (f"Z{order}", f"V{order}", f"W{order}"):
@@ -271,3 +271,56 @@ def test_numba_dense_output_of_lq_matches_the_ensemble(method):
     units = error_in_tolerance_units(got, exact(pb, ctrl, p))
     assert max(units.values()) < DENSE_FACTOR, units
     assert got.success and got.status == 0 and np.all(got.converged)
+
+
+def _depth_gradient_reference(problem, x, depths, knots, values, adjoint):
+    """``-(Lam . f(p, x, theta(p)) + R(p, x, theta(p)))`` from the problem's own ``f`` and
+    ``R``, with ``theta(p)`` the piece above ``p`` at a knot (docs/theory.md)."""
+    out = []
+    for p, lam in zip(depths, adjoint):
+        k = int(np.clip(np.searchsorted(knots, p, side="right") - 1, 0, len(values) - 1))
+        th = np.asarray(values[k], dtype=float)[None]
+        f = problem.dynamics(p, x[None], th)[0]
+        R = problem.running_loss(p, x[None], th)[0]
+        out.append(-(lam @ f + R))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("forcing", [0.0, 0.3])
+def test_depth_gradient_of_an_autonomous_problem_comes_from_the_kernel(monkeypatch, forcing):
+    """An autonomous ``from_sympy`` problem (``forcing = 0``): the kernel records the
+    depth gradient from the piece's Taylor coefficients, and the core computes it only at
+    ``q``, an interior knot here, where theta(q) is the piece above ``q``, not the first
+    swept one. A problem that reads ``t`` (``forcing = 0.3``): the core computes every
+    depth. Both against the definition, depths on knots included."""
+    from invimbed._backends import sweep_adaptive
+
+    rows = []
+    real = sweep_adaptive._depth_gradients
+
+    def counted(setup, adjoint):
+        rows.append(int(np.all(np.isfinite(adjoint), axis=-1).sum()))
+        return real(setup, adjoint)
+
+    monkeypatch.setattr(sweep_adaptive, "_depth_gradients", counted)
+    pb = sympy_pendulum(forcing=forcing)
+    knots = np.array([-1.0, -0.6, -0.3, 0.0, 0.4])
+    values = np.array([[0.1, 0.2], [-0.3, 0.1], [0.2, -0.1], [0.5, 0.3]])
+    ctrl = invimbed.PiecewiseConstant(knots, values)
+    depths = np.array([-1.0, -0.6, -0.45, -0.3, -0.1, 0.0])
+    res = solve_imbedding(pb, X, depths, control=ctrl, order=2, backend="numba",
+                          rtol=1e-9, atol=1e-11)
+    assert res.success
+    ref = _depth_gradient_reference(pb, X, depths, knots, values, res.adjoint)
+    np.testing.assert_allclose(res.depth_grad, ref, rtol=1e-12, atol=1e-13)
+    assert rows == ([1] if forcing == 0.0 else [depths.size])
+    num = solve_imbedding(pb, X, depths, control=ctrl, order=2, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(res.depth_grad, num.depth_grad, rtol=1e-10, atol=1e-10)
+    if forcing == 0.0:          # the last knot at q: theta(q) is the first piece's
+        rows.clear()
+        top = invimbed.PiecewiseConstant(knots[:-1], values[:-1])
+        res = solve_imbedding(pb, X, depths, control=top, order=2, backend="numba",
+                              rtol=1e-9, atol=1e-11)
+        ref = _depth_gradient_reference(pb, X, depths, knots[:-1], values[:-1], res.adjoint)
+        np.testing.assert_allclose(res.depth_grad, ref, rtol=1e-12, atol=1e-13)
+        assert rows == []

@@ -70,8 +70,9 @@ def _step(y, Ks, Wts, h):
 def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, D, u, act, out, Mt):
     """Coefficients of ``grad_x U . Phi`` for the rows of ``U`` (stored in ``y`` from
     ``uoff``, ``rows`` x ``ucols``) into ``out`` (flat: coefficient ``c`` of row ``r`` at
-    ``c * rows + r``), all rows at once (``u``, ``act``: scratch of ``rows``; ``Mt``:
-    N * N, flat). Only products of nonzero coefficients are taken: for each coefficient of
+    ``c * rows + r``), all rows at once (``u``: scratch of ``rows``; ``act``: integers,
+    twice ``rows`` or more, whose second half holds each row's last nonzero coefficient;
+    ``Mt``: N * N, flat). Only products of nonzero coefficients are taken: for each coefficient of
     ``grad_x U``, the rows where it is zero are left out (the parameter rows of control
     pieces not reached, and the degrees of ``W`` that an affine ``Phi`` keeps zero), and
     ``Phi[i]`` is zero from ``lphi[i]`` on (the pairs of each left coefficient, ``ptr``,
@@ -86,7 +87,7 @@ def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, D, u, act
     n1 = D.shape[0]
     for k in range(ucols * rows):
         out[k] = 0.0
-    top = np.empty(rows, np.int64)  # row r of U is zero from coefficient top[r] on
+    top = act[act.shape[0] // 2:]   # row r of U is zero from coefficient top[r] on
     for r in range(rows):
         t = ucols
         while t > 0 and y[uoff + r * ucols + t - 1] == 0.0:
@@ -150,7 +151,7 @@ def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, tZ, tVW, Lam, Sw, ac
     is stored from ``off``: Z (N, cZ), V (cV), W (nw, cV). ``Phi[i]`` is zero from
     coefficient ``lens[0, i]`` on, ``G[i, w]`` from ``lens[1, i]`` on (the caller's
     bounds: a tape's `lengths`, or the full length). Scratch: ``tZ`` (N, cmax), ``tVW``
-    (1 + nw, cmax), ``Lam`` (N, cmax), ``Sw`` (nw, cmax), ``act`` (integers) and ``u``
+    (1 + nw, cmax), ``Lam`` (N, cmax), ``Sw`` (nw, cmax), ``act`` (integers, 2 max(N, nw + 1)) and ``u``
     (max(N, nw + 1),). The rows of ``Z``, and ``V`` with the parameter rows ``W`` (one
     table), are transported together (one pass over the tables each); products skip
     zero coefficients (the degrees above 1 of an affine ``Phi``, the parameter rows and
@@ -267,7 +268,7 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
     tV = np.empty((1 + nw, cmax))
     Lam = np.empty((N, cmax))
     Sw = np.empty((nw, cmax))
-    act = np.empty(max(N, nw + 1), np.int64)
+    act = np.empty(2 * max(N, nw + 1), np.int64)
     lens = np.empty((2, N), np.int64)
     lens[0, :] = CF
     lens[1, :] = CW

@@ -205,7 +205,7 @@ def sweep_one(b, tid, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F,
     sc = (pz, pt, hs, vals, np.empty(N * CF), np.empty(CF), np.empty(N * M * CW),
           np.empty(M * CW), np.zeros((N, CF)), np.zeros(CF), np.zeros((N, nw, CF)),
           np.zeros((nw, CF)), np.empty((N, cmax)), np.empty((1 + nw, cmax)),
-          np.empty((N, cmax)), np.empty((nw, cmax)), np.empty(max(N, nw + 1), np.int64),
+          np.empty((N, cmax)), np.empty((nw, cmax)), np.empty(2 * max(N, nw + 1), np.int64),
           np.empty((2, N), np.int64), np.empty(max(N, nw + 1)))
     W = (ws_f[tid], np.zeros((Df + 4, CF)), np.zeros((N, Df, CF)),
          ws_r[tid], np.zeros((Df + 4, CF)), np.zeros((1, Df, CF)),
