@@ -72,9 +72,10 @@ def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, D, u, act
     ``uoff``, ``rows`` x ``ucols``) into ``out`` (flat: coefficient ``c`` of row ``r`` at
     ``c * rows + r``), all rows at once (``u``: scratch of ``rows``; ``act``: integers,
     twice ``rows`` or more, whose second half holds each row's last nonzero coefficient;
-    ``Mt``: N * N, flat). Only products of nonzero coefficients are taken: for each coefficient of
-    ``grad_x U``, the rows where it is zero are left out (the parameter rows of control
-    pieces not reached, and the degrees of ``W`` that an affine ``Phi`` keeps zero), and
+    ``Mt``: N * N, flat). Only products of nonzero coefficients are taken: for each
+    coefficient of ``grad_x U``, the rows where it is zero are left out (the parameter
+    rows of control pieces not reached, and the degrees of ``W`` that an affine ``Phi``
+    keeps zero), and
     ``Phi[i]`` is zero from ``lphi[i]`` on (the pairs of each left coefficient, ``ptr``,
     ascend in ``ib``). The products of two coefficients of degree 1 (the table ``D``,
     none where it is (0, 0)) are summed over ``i`` as one dense N x N product per row
@@ -151,8 +152,8 @@ def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, tZ, tVW, Lam, Sw, ac
     is stored from ``off``: Z (N, cZ), V (cV), W (nw, cV). ``Phi[i]`` is zero from
     coefficient ``lens[0, i]`` on, ``G[i, w]`` from ``lens[1, i]`` on (the caller's
     bounds: a tape's `lengths`, or the full length). Scratch: ``tZ`` (N, cmax), ``tVW``
-    (1 + nw, cmax), ``Lam`` (N, cmax), ``Sw`` (nw, cmax), ``act`` (integers, 2 max(N, nw + 1)) and ``u``
-    (max(N, nw + 1),). The rows of ``Z``, and ``V`` with the parameter rows ``W`` (one
+    (1 + nw, cmax), ``Lam`` (N, cmax), ``Sw`` (nw, cmax), ``act`` (integers,
+    2 max(N, nw + 1)) and ``u`` (max(N, nw + 1),). The rows of ``Z``, and ``V`` with the parameter rows ``W`` (one
     table), are transported together (one pass over the tables each); products skip
     zero coefficients (the degrees above 1 of an affine ``Phi``, the parameter rows and
     gradients of control pieces not reached), and the products of two degree-1

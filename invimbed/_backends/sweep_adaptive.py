@@ -324,7 +324,8 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         d_y, d_Q = np.zeros((B, cap, size)), np.zeros((B, cap, size, kq))
         args = (_addressed(fns), plan.arrays(), use_tape, *tapes, tplan, F, Df, setup.x, float(setup.q),
                 N, M, nw, CF, CF, cZs, cVs, offs, size, *tabs, seg, seg_th, seg_J, depths,
-                dep_seg, rk, num, (budget, int(tab.error_order), cap, orders.index(order), int(q_same)),
+                dep_seg, rk, num,
+                (budget, int(tab.error_order), cap, orders.index(order), int(q_same)),
                 out, dg, info, where,
                 d_t, d_h, d_y, d_Q, *_workspace(tapes, F, Df, CF))
         loop, one, ev = _kernel(args)
