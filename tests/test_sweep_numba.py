@@ -288,8 +288,8 @@ def _depth_gradient_reference(problem, x, depths, knots, values, adjoint):
 
 @pytest.mark.parametrize("forcing", [0.0, 0.3])
 def test_depth_gradient_of_an_autonomous_problem_comes_from_the_kernel(monkeypatch, forcing):
-    """An autonomous ``from_sympy`` problem (``forcing = 0``): the kernel records the
-    depth gradient from the piece's Taylor coefficients, and the core computes it only at
+    """An autonomous ``from_sympy`` problem (``forcing = 0``): the kernel records ``f`` and
+    ``R`` at ``x`` from the piece's Taylor coefficients, and the core evaluates them only at
     ``q``, an interior knot here, where theta(q) is the piece above ``q``, not the first
     swept one. A problem that reads ``t`` (``forcing = 0.3``): the core computes every
     depth. Both against the definition, depths on knots included."""

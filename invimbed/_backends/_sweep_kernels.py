@@ -139,15 +139,13 @@ def _record(y, idx, out, d, b):
 
 
 @_jit
-def _depth_gradient(out, dg_out, d, b, o, N, Phi, Rc):
-    """``dg_out[d, b] = -(Lam . f + R)`` from the adjoint of carried order ``o`` recorded
-    at depth row ``d`` and the constant Taylor coefficients of ``f`` and ``R`` at the
-    input (``Phi[:, 0]``, ``Rc[0]``): `invimbed._core.assembly.depth_gradient`, summed
-    in the order of `invimbed._core.ordered.sum_products`."""
-    acc = out[d, b, o, N + 1] * Phi[0, 0]
-    for i in range(1, N):
-        acc = acc + out[d, b, o, N + 1 + i] * Phi[i, 0]
-    dg_out[d, b] = -(acc + Rc[0])
+def _record_f_r(fr_out, d, b, N, Phi, Rc):
+    """``fr_out[d, b] = [f (N), R]`` at the input: the constant Taylor coefficients
+    ``Phi[:, 0]``, ``Rc[0]`` (the core takes the depth gradient from them:
+    `invimbed._core.assembly.depth_gradient_of`)."""
+    for i in range(N):
+        fr_out[d, b, i] = Phi[i, 0]
+    fr_out[d, b, N] = Rc[0]
 
 
 @_jit
@@ -168,7 +166,7 @@ def _record_dense(Qr, y_old, idx, t_old, h, p, out, d, b):
 
 def sweep_rows(one, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N, M, nw, CF, CW,
                cZs, cVs, offs, size, tab0, tab1, tab2, tab3, seg, seg_th, seg_J, depths, dep_seg, rk, num,
-               ints, out, dg_out, info, where_out, d_t, d_h, d_y, d_Q, ws_f, ws_r, ws_t):
+               ints, out, fr_out, info, where_out, d_t, d_h, d_y, d_Q, ws_f, ws_r, ws_t):
     """Every input's sweep in a ``prange`` loop (compiled by
     `invimbed._backends.sweep_adaptive`); each thread's inputs share its slice of the
     tapes' node storage ``ws_f``, ``ws_r``, ``ws_t``."""
@@ -176,14 +174,14 @@ def sweep_rows(one, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, D
         one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N,
             M, nw, CF,
             CW, cZs, cVs, offs, size, tab0, tab1, tab2, tab3, seg, seg_th, seg_J, depths, dep_seg, rk, num,
-            ints, out, dg_out, info, where_out, d_t, d_h, d_y, d_Q, ws_f, ws_r, ws_t)
+            ints, out, fr_out, info, where_out, d_t, d_h, d_y, d_Q, ws_f, ws_r, ws_t)
 
 
 @_jit
 def sweep_one(b, tid, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N, M, nw, CF,
               CW,
               cZs, cVs, offs, size, tab0, tab1, tab2, tab3, seg, seg_th, seg_J, depths, dep_seg, rk, num,
-              ints, out, dg_out, info, where_out, d_t, d_h, d_y, d_Q, ws_f, ws_r, ws_t):
+              ints, out, fr_out, info, where_out, d_t, d_h, d_y, d_Q, ws_f, ws_r, ws_t):
     """The sweep of input ``b`` on thread ``tid`` (see the module docstring); ``tab0``
     ... ``tab3`` are the tables of the carried orders
     (`invimbed._backends._numba._jet_tables`, the last repeated), ``tape_f``,
@@ -194,7 +192,7 @@ def sweep_one(b, tid, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F,
     tapes = (tape_f, tape_r, tape_t)
     A, Bw, C, E, P = rk
     rtol, atol, first_step, max_step, min_step, safety, min_factor, max_factor = num
-    max_steps, err_order, cap, ores, q_same = ints
+    max_steps, err_order, cap, q_same = ints
     ns = Bw.shape[0]
     kq = P.shape[1]
     exponent = -1.0 / (err_order + 1)
@@ -221,9 +219,9 @@ def sweep_one(b, tid, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F,
     if use_tape and not (uses_time(tapes[0][0], tapes[0][3])
                          or uses_time(tapes[1][0], tapes[1][3])):
         W[8][0] = 1
-    # ... and the depth gradient at a depth is then -(Lam . Phi[:, 0] + Rc[0]) of its
-    # piece, recorded here (the depths at q where their theta is the first piece's);
-    # the others are left NaN, for the core
+    # ... and f and R at x at a depth are then the piece's Phi[:, 0] and Rc[0], recorded
+    # for the depth gradient (at q where theta(q) is the first piece's); the others are
+    # left NaN, for the core to evaluate
     autonomous = W[8][0] == 1
     xin = np.zeros(N + M)
     for i in range(N):
@@ -285,7 +283,7 @@ def sweep_one(b, tid, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F,
             for d in range(n):
                 if dep_seg[d] >= 0:
                     break
-                _depth_gradient(out, dg_out, d, b, ores, N, sc[8], sc[9])
+                _record_f_r(fr_out, d, b, N, sc[8], sc[9])
         span = a - bnd
         if first_step > 0:
             h_abs = _fmin(first_step, span)
@@ -379,7 +377,7 @@ def sweep_one(b, tid, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F,
                 else:
                     _record_dense(Qr, y, idx, t_old, h, depths[nxt], out, nxt, b)
                 if autonomous:
-                    _depth_gradient(out, dg_out, nxt, b, ores, N, sc[8], sc[9])
+                    _record_f_r(fr_out, nxt, b, N, sc[8], sc[9])
                 nxt += 1
             t = t_new
             for i in range(size):

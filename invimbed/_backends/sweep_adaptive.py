@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .._core.arguments import Setup
-from .._core.assembly import _depth_gradients, collect_results
+from .._core.assembly import _depth_gradients, collect_results, depth_gradient_of
 from .._core.derivatives.multiindex import n_coefficients
 from .._core.failures import (below_min_step, budget_exhausted, first_evaluation,
                               step_collapsed, sweep_stopped)
@@ -317,7 +317,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
     q_same = bool(np.array_equal(ctrl.theta_rows(qd, ctrl.pieces(qd, qd))[0], seg_th[0]))
     while True:
         out = np.full((n, B, len(orders), width), np.nan)
-        dg = np.full((n, B), np.nan)
+        fr = np.full((n, B, N + 1), np.nan)
         info = np.zeros((B, 3), dtype=np.int64)
         where = np.full((B, 2), np.nan)
         d_t, d_h = np.zeros((B, cap)), np.zeros((B, cap))
@@ -325,15 +325,14 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         args = (_addressed(fns), plan.arrays(), use_tape, *tapes, tplan, F, Df, setup.x, float(setup.q),
                 N, M, nw, CF, CF, cZs, cVs, offs, size, *tabs, seg, seg_th, seg_J, depths,
                 dep_seg, rk, num,
-                (budget, int(tab.error_order), cap, orders.index(order), int(q_same)),
-                out, dg, info, where,
+                (budget, int(tab.error_order), cap, int(q_same)), out, fr, info, where,
                 d_t, d_h, d_y, d_Q, *_workspace(tapes, F, Df, CF))
         loop, one, ev = _kernel(args)
         _run_loop(loop, one, ev, args, B)
         if not cap or int(info[:, 2].max()) <= cap:
             break
         cap = int(info[:, 2].max())
-    res = _assemble(setup, out, dg, info, where, orders, order, est, method, tol, warnings_,
+    res = _assemble(setup, out, fr, info, where, orders, order, est, method, tol, warnings_,
                     budget, N, nw, min_step)
     if not cap:
         return res
@@ -401,13 +400,14 @@ def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: st
     return res
 
 
-def _assemble(setup: Setup, out: np.ndarray, dg: np.ndarray, info: np.ndarray,
+def _assemble(setup: Setup, out: np.ndarray, fr: np.ndarray, info: np.ndarray,
               where: np.ndarray, orders: list[int], order: int, est: bool, method: str,
               tol: Any, warnings_: list, budget: int, N: int, nw: int, min_step: Any) -> Any:
-    """The result of the kernel's outputs, by `collect_results`; the depth gradients the
-    kernel left NaN where the adjoint is finite (a problem whose ``f`` or ``R`` reads
-    ``t``, depths at ``q`` where theta is not the first piece's) are the core's
-    (`_depth_gradients`)."""
+    """The result of the kernel's outputs, by `collect_results`. The depth gradient is
+    `depth_gradient_of` the ``f`` and ``R`` at ``x`` the kernel recorded (``fr``), and
+    the core's (`_depth_gradients`) where it recorded none and the adjoint is finite (a
+    problem whose ``f`` or ``R`` reads ``t``, depths at ``q`` where theta is not the first
+    piece's)."""
     sl = {"z": slice(0, N), "value": N, "adjoint": slice(N + 1, 2 * N + 1),
           "param_grad": slice(2 * N + 1, 2 * N + 1 + nw)}
     by_order = {K: {k: out[:, :, o, s] for k, s in sl.items()} for o, K in enumerate(orders)}
@@ -419,7 +419,8 @@ def _assemble(setup: Setup, out: np.ndarray, dg: np.ndarray, info: np.ndarray,
 
     fields = {k: np.ascontiguousarray(v) for k, v in by_order[order].items()}
     lam = fields["adjoint"]
-    left = np.isnan(dg) & np.all(np.isfinite(lam), axis=-1)
+    dg = depth_gradient_of(lam, fr[..., :N], fr[..., N])
+    left = np.isnan(fr[..., N]) & np.all(np.isfinite(lam), axis=-1)
     if left.any():
         dg = np.where(left, _depth_gradients(setup, np.where(left[..., None], lam, np.nan)), dg)
     fields["depth_grad"] = dg

@@ -33,6 +33,12 @@ def depth_gradient(setup: Setup, p: float | np.ndarray, adjoint: np.ndarray,
         th = ctrl.theta_rows(p, ctrl.pieces(p, p))
     f = setup.provider.derivative("f", p, x, th)
     R = setup.provider.derivative("R", p, x, th)
+    return depth_gradient_of(adjoint, f, R)
+
+
+def depth_gradient_of(adjoint: np.ndarray, f: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """``-(Lam . f + R)`` of `depth_gradient` from ``f`` and ``R`` at its rows (``adjoint``
+    and ``f`` (..., N), ``R`` (...)), summed in the order of `sum_products`."""
     return -(sum_products(adjoint, f) + R)
 
 

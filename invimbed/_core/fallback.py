@@ -22,7 +22,6 @@ import numpy as np
 from .adjoint import solve_adjoint
 from .arguments import tolerances_from_tol
 from .integrators import SCIPY_METHODS
-from .probe import precision_limit
 from .results import ImbeddingResult, SolverWarning, set_fields
 from .status import Status
 
@@ -58,19 +57,17 @@ def exact_probe(setup: Any, options: dict) -> Any:
     return probe
 
 
-def fallback_adjoint(setup: Any, res: ImbeddingResult, method: str, rtol: float,
-                      atol: float, tol: Any, max_steps: int | None = None) -> ImbeddingResult:
+def fallback_adjoint(setup: Any, res: ImbeddingResult, options: dict) -> ImbeddingResult:
     """Recompute the (depth, input) pairs that did not converge with the exact ensemble
-    `solve_adjoint`, and mark them in ``exact_fallback``; a ``max_steps`` the user gave an
-    adaptive sweep is the budget of each of its rows too."""
+    `solve_adjoint` (its keyword arguments ``options`` from `exact_options`: a
+    ``max_steps`` the user gave an adaptive sweep is the budget of each of its rows too),
+    and mark them in ``exact_fallback``."""
     conv = np.asarray(res.converged, bool)
     conv2 = conv if setup.batched else conv[:, None]
     bad = ~conv2
     exact = np.zeros_like(conv2)
     if not bad.any():
         return set_fields(res, exact_fallback=exact if setup.batched else exact[:, 0])
-    options = exact_options(method, rtol, atol, tol, max_steps,
-                            finest=precision_limit(setup.problem.low_precision))
     a_rtol, a_atol = options["rtol"], options["atol"]
     inputs = np.flatnonzero(bad.any(axis=0))
     depths_bad = np.flatnonzero(bad.any(axis=1))

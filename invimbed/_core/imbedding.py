@@ -174,13 +174,13 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
                       backend=backend, tol=tol_pair, ratio_test=ratio_test,
                       warnings=list(warnings), options=dict(options), budget=budget)
 
+    exact = exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET),
+                          finest=precision_limit(setup.problem.low_precision))
     if tol_pair is None:
         res = sweep(setup, order)
     else:
         top = (_highest_order(prov, setup, est, max_order)
                if backend == "numpy" or _compiled_adaptive(backend, method) else order)
-        exact = exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET),
-                              finest=precision_limit(setup.problem.low_precision))
         res = raise_order(setup, sweep, order=order, top=max(top, order),
                           probe=exact_probe(setup, exact) if fallback == "adjoint" else None)
         last = (res.get("orders_run") or [order])[-1]
@@ -192,8 +192,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
                 f"max_order={max_order}: {why}")])
     set_fields(res, order=res.get("order", order) if closure in ("jet", "crop") else None)
     if fallback == "adjoint" and res.get("converged") is not None:
-        res = fallback_adjoint(setup, res, method, rtol, atol, tol_pair,
-                               options.get(STEP_BUDGET))
+        res = fallback_adjoint(setup, res, exact)
     mark_imprecise(setup, res)           # before: its message says what it is
     mark_unchecked(res, closure, est, method)
     keys = ("exact_fallback", "orders_run", "depth_order") + (("sol",) if dense_output else ())
