@@ -153,7 +153,7 @@ def test_compiled_jet_rhs_equals_the_numpy_closure(problem, order, sparse):
     `JetClosure._rhs_jet` transcribed: equal to 1e-13 at every order the sweep carries,
     also where a third of the state is zero (the products it skips)."""
     from invimbed._backends._numba import _jet_tables
-    from invimbed._backends._numba_kernels import jet_rhs
+    from invimbed._backends._numba_kernels import jet_rhs, jet_scratch, operator_size
     from invimbed._core.closures import JetClosure
     from invimbed._core.derivatives.multiindex import n_coefficients
 
@@ -172,12 +172,13 @@ def test_compiled_jet_rhs_equals_the_numpy_closure(problem, order, sparse):
     dy = np.zeros_like(y)
     cm = n_coefficients(N, order + 2)
     cp, cg = coef["Phi"].shape[-1], coef["G"].shape[-1]
-    jet_rhs(N, nw, cZ, cV, _jet_tables(N, order), np.ascontiguousarray(coef["Phi"][0]),
+    tab = _jet_tables(N, order)
+    ops = jet_scratch(N, nw, cm, 1, operator_size(N, tab))
+    jet_rhs(N, nw, cZ, cV, tab, np.ascontiguousarray(coef["Phi"][0]),
             np.ascontiguousarray(coef["R"][0]), np.ascontiguousarray(coef["G"][0]),
-            np.ascontiguousarray(coef["Rw"][0]), y, off, dy, np.empty((N, cm)),
-            np.empty((1 + nw, cm)), np.empty((N, cm)), np.empty((nw, cm)),
-            np.empty(2 * max(N, nw + 1), np.int64), np.array([[cp] * N, [cg] * N]),
-            np.empty(max(N, nw + 1)))
+            np.ascontiguousarray(coef["Rw"][0]), y, off, dy, ops, 0, np.empty((N, cm)),
+            np.empty((nw, cm)), np.empty(max(N, nw + 1), np.int64),
+            np.array([[cp] * N, [cg] * N]), np.empty(max(N, nw + 1)))
     got = clo.layout.unpack(dy)
     for key in (f"Z{order}", f"V{order}", f"W{order}"):
         np.testing.assert_allclose(got[key], ref[key], rtol=1e-13, atol=1e-13, err_msg=key)

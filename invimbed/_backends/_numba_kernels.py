@@ -67,140 +67,192 @@ def _step(y, Ks, Wts, h):
 
 
 @njit(cache=True)
-def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, ptr, ib, io, D, u, act, out, Mt):
-    """Coefficients of ``grad_x U . Phi`` for the rows of ``U`` (stored in ``y`` from
-    ``uoff``, ``rows`` x ``ucols``) into ``out`` (flat: coefficient ``c`` of row ``r`` at
-    ``c * rows + r``), all rows at once (``u``: scratch of ``rows``; ``act``: integers,
-    twice ``rows`` or more, whose second half holds each row's last nonzero coefficient;
-    ``Mt``: N * N, flat). Only products of nonzero coefficients are taken: for each
-    coefficient of ``grad_x U``, the rows where it is zero are left out (the parameter
-    rows of control pieces not reached, and the degrees of ``W`` that an affine ``Phi``
-    keeps zero), and
-    ``Phi[i]`` is zero from ``lphi[i]`` on (the pairs of each left coefficient, ``ptr``,
-    ascend in ``ib``). The products of two coefficients of degree 1 (the table ``D``,
-    none where it is (0, 0)) are summed over ``i`` as one dense N x N product per row
-    whose degree-1 coefficients of ``grad_x U`` are not all zero (for ``V``:
-    ``A^T P + P A``), then added; the sums differ from the numpy closure's only in
-    their order. The constant coefficient of ``grad_x U`` is taken for all rows at once
-    where most of them are nonzero."""
+def operator_size(N, tab):
+    """How many products `_operator` can list for the tables ``tab`` of one order (both
+    transports): its capacity in `jet_scratch`."""
+    return N * (tab[13][-1] + tab[14][-1])
+
+
+@njit(cache=True)
+def jet_scratch(N, nw, cmax, n_orders, cap):
+    """The scratch of `jet_rhs` beyond the coefficients: the products of each order's
+    transports (`_operator`: ``isrc``, ``iout``, ``val`` of ``cap`` entries, and per order
+    ``meta`` = the first and last product of Z's and of V's list and whether they are
+    built), the rows that are not zero (``rl``, ``pos``, ``tops``, ``cnt``), their
+    coefficients (``Ut``) and products (``Ob``), and the dense products' ``Mt``."""
+    rows = max(N, nw + 1)
+    return (np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap),
+            np.zeros((n_orders, 5), np.int64), np.empty(rows, np.int64),
+            np.empty(rows, np.int64), np.empty(rows, np.int64), np.empty(cmax, np.int64),
+            np.empty(cmax * rows), np.empty(cmax * rows), np.empty(N * N))
+
+
+@njit(cache=True)
+def _operator(Phi, lphi, src, fac, ptr, ib, io, isrc, iout, val, k):
+    """The products of ``grad_x U . Phi`` as a list from entry ``k`` on: coefficient
+    ``isrc`` of a row of ``U``, times ``val``, adds to its coefficient ``iout`` (the
+    product table's pairs with a nonzero ``Phi[i, b]``; ``Phi[i]`` is zero from
+    ``lphi[i]`` on, and the pairs of each left coefficient, ``ptr``, ascend in ``ib``).
+    Returns the end of the list. The list depends on ``Phi`` only: it is built once for
+    as long as ``Phi`` stays (a control piece of an autonomous problem)."""
     N = Phi.shape[0]
     nd = ptr.shape[0] - 1
-    n1 = D.shape[0]
-    for k in range(ucols * rows):
-        out[k] = 0.0
-    top = act[act.shape[0] // 2:]   # row r of U is zero from coefficient top[r] on
-    for r in range(rows):
-        t = ucols
-        while t > 0 and y[uoff + r * ucols + t - 1] == 0.0:
-            t -= 1
-        top[r] = t
     for i in range(N):
         lb = lphi[i]
         for a in range(nd):
             sa = src[i, a]
-            s = uoff + sa
             f = fac[i, a]
-            na = 0
-            for r in range(rows):
-                if sa < top[r]:
-                    v = y[s + r * ucols]
-                    if v != 0.0:
-                        u[na] = v * f
-                        act[na] = r
-                        na += 1
-            if na == 0:
-                continue
-            if a == 0 and na * 2 > rows:  # most rows: all of them, contiguous in ``out``
-                for r in range(rows):       # (the zero rows add exact zeros)
-                    u[r] = y[s + r * ucols] * f if top[r] > sa else 0.0
-                for p in range(ptr[0], ptr[1]):
-                    b = ib[p]
-                    if b >= lb:
-                        break
-                    ph = Phi[i, b]
-                    base = io[p] * rows
-                    for r in range(rows):
-                        out[base + r] += u[r] * ph
-                continue
             for p in range(ptr[a], ptr[a + 1]):
                 b = ib[p]
                 if b >= lb:
                     break
                 ph = Phi[i, b]
-                base = io[p] * rows
-                for k in range(na):
-                    out[base + act[k]] += u[k] * ph
-    for r in range(rows if n1 else 0):
-        if top[r] <= 1 + n1:        # no coefficient of degree 2 or more: none of degree
-            continue                # 1 in grad_x U (the coefficients are graded)
-        for k in range(n1 * n1):
-            Mt[k] = 0.0
-        for i in range(N):
-            nb = min(n1, lphi[i] - 1)
-            for j in range(n1):
-                g = y[uoff + src[i, 1 + j] + r * ucols] * fac[i, 1 + j]
-                for k in range(nb):
-                    Mt[j * n1 + k] += g * Phi[i, 1 + k]
-        for j in range(n1):
-            for k in range(n1):
-                out[D[j, k] * rows + r] += Mt[j * n1 + k]
+                if ph != 0.0:
+                    isrc[k] = sa
+                    iout[k] = io[p]
+                    val[k] = f * ph
+                    k += 1
+    return k
 
 
 @njit(cache=True)
-def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, tZ, tVW, Lam, Sw, act, lens, u):
+def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, D, beg, end, ops):
+    """Coefficients of ``grad_x U . Phi`` for the rows of ``U`` (stored in ``y`` from
+    ``uoff``, ``rows`` x ``ucols``) into ``ops``' ``Ob`` (coefficient ``c`` of the
+    ``k``-th row listed at ``c * na + k``; returns ``na``). The rows that are not all
+    zero are listed (``rl``; ``pos[r]``: row ``r``'s place there, -1 if left out: the
+    parameter rows of control pieces not reached) by their last nonzero coefficient,
+    descending (``tops``), so that each product of `_operator`'s list ``beg:end`` is
+    taken at once for the rows where its coefficient can be nonzero (``cnt[c]`` of
+    them: the degrees of ``W`` that an affine ``Phi`` keeps zero are skipped). The
+    products of two coefficients of degree 1 (the table ``D``, none where it is (0, 0))
+    are one dense N x N product per row with such coefficients (for ``V``:
+    ``A^T P + P A``). The sums differ from the numpy closure's only in their order."""
+    isrc, iout, val, meta, rl, pos, tops, cnt, Ut, Ob, Mt = ops
+    na = 0
+    for r in range(rows):
+        pos[r] = -1
+        t = ucols
+        while t > 0 and y[uoff + r * ucols + t - 1] == 0.0:
+            t -= 1
+        if t == 0:
+            continue
+        k = na
+        while k > 0 and tops[k - 1] < t:
+            rl[k] = rl[k - 1]
+            tops[k] = tops[k - 1]
+            k -= 1
+        rl[k] = r
+        tops[k] = t
+        na += 1
+    k = na
+    for c in range(ucols):
+        while k > 0 and tops[k - 1] <= c:
+            k -= 1
+        cnt[c] = k
+    for k in range(na):
+        pos[rl[k]] = k
+        base = uoff + rl[k] * ucols
+        for c in range(tops[k]):        # the rest is never read (cnt)
+            Ut[c * na + k] = y[base + c]
+    for m in range(ucols * na):
+        Ob[m] = 0.0
+    for t in range(beg, end):
+        s = isrc[t]
+        n = cnt[s]
+        if n == 0:
+            continue
+        s *= na
+        o = iout[t] * na
+        v = val[t]
+        ob = Ob[o:o + n]            # slices: the loop vectorises (no negative indices)
+        ut = Ut[s:s + n]
+        for k in range(n):
+            ob[k] += v * ut[k]
+    n1 = D.shape[0]
+    N = Phi.shape[0]
+    for k in range(na if n1 else 0):
+        if tops[k] <= 1 + n1:       # no coefficient of degree 2 or more: none of degree
+            continue                # 1 in grad_x U (the coefficients are graded)
+        base = uoff + rl[k] * ucols
+        for m in range(n1 * n1):
+            Mt[m] = 0.0
+        for i in range(N):
+            nb = max(0, min(n1, lphi[i] - 1))
+            ph = Phi[i, 1:1 + nb]
+            for j in range(n1):
+                g = y[base + src[i, 1 + j]] * fac[i, 1 + j]
+                mt = Mt[j * n1:j * n1 + nb]
+                for m in range(nb):
+                    mt[m] += g * ph[m]
+        for j in range(n1):
+            for m in range(n1):
+                Ob[D[j, m] * na + k] += Mt[j * n1 + m]
+    return na
+
+
+@njit(cache=True)
+def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, ops, o, Lam, Sw, act, lens, u):
     """dy/dp of one jet (Z of degree K, V and W of degree K + 1) at one sample; the jet
     is stored from ``off``: Z (N, cZ), V (cV), W (nw, cV). ``Phi[i]`` is zero from
     coefficient ``lens[0, i]`` on, ``G[i, w]`` from ``lens[1, i]`` on (the caller's
-    bounds: a tape's `lengths`, or the full length). Scratch: ``tZ`` (N, cmax), ``tVW``
-    (1 + nw, cmax), ``Lam`` (N, cmax), ``Sw`` (nw, cmax), ``act`` (integers,
-    2 max(N, nw + 1)) and ``u`` (max(N, nw + 1),). The rows of ``Z``, and ``V`` with the parameter rows ``W`` (one
-    table), are transported together (one pass over the tables each); products skip
-    zero coefficients (the degrees above 1 of an affine ``Phi``, the parameter rows and
-    gradients of control pieces not reached), and the products of two degree-1
-    coefficients are one dense N x N product per row (`_transport`; ``Lam`` is its
-    scratch before it is filled)."""
+    bounds: a tape's `lengths`, or the full length). ``ops`` is `jet_scratch`, ``o`` this
+    order's row of its ``meta``: the products of the transports of Z and of V with W
+    (`_operator`) are listed there unless that row says they are built (the caller
+    clears it where ``Phi`` changes). Scratch: ``Lam`` (N, cmax), ``Sw`` (nw, cmax),
+    ``act`` (integers, max(N, nw + 1)) and ``u`` (max(N, nw + 1),). The rows of ``Z``,
+    and ``V`` with the parameter rows ``W``, are transported together (`_transport`);
+    the parameter source skips the parameters whose gradient coefficient is zero."""
     (zsrc, zfac, zia, zib, zio, vsrc, vfac, via, vib, vio, sia, sib, sio,
      zptr, vptr, sptr, zD, vD) = tab
+    isrc, iout, val, meta, rl, pos, tops, cnt, Ut, Ob, Mt = ops
+    mo = meta[o]
+    lphi = lens[0]
+    if mo[4] == 0:
+        mo[1] = _operator(Phi, lphi, zsrc, zfac, zptr, zib, zio, isrc, iout, val, mo[0])
+        mo[2] = mo[1]
+        mo[3] = _operator(Phi, lphi, vsrc, vfac, vptr, vib, vio, isrc, iout, val, mo[2])
+        mo[4] = 1
     oV = off + N * cZ
     oW = oV + cV
-    tz = tZ.reshape(tZ.size)
-    lphi = lens[0]
-    Mt = Lam.reshape(Lam.size)      # the dense products' scratch until Lam is filled
-    _transport(y, off, N, cZ, Phi, lphi, zsrc, zfac, zptr, zib, zio, zD, u, act, tz, Mt)
+    na = _transport(y, off, N, cZ, Phi, lphi, zsrc, zfac, zD, mo[0], mo[1], ops)
     for i in range(N):
+        k = pos[i]
         for c in range(cZ):
-            dy[off + i * cZ + c] = -tz[c * N + i]
+            dy[off + i * cZ + c] = -Ob[c * na + k] if k >= 0 else 0.0
     R1 = 1 + nw
-    tvw = tVW.reshape(tVW.size)     # V and W are contiguous: rows 0 and 1..nw from oV
-    _transport(y, oV, R1, cV, Phi, lphi, vsrc, vfac, vptr, vib, vio, vD, u, act, tvw, Mt)
+    na = _transport(y, oV, R1, cV, Phi, lphi, vsrc, vfac, vD, mo[2], mo[3], ops)
+    k = pos[0]
     for c in range(cV):
-        dy[oV + c] = -(tvw[c * R1] + Rc[c])
+        dy[oV + c] = -((Ob[c * na + k] if k >= 0 else 0.0) + Rc[c])
     if nw:
         for i in range(N):              # Lam = grad V, of degree K
             for c in range(cZ):
                 Lam[i, c] = y[oV + vsrc[i, c]] * vfac[i, c]
         sw = Sw.reshape(Sw.size)        # flat: coefficient c of row w at c * nw + w
-        for k in range(cV * nw):
-            sw[k] = 0.0
+        for m in range(cV * nw):
+            sw[m] = 0.0
         for i in range(N):
             for a in range(min(cV, lens[1, i])):
-                na = 0                  # the parameters where this coefficient is nonzero
+                nn = 0                  # the parameters where this coefficient is nonzero
                 for w in range(nw):
                     g = G[i, w, a]
                     if g != 0.0:
-                        u[na] = g
-                        act[na] = w
-                        na += 1
-                if na == 0:
+                        u[nn] = g
+                        act[nn] = w
+                        nn += 1
+                if nn == 0:
                     continue
                 for p in range(sptr[a], sptr[a + 1]):
                     lam = Lam[i, sib[p]]
                     base = sio[p] * nw
-                    for k in range(na):
-                        sw[base + act[k]] += u[k] * lam
+                    for m in range(nn):
+                        sw[base + act[m]] += u[m] * lam
         for w in range(nw):
+            k = pos[1 + w]
             for c in range(cV):
-                dy[oW + w * cV + c] = -(tvw[c * R1 + 1 + w] + (sw[c * nw + w] + Rw[w, c]))
+                tr = Ob[c * na + k] if k >= 0 else 0.0
+                dy[oW + w * cV + c] = -(tr + (sw[c * nw + w] + Rw[w, c]))
 
 
 @njit(cache=True)
@@ -265,11 +317,14 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
     G = np.empty((N, nw, CW))
     Rw = np.empty((nw, CW))
     cmax = cVs[n_orders - 1]
-    tZ = np.empty((N, cmax))
-    tV = np.empty((1 + nw, cmax))
+    cap_lo = operator_size(N, tab_lo)
+    ops = jet_scratch(N, nw, cmax, n_orders, cap_lo + (n_orders - 1) * operator_size(N, tab_hi))
+    meta = ops[3]
+    for o in range(1, n_orders):
+        meta[o, 0] = cap_lo + (o - 1) * operator_size(N, tab_hi)
     Lam = np.empty((N, cmax))
     Sw = np.empty((nw, cmax))
-    act = np.empty(2 * max(N, nw + 1), np.int64)
+    act = np.empty(max(N, nw + 1), np.int64)
     lens = np.empty((2, N), np.int64)
     lens[0, :] = CF
     lens[1, :] = CW
@@ -303,8 +358,9 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
             cZ = cZs[0]
             cV = cVs[0]
             off = offs[0]
-            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, y, off, Ks[0], tZ, tV, Lam, Sw, act,
-                    lens, ubuf)
+            meta[:, 4] = 0                              # Phi is new
+            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, y, off, Ks[0], ops, 0, Lam, Sw,
+                    act, lens, ubuf)
             for i in range(size):
                 Ks[1, i] = y[i] + h * Ks[0, i]          # upd
                 ys[i] = y[i]                            # mixed
@@ -316,8 +372,8 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
             for w in range(nw):                          # degree 1 of W from upd
                 for c in range(1, 1 + N):
                     ys[oW + w * cV + c] = Ks[1, oW + w * cV + c]
-            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, ys, off, Ks[2], tZ, tV, Lam, Sw, act,
-                    lens, ubuf)
+            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, ys, off, Ks[2], ops, 0, Lam, Sw,
+                    act, lens, ubuf)
             for c in range(1, 1 + N):
                 Ks[1, oV + c] = y[oV + c] + h * Ks[2, oV + c]
             for w in range(nw):
@@ -338,10 +394,11 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
                 _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, p, xb, thetas[k, s],
                                   jacs[k, s], pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf,
                                   Phi, Rc, G, Rw)
+                meta[:, 4] = 0                          # Phi is new
                 for o in range(n_orders):
                     tab = tab_lo if o == 0 else tab_hi
                     jet_rhs(N, nw, cZs[o], cVs[o], tab, Phi, Rc, G, Rw, ys, offs[o], Ks[s],
-                            tZ, tV, Lam, Sw, act, lens, ubuf)
+                            ops, o, Lam, Sw, act, lens, ubuf)
                 if _blew_up(Ks[s], fail_pos, fail_p, b, 2 * (k * (S + 1) + s) + 1, p):
                     failed = True
                     break

@@ -44,7 +44,7 @@ from ._ensemble_parts import (_finite, _fmin, _rms, dense_coefficient, grow_fact
                               initial_step, initial_step_h0, scaled_error, shrink_factor,
                               stage_state, weighted_step)
 from ._numba_calls import _IDS, _plan_scratch
-from ._numba_kernels import _jet_coefficients, jet_rhs
+from ._numba_kernels import _jet_coefficients, jet_rhs, jet_scratch, operator_size
 
 _jit = njit(cache=True, error_model="numpy")
 
@@ -58,11 +58,12 @@ S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = (
 @_jit
 def _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
     """Taylor coefficients of ``f`` and ``R`` (with the ``w``-gradients ``G``, ``Rw``) by
-    the tapes, at ``xin = [x, theta]``; the layout of `JetClosure.coefficients_at`."""
+    the tapes, at ``xin = [x, theta]``; the layout of `JetClosure.coefficients_at`.
+    Returns whether they were computed (False: the control piece's, kept)."""
     ptr, ib, io = tplan
     Wf, Tf, fo, Wr, Tr, ro, Lf, Lr, memo = W
     if memo[0] and memo[1]:
-        return          # an autonomous problem: this control piece's coefficients are in
+        return False    # an autonomous problem: this control piece's coefficients are in
     memo[1] = 1
     ft = tapes[0]
     rt = tapes[1]
@@ -88,6 +89,7 @@ def _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc,
             for m in range(M):
                 s += ro[0, 1 + m, c] * J[m, w]
             Rw[w, c] = s
+    return True
 
 
 @_jit
@@ -97,15 +99,19 @@ def _rhs(t, y, dy, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, C
     finite (where `CountingRHS` raises)."""
     if not _finite(y):
         return False
-    (pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, tZ, tVW, Lam, Sw, act, lens,
+    (pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, ops, Lam, Sw, act, lens,
      u) = sc
+    new = True
     if use_tape:
-        _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw)
+        new = _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc, G,
+                                 Rw)
     else:
         _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, xin[:N], xin[N:], J, pz, pt,
                           hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw)
+    if new:             # the transports' products are listed afresh (`jet_rhs`)
+        ops[3][:, 4] = 0
     for o in range(cZs.shape[0]):
-        jet_rhs(N, nw, cZs[o], cVs[o], tabs[o], Phi, Rc, G, Rw, y, offs[o], dy, tZ, tVW, Lam,
+        jet_rhs(N, nw, cZs[o], cVs[o], tabs[o], Phi, Rc, G, Rw, y, offs[o], dy, ops, o, Lam,
                 Sw, act, lens, u)
     return _finite(dy)
 
@@ -199,18 +205,25 @@ def sweep_one(b, tid, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F,
     n = depths.shape[0]
     # scratch
     pz, pt, hs, vals = _plan_scratch(plan, N, M)
-    cmax = cVs[cVs.shape[0] - 1]
+    n_o = cVs.shape[0]
+    cmax = cVs[n_o - 1]
+    n_ops = 0
+    for o in range(n_o):
+        n_ops += operator_size(N, tabs[o])
+    ops = jet_scratch(N, nw, cmax, n_o, n_ops)
+    for o in range(1, n_o):
+        ops[3][o, 0] = ops[3][o - 1, 0] + operator_size(N, tabs[o - 1])
     sc = (pz, pt, hs, vals, np.empty(N * CF), np.empty(CF), np.empty(N * M * CW),
           np.empty(M * CW), np.zeros((N, CF)), np.zeros(CF), np.zeros((N, nw, CF)),
-          np.zeros((nw, CF)), np.empty((N, cmax)), np.empty((1 + nw, cmax)),
-          np.empty((N, cmax)), np.empty((nw, cmax)), np.empty(2 * max(N, nw + 1), np.int64),
-          np.empty((2, N), np.int64), np.empty(max(N, nw + 1)))
+          np.zeros((nw, CF)), ops, np.empty((N, cmax)), np.empty((nw, cmax)),
+          np.empty(max(N, nw + 1), np.int64), np.empty((2, N), np.int64),
+          np.empty(max(N, nw + 1)))
     W = (ws_f[tid], np.zeros((Df + 4, CF)), np.zeros((N, Df, CF)),
          ws_r[tid], np.zeros((Df + 4, CF)), np.zeros((1, Df, CF)),
          lengths(tapes[0][0], tapes[0][2], F, N), lengths(tapes[1][0], tapes[1][2], F, N),
          np.zeros(2, np.int64))
     # Phi and G are zero beyond the tapes' bounds, or full (a derivative plan)
-    lens = sc[17]
+    lens = sc[16]
     for i in range(N):
         lens[0, i] = W[6][tapes[0][3][i], 0] if use_tape else CF
         lens[1, i] = W[6][tapes[0][3][i], 1] if use_tape else CW
