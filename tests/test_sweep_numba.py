@@ -146,12 +146,15 @@ def test_kept_steps_give_the_states_at_the_depths(problem):
                                        atol=1e-14)
 
 
-@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("sparse", ["dense", "entries", "rows"])
 @pytest.mark.parametrize("order", [0, 1, 2, 3, 4])
 def test_compiled_jet_rhs_equals_the_numpy_closure(problem, order, sparse):
     """`_numba_kernels.jet_rhs` on the tables of `_numba._jet_tables` is
     `JetClosure._rhs_jet` transcribed: equal to 1e-13 at every order the sweep carries,
-    also where a third of the state is zero (the products it skips)."""
+    also where a third of the state is zero (the products it skips), and where a
+    parameter row is zero and another is zero above degree 1 (the rows it leaves out or
+    takes only for its low coefficients); the list of products is built at the first
+    call and reused at a second call on another state."""
     from invimbed._backends._numba import _jet_tables
     from invimbed._backends._numba_kernels import jet_rhs, jet_scratch, operator_size
     from invimbed._core.closures import JetClosure
@@ -161,27 +164,34 @@ def test_compiled_jet_rhs_equals_the_numpy_closure(problem, order, sparse):
     clo = JetClosure(prov, CTRL, X[None], 0.0, order=max(order, 1), estimate_error=True,
                      ratio_test=order == 0)
     rng = np.random.default_rng(order)
-    y = rng.normal(size=clo.layout.size)
-    if sparse:
-        y[rng.random(y.size) < 1 / 3] = 0.0
-    ref = clo.layout.unpack(clo.rhs(-0.3, y))
-    coef = clo.coefficients(-0.3)
     N, nw = 2, 2
     cZ, cV = n_coefficients(N, order), n_coefficients(N, order + 1)
     off = clo.layout.slices[f"Z{order}"].start
-    dy = np.zeros_like(y)
+    oW = off + N * cZ + cV
+    coef = clo.coefficients(-0.3)
     cm = n_coefficients(N, order + 2)
     cp, cg = coef["Phi"].shape[-1], coef["G"].shape[-1]
     tab = _jet_tables(N, order)
     ops = jet_scratch(N, nw, cm, 1, operator_size(N, tab))
-    jet_rhs(N, nw, cZ, cV, tab, np.ascontiguousarray(coef["Phi"][0]),
-            np.ascontiguousarray(coef["R"][0]), np.ascontiguousarray(coef["G"][0]),
-            np.ascontiguousarray(coef["Rw"][0]), y, off, dy, ops, 0, np.empty((N, cm)),
-            np.empty((nw, cm)), np.empty(max(N, nw + 1), np.int64),
-            np.array([[cp] * N, [cg] * N]), np.empty(max(N, nw + 1)))
-    got = clo.layout.unpack(dy)
-    for key in (f"Z{order}", f"V{order}", f"W{order}"):
-        np.testing.assert_allclose(got[key], ref[key], rtol=1e-13, atol=1e-13, err_msg=key)
+    for call in range(2):
+        y = rng.normal(size=clo.layout.size)
+        if sparse == "entries":
+            y[rng.random(y.size) < 1 / 3] = 0.0
+        if sparse == "rows":
+            y[oW + call * cV:oW + (call + 1) * cV] = 0.0               # one row zero
+            y[oW + (1 - call) * cV + 1 + N:oW + (2 - call) * cV] = 0.0  # one of degree 1
+        ref = clo.layout.unpack(clo.rhs(-0.3, y))
+        dy = np.zeros_like(y)
+        jet_rhs(N, nw, cZ, cV, tab, np.ascontiguousarray(coef["Phi"][0]),
+                np.ascontiguousarray(coef["R"][0]), np.ascontiguousarray(coef["G"][0]),
+                np.ascontiguousarray(coef["Rw"][0]), y, off, dy, ops, 0, np.empty((N, cm)),
+                np.empty((nw, cm)), np.empty(max(N, nw + 1), np.int64),
+                np.array([[cp] * N, [cg] * N]), np.empty(max(N, nw + 1)))
+        assert ops[3][0, 4] == 1        # built, and kept for the second call
+        got = clo.layout.unpack(dy)
+        for key in (f"Z{order}", f"V{order}", f"W{order}"):
+            np.testing.assert_allclose(got[key], ref[key], rtol=1e-13, atol=1e-13,
+                                       err_msg=f"{key}, call {call}")
 
 
 @pytest.mark.parametrize("derivatives", [False, True])

@@ -157,18 +157,17 @@ def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, D, beg, end, ops):
             Ut[c * na + k] = y[base + c]
     for m in range(ucols * na):
         Ob[m] = 0.0
+    una = np.uint64(na)             # unsigned indices: no wraparound, the loop vectorises
     for t in range(beg, end):
         s = isrc[t]
         n = cnt[s]
         if n == 0:
             continue
-        s *= na
-        o = iout[t] * na
+        su = np.uint64(s) * una
+        o = np.uint64(iout[t]) * una
         v = val[t]
-        ob = Ob[o:o + n]            # slices: the loop vectorises (no negative indices)
-        ut = Ut[s:s + n]
-        for k in range(n):
-            ob[k] += v * ut[k]
+        for k in range(np.uint64(n)):
+            Ob[o + k] += v * Ut[su + k]
     n1 = D.shape[0]
     N = Phi.shape[0]
     for k in range(na if n1 else 0):
@@ -178,13 +177,13 @@ def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, D, beg, end, ops):
         for m in range(n1 * n1):
             Mt[m] = 0.0
         for i in range(N):
-            nb = max(0, min(n1, lphi[i] - 1))
-            ph = Phi[i, 1:1 + nb]
+            nb = np.uint64(max(0, min(n1, lphi[i] - 1)))
+            ph = Phi[i]
             for j in range(n1):
                 g = y[base + src[i, 1 + j]] * fac[i, 1 + j]
-                mt = Mt[j * n1:j * n1 + nb]
+                mj = np.uint64(j * n1)
                 for m in range(nb):
-                    mt[m] += g * ph[m]
+                    Mt[mj + m] += g * ph[m + np.uint64(1)]
         for j in range(n1):
             for m in range(n1):
                 Ob[D[j, m] * na + k] += Mt[j * n1 + m]
