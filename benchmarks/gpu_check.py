@@ -1,24 +1,53 @@
-"""Correctness and timing of ``backend="cupy"`` on a GPU machine.
+"""Correctness and timing of ``backend="cupy"`` on a GPU machine, against the CPU backends.
 
-1. Correctness: the jet (order 1, with its error estimate) and stencil sweeps of a
-   nonlinear problem (a forced pendulum with a controlled torque, functions written with
-   ``xp = invimbed.array_namespace(z)``), ``backend="cupy"`` against ``backend="numpy"``:
-   the largest relative difference must be below 1e-10.
-2. Timing: the jet sweep for B = 1024, 16384, 65536 inputs, 64 depths, rk4, numpy
-   (up to B = 16384) vs cupy.
+Problem: a forced pendulum with a controlled torque (``N = 2``, ``M = 2``), functions
+written once with ``xp = invimbed.array_namespace(z)`` so that they run on numpy and on
+cupy, ``n = 64`` depths evenly spaced in ``[-1, 0]``, fixed-step ``rk4`` with one step
+between consecutive depths (63 steps).
 
-Without cupy or without a CUDA device it prints why and exits with status 0, so that it
-can run anywhere (CI imports it).
+1. Correctness: the jet (order 1, with its error estimate) and stencil sweeps at
+   ``B = 256``, ``backend="cupy"`` (inputs and outputs as cupy arrays) against
+   ``backend="numpy"`` on the same derivatives: ``backend="cupy"`` runs the problem's
+   functions on the device with central finite differences (a traced problem hands it
+   the finite differences it would build without tracing), so the reference is the
+   problem built with ``derivatives="finite-differences"``. The largest relative
+   difference of the five fields must be below 1e-10.
+2. Timing, one table per closure: the jet of order 1 without its error estimate
+   (``jet-1``) and the stencil, wall time of one ``solve_imbedding`` call (results back
+   on the host as numpy arrays) for each ``B`` of ``--sizes``, on the backends of
+   ``--backends``:
+
+   - ``cupy``: the GPU (finite differences, on the device);
+   - ``numpy-fd``: numpy with the same finite differences (the same work as cupy);
+   - ``numpy``: numpy with the problem's default derivatives (the functions traced into
+     exact ones, docs/derivatives.md): what a CPU user gets;
+   - ``numba``: ``backend="numba"`` on the same traced problem (the jet only: numba runs
+     no stencil sweep).
+
+   The first call of each backend (compilation, device kernels) is timed apart, on
+   ``B = 64`` inputs (``FIRST_B``). Each
+   size is timed once, or best of ``--repeats`` where one call takes under a second; a
+   size is skipped (and the table says so) where the last size's time, scaled linearly
+   in ``B``, predicts more than ``--cap`` seconds.
+
+Without cupy or without a CUDA device the GPU parts print why (``gpu_check: SKIPPED``)
+and the script exits with status 0, so that it can run anywhere (CI imports it); the
+CPU backends can still be timed alone (``--backends numpy numba --no-check``).
 
 Run:  python benchmarks/gpu_check.py [--quick]
+      python benchmarks/gpu_check.py --sizes 1000 10000 100000 1000000 --json gpu.json
+      python benchmarks/gpu_check.py --backends numpy-fd numpy numba --no-check \\
+          --sizes 1000 10000 100000 1000000 --cap 20
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -31,6 +60,8 @@ if array_namespace is None:
 
 TOL = 1e-10
 A, EPS_F, OMEGA = 1.0, 0.3, 1.3
+BACKENDS = ("cupy", "numpy-fd", "numpy", "numba")
+FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
 
 
 def f(t, z, th):
@@ -50,9 +81,15 @@ def T(z):
 
 
 PROBLEM = invimbed.BolzaProblem(f, R, T, vectorized=True)
+#: the derivatives backend="cupy" runs (central finite differences of the functions)
+PROBLEM_FD = invimbed.BolzaProblem(f, R, T, vectorized=True, derivatives="finite-differences")
 CONTROL = invimbed.Constant([0.2, 0.1])
 DEPTHS = np.linspace(0.0, -1.0, 64)
 KW = dict(control=CONTROL, method="rk4", step=1.0 / 63)
+#: the batch of the first, untimed call (compilation, the device's kernels)
+FIRST_B = 64
+#: the timed sweeps: jet of order 1 without its estimate, and the stencil
+CLOSURES = {"jet-1": dict(closure="jet", estimate_error=False), "stencil": dict(closure="stencil")}
 
 
 def gpu_or_reason() -> tuple[object | None, str]:
@@ -71,61 +108,175 @@ def gpu_or_reason() -> tuple[object | None, str]:
 
 def max_rel(a, b) -> float:
     return max(float(np.max(np.abs(np.asarray(a[k]) - b[k]) / np.maximum(1.0, np.abs(b[k]))))
-               for k in ("z", "value", "adjoint", "param_grad", "depth_grad"))
+               for k in FIELDS)
 
 
-def timed(fn, repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
+def inputs(B: int) -> np.ndarray:
+    return np.random.default_rng(B).normal(scale=0.5, size=(B, 2))
+
+
+def check(cupy: Any) -> float:
+    """Section 1: the largest relative difference, cupy against numpy, jet and stencil."""
+    x = inputs(256)
+    worst = 0.0
+    for closure in ("jet", "stencil"):
+        ref = invimbed.solve_imbedding(PROBLEM_FD, x, DEPTHS, closure=closure, **KW)
+        got = invimbed.solve_imbedding(PROBLEM, cupy.asarray(x), DEPTHS, closure=closure,
+                                       backend="cupy", **KW)
+        assert isinstance(got.z, cupy.ndarray), "cupy inputs must give cupy outputs"
+        got = {k: cupy.asnumpy(got[k]) for k in FIELDS} | {"status": got.status}
+        err = max_rel(got, ref)
+        worst = max(worst, err)
+        print(f"check    : {closure:8s} B = 256, n = 64: max relative difference cupy vs numpy "
+              f"{err:.2e} ({'ok' if err < TOL else 'FAILED'}, tolerance {TOL:g}); "
+              f"status {ref.status} / {got['status']}", flush=True)
+        # both run finite differences: each one's distance to the sweep on exact
+        # (traced) derivatives is its difference error; cupy's should be numpy's size
+        exact = invimbed.solve_imbedding(PROBLEM, x, DEPTHS, closure=closure, **KW)
+        print(f"           {'':8s} distance to the same sweep on exact derivatives: "
+              f"numpy {max_rel(ref, exact):.2e}, cupy {max_rel(got, exact):.2e}", flush=True)
+    return worst
+
+
+def runner(backend: str, closure: str, cupy: Any) -> Callable[[np.ndarray], Any]:
+    """One timed call: ``backend`` of BACKENDS on ``closure`` of CLOSURES."""
+    kw = dict(KW, **CLOSURES[closure])
+    if backend == "cupy":
+        def gpu(x):
+            res = invimbed.solve_imbedding(PROBLEM, x, DEPTHS, backend="cupy", **kw)
+            cupy.cuda.Stream.null.synchronize()
+            return res
+        return gpu
+    prob = PROBLEM_FD if backend == "numpy-fd" else PROBLEM
+    be = "numba" if backend == "numba" else "numpy"
+    return lambda x: invimbed.solve_imbedding(prob, x, DEPTHS, backend=be, **kw)
+
+
+def series(backend: str, closure: str, sizes: list[int], cap: float, repeats: int,
+           cupy: Any) -> dict:
+    """Times of ``backend`` on ``closure`` for ``sizes``; a size predicted over ``cap`` s
+    (the last time scaled linearly in B) is skipped."""
+    fn = runner(backend, closure, cupy)
+    out: dict = {"backend": backend, "closure": closure, "times": {}, "skipped": {}}
+    try:
         t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        res = fn(inputs(min(sizes[0], FIRST_B)))
+        out["first_call_s"] = time.perf_counter() - t0
+        out["status"] = int(res.status)
+    except Exception as exc:  # reported in the table, the other series still run
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        print(f"{backend:9s} {closure:8s} FAILED: {out['error']}", flush=True)
+        return out
+    last = None
+    for B in sizes:
+        if last is not None and last[1] * B / last[0] > cap:
+            out["skipped"][B] = last[1] * B / last[0]
+            continue
+        x = inputs(B)
+        try:
+            t0 = time.perf_counter()
+            fn(x)
+            best = time.perf_counter() - t0
+            for _ in range(repeats - 1 if best < 1.0 else 0):
+                t0 = time.perf_counter()
+                fn(x)
+                best = min(best, time.perf_counter() - t0)
+        except Exception as exc:
+            out["error"] = f"B = {B}: {type(exc).__name__}: {exc}"
+            print(f"{backend:9s} {closure:8s} FAILED at {out['error']}", flush=True)
+            break
+        out["times"][B] = best
+        last = (B, best)
+        print(f"{backend:9s} {closure:8s} B = {B:8d}: {best:9.3f} s", flush=True)
+    return out
+
+
+def table(results: list[dict], sizes: list[int]) -> str:
+    lines = []
+    for closure in CLOSURES:
+        rows = [r for r in results if r["closure"] == closure]
+        if not rows:
+            continue
+        names = [r["backend"] for r in rows]
+        lines.append(f"\n{closure}: seconds per solve_imbedding call (n = 64 depths, rk4, "
+                     f"63 steps); first call (compilation, B = {FIRST_B}) apart")
+        lines.append(f"{'B':>8} " + " ".join(f"{n:>10}" for n in names)
+                     + ("" if "cupy" not in names else "   CPU/cupy"))
+        for B in sizes:
+            cells, t_gpu = [], None
+            for r in rows:
+                t = r["times"].get(B)
+                if r["backend"] == "cupy":
+                    t_gpu = t
+                cells.append(f"{t:10.3f}" if t is not None else
+                             f"{'skipped' if B in r['skipped'] else '-':>10}")
+            ratios = [f"{r['backend']} {r['times'][B] / t_gpu:.1f}x" for r in rows
+                      if r["backend"] != "cupy" and B in r["times"] and t_gpu]
+            lines.append(f"{B:8d} " + " ".join(cells) + ("   " + ", ".join(ratios)
+                                                          if ratios else ""))
+        lines.append(f"{'first':>8} " + " ".join(
+            f"{r.get('first_call_s', float('nan')):10.2f}" for r in rows))
+        for r in rows:
+            if r["skipped"]:
+                lines.append(f"  {r['backend']}: skipped B = {', '.join(map(str, r['skipped']))} "
+                             f"(predicted over the cap)")
+            if "error" in r:
+                lines.append(f"  {r['backend']}: {r['error']}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="B up to 16384, one repeat")
+    ap.add_argument("--quick", action="store_true", help="B = 1024 and 16384, one repeat")
+    ap.add_argument("--sizes", type=int, nargs="+", help="batch sizes B "
+                    "(default 1024 16384 65536)")
+    ap.add_argument("--backends", nargs="+", choices=BACKENDS, default=["cupy", "numpy-fd"],
+                    help="what to time (default cupy numpy-fd)")
+    ap.add_argument("--closures", nargs="+", choices=list(CLOSURES), default=list(CLOSURES))
+    ap.add_argument("--no-check", dest="check", action="store_false",
+                    help="skip the correctness check")
+    ap.add_argument("--cap", type=float, default=30.0,
+                    help="skip a size predicted to take more seconds per call (default 30)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", help="write the measurements to this file")
     args = ap.parse_args(argv)
+    sizes = args.sizes or ([1024, 16384] if args.quick else [1024, 16384, 65536])
+    repeats = 1 if args.quick else args.repeats
     cupy, reason = gpu_or_reason()
+    backends = list(args.backends)
     if cupy is None:
-        print(f"gpu_check: SKIPPED: {reason}. Nothing was measured.")
-        return 0
-    dev = cupy.cuda.Device()
-    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
-    print(f"device   : {props['name'].decode()} ({props['totalGlobalMem'] / 2**30:.0f} GiB), "
-          f"cupy {cupy.__version__}, numpy {np.__version__}, {platform.platform()}")
-
-    x = np.random.default_rng(0).normal(scale=0.5, size=(256, 2))
+        print(f"gpu_check: SKIPPED: {reason}. Nothing was measured on a GPU.")
+        if "cupy" in backends or args.check:
+            return 0
+    print(f"platform : {platform.platform()}, numpy {np.__version__}, "
+          f"invimbed {getattr(invimbed, '__version__', '?')}")
+    doc: dict = {"platform": platform.platform(), "numpy": np.__version__, "sizes": sizes,
+                 "n_depths": DEPTHS.size, "method": "rk4", "cap_s": args.cap}
+    if cupy is not None:
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        doc["device"] = props["name"].decode()
+        doc["cupy"] = cupy.__version__
+        print(f"device   : {doc['device']} ({props['totalGlobalMem'] / 2**30:.0f} GiB), "
+              f"cupy {cupy.__version__}", flush=True)
     worst = 0.0
-    for closure in ("jet", "stencil"):
-        ref = invimbed.solve_imbedding(PROBLEM, x, DEPTHS, closure=closure, **KW)
-        got = invimbed.solve_imbedding(PROBLEM, x, DEPTHS, closure=closure, backend="cupy",
-                                       array_type="cupy", **KW)
-        assert isinstance(got.z, cupy.ndarray), "array_type='cupy' must return cupy arrays"
-        got = {k: cupy.asnumpy(got[k]) for k in ("z", "value", "adjoint", "param_grad",
-                                                  "depth_grad")}
-        err = max_rel(got, ref)
-        worst = max(worst, err)
-        print(f"check    : {closure:8s} B = 256, n = 64: max relative difference cupy vs numpy "
-              f"{err:.2e} ({'ok' if err < TOL else 'FAILED'}, tolerance {TOL:g})")
-
-    sizes = [1024, 16384] if args.quick else [1024, 16384, 65536]
-    repeats = 1 if args.quick else 3
-    print(f"\n{'B':>6} {'numpy s':>9} {'cupy s':>9} {'numpy/cupy':>10}")
-    for B in sizes:
-        xb = np.random.default_rng(B).normal(scale=0.5, size=(B, 2))
-        tn = timed(lambda: invimbed.solve_imbedding(PROBLEM, xb, DEPTHS, **KW), repeats) \
-            if B <= 16384 else float("nan")
-
-        def gpu():
-            invimbed.solve_imbedding(PROBLEM, xb, DEPTHS, backend="cupy", **KW)
-            cupy.cuda.Stream.null.synchronize()
-
-        tc = timed(gpu, repeats)
-        print(f"{B:6d} {tn:9.3f} {tc:9.3f} {tn / tc:10.1f}")
+    if args.check:
+        worst = check(cupy)
+        doc["check_max_rel"] = worst
+        save(args.json, doc)
+    results = doc["results"] = []
+    for b in backends:       # the JSON is rewritten after each series: a run stopped by a
+        for c in args.closures:              # time limit keeps what it measured
+            if not (b == "numba" and c == "stencil"):
+                results.append(series(b, c, sizes, args.cap, repeats, cupy))
+                save(args.json, doc)
+    print(table(results, sizes))
     return 0 if worst < TOL else 1
+
+
+def save(path: str | None, doc: dict) -> None:
+    if path:
+        with open(path, "w") as fh:
+            json.dump(doc, fh, indent=1, default=str)
 
 
 if __name__ == "__main__":

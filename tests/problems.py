@@ -119,8 +119,9 @@ def _bcast(mat: np.ndarray, batch: int) -> np.ndarray:
     return np.broadcast_to(mat, (batch,) + mat.shape).copy()
 
 
-def _zeros(batch: int, *shape: int) -> np.ndarray:
-    return np.zeros((batch,) + shape)
+def _zeros(z: Any, *shape: int) -> Any:
+    """Zeros of shape ``(len(z),) + shape`` in the namespace of ``z`` (numpy or cupy)."""
+    return invimbed.array_namespace(z).zeros((len(z),) + shape)
 
 
 # -- linear-quadratic ------------------------------------------------------------------
@@ -172,17 +173,17 @@ def lq_functions(A: Any, B: Any, Q: Any, Rth: Any, S: Any, PT: Any,
     d = {
         "f_z": lambda t, z, th: _bcast(A, len(z)),
         "f_theta": lambda t, z, th: _bcast(B, len(z)),
-        "f_zz": lambda t, z, th: _zeros(len(z), N, N, N),
-        "f_ztheta": lambda t, z, th: _zeros(len(z), N, N, M),
-        "f_zzz": lambda t, z, th: _zeros(len(z), N, N, N, N),
+        "f_zz": lambda t, z, th: _zeros(z, N, N, N),
+        "f_ztheta": lambda t, z, th: _zeros(z, N, N, M),
+        "f_zzz": lambda t, z, th: _zeros(z, N, N, N, N),
         "R_z": lambda t, z, th: z @ Qs + th @ S.T,
         "R_theta": lambda t, z, th: z @ S + th @ Rs,
         "R_zz": lambda t, z, th: _bcast(Qs, len(z)),
         "R_ztheta": lambda t, z, th: _bcast(S, len(z)),
-        "R_zzz": lambda t, z, th: _zeros(len(z), N, N, N),
+        "R_zzz": lambda t, z, th: _zeros(z, N, N, N),
         "T_z": lambda z: z @ Ps,
         "T_zz": lambda z: _bcast(Ps, len(z)),
-        "T_zzz": lambda z: _zeros(len(z), N, N, N),
+        "T_zzz": lambda z: _zeros(z, N, N, N),
         # the theta derivatives the jet sweep and the optimal feedback read: exact
         # (constant or zero), none by nested differences of the ones above
         "R_thetatheta": lambda t, z, th: _bcast(Rs, len(z)),
@@ -192,7 +193,7 @@ def lq_functions(A: Any, B: Any, Q: Any, Rth: Any, S: Any, PT: Any,
         for dz, dth in ((0, 2), (2, 1), (1, 2), (0, 3), (3, 1)):
             key = f"{which}_{'z' * dz}{'theta' * dth}"
             if key not in d:
-                d[key] = (lambda shape: lambda t, z, th: _zeros(len(z), *shape))(
+                d[key] = (lambda shape: lambda t, z, th: _zeros(z, *shape))(
                     out + (N,) * dz + (M,) * dth)
     return ProblemFunctions(f, R, T, d, N, M, float(q),
                             info=dict(A=A, B=B, Q=Qs, Rth=Rs, S=S, PT=Ps))
@@ -330,15 +331,15 @@ def logistic_functions(y: float = 0.3, c: float = 0.5, rho: float = 0.2,
         "f_theta": lambda t, z, th: (z * (1 - z))[:, :, None],
         "f_zz": lambda t, z, th: (-2 * th)[:, :, None, None],
         "f_ztheta": lambda t, z, th: (1 - 2 * z)[:, :, None, None],
-        "f_zzz": lambda t, z, th: _zeros(len(z), 1, 1, 1, 1),
+        "f_zzz": lambda t, z, th: _zeros(z, 1, 1, 1, 1),
         "R_z": lambda t, z, th: np.full((len(z), 1), c),
         "R_theta": lambda t, z, th: rho * th,
-        "R_zz": lambda t, z, th: _zeros(len(z), 1, 1),
-        "R_ztheta": lambda t, z, th: _zeros(len(z), 1, 1),
-        "R_zzz": lambda t, z, th: _zeros(len(z), 1, 1, 1),
+        "R_zz": lambda t, z, th: _zeros(z, 1, 1),
+        "R_ztheta": lambda t, z, th: _zeros(z, 1, 1),
+        "R_zzz": lambda t, z, th: _zeros(z, 1, 1, 1),
         "T_z": lambda z: z - y,
         "T_zz": one,
-        "T_zzz": lambda z: _zeros(len(z), 1, 1, 1),
+        "T_zzz": lambda z: _zeros(z, 1, 1, 1),
     }
     return ProblemFunctions(f, R, T, d, 1, 1, float(q), info=dict(y=y, c=c, rho=rho))
 
@@ -435,30 +436,30 @@ def pendulum_functions(a: float = 1.0, forcing: float = 0.3, omega: float = 1.3,
         return kT * (1 - np.cos(z[:, 0] - phs)) + 0.25 * (z[:, 1] - vs) ** 4
 
     def f_z(t, z, th):
-        out = _zeros(len(z), 2, 2)
+        out = _zeros(z, 2, 2)
         out[:, 0, 1] = 1.0
         out[:, 1, 0] = -a * np.cos(z[:, 0])
         out[:, 1, 1] = -th[:, 1]
         return out
 
     def f_theta(t, z, th):
-        out = _zeros(len(z), 2, 2)
+        out = _zeros(z, 2, 2)
         out[:, 1, 0] = 1.0
         out[:, 1, 1] = -z[:, 1]
         return out
 
     def f_zz(t, z, th):
-        out = _zeros(len(z), 2, 2, 2)
+        out = _zeros(z, 2, 2, 2)
         out[:, 1, 0, 0] = a * np.sin(z[:, 0])
         return out
 
     def f_ztheta(t, z, th):
-        out = _zeros(len(z), 2, 2, 2)
+        out = _zeros(z, 2, 2, 2)
         out[:, 1, 1, 1] = -1.0
         return out
 
     def f_zzz(t, z, th):
-        out = _zeros(len(z), 2, 2, 2, 2)
+        out = _zeros(z, 2, 2, 2, 2)
         out[:, 1, 0, 0, 0] = a * np.cos(z[:, 0])
         return out
 
@@ -469,18 +470,18 @@ def pendulum_functions(a: float = 1.0, forcing: float = 0.3, omega: float = 1.3,
         return np.stack([rho * th[:, 0] + sigma * z[:, 1], rho * th[:, 1]], axis=1)
 
     def R_zz(t, z, th):
-        out = _zeros(len(z), 2, 2)
+        out = _zeros(z, 2, 2)
         out[:, 0, 0] = c * np.cos(z[:, 0])
         out[:, 1, 1] = kv
         return out
 
     def R_ztheta(t, z, th):
-        out = _zeros(len(z), 2, 2)
+        out = _zeros(z, 2, 2)
         out[:, 1, 0] = sigma
         return out
 
     def R_zzz(t, z, th):
-        out = _zeros(len(z), 2, 2, 2)
+        out = _zeros(z, 2, 2, 2)
         out[:, 0, 0, 0] = -c * np.sin(z[:, 0])
         return out
 
@@ -488,13 +489,13 @@ def pendulum_functions(a: float = 1.0, forcing: float = 0.3, omega: float = 1.3,
         return np.stack([kT * np.sin(z[:, 0] - phs), (z[:, 1] - vs) ** 3], axis=1)
 
     def T_zz(z):
-        out = _zeros(len(z), 2, 2)
+        out = _zeros(z, 2, 2)
         out[:, 0, 0] = kT * np.cos(z[:, 0] - phs)
         out[:, 1, 1] = 3 * (z[:, 1] - vs) ** 2
         return out
 
     def T_zzz(z):
-        out = _zeros(len(z), 2, 2, 2)
+        out = _zeros(z, 2, 2, 2)
         out[:, 0, 0, 0] = -kT * np.sin(z[:, 0] - phs)
         out[:, 1, 1, 1] = 6 * (z[:, 1] - vs)
         return out
@@ -585,7 +586,7 @@ def vanderpol_functions(alpha: float = 0.3, beta: float = 0.1, kappa: float = 0.
 
     def f_z(t, z, th):
         x, v, mu = z[:, 0], z[:, 1], th[:, 0]
-        out = _zeros(len(z), 2, 2)
+        out = _zeros(z, 2, 2)
         out[:, 0, 1] = 1.0
         out[:, 1, 0] = -2 * mu * x * v - 1
         out[:, 1, 1] = mu * (1 - x ** 2)
@@ -593,28 +594,28 @@ def vanderpol_functions(alpha: float = 0.3, beta: float = 0.1, kappa: float = 0.
 
     def f_theta(t, z, th):
         x, v = z[:, 0], z[:, 1]
-        out = _zeros(len(z), 2, 2)
+        out = _zeros(z, 2, 2)
         out[:, 1, 0] = (1 - x ** 2) * v
         out[:, 1, 1] = 1.0
         return out
 
     def f_zz(t, z, th):
         x, v, mu = z[:, 0], z[:, 1], th[:, 0]
-        out = _zeros(len(z), 2, 2, 2)
+        out = _zeros(z, 2, 2, 2)
         out[:, 1, 0, 0] = -2 * mu * v
         out[:, 1, 0, 1] = out[:, 1, 1, 0] = -2 * mu * x
         return out
 
     def f_ztheta(t, z, th):
         x, v = z[:, 0], z[:, 1]
-        out = _zeros(len(z), 2, 2, 2)
+        out = _zeros(z, 2, 2, 2)
         out[:, 1, 0, 0] = -2 * x * v
         out[:, 1, 1, 0] = 1 - x ** 2
         return out
 
     def f_zzz(t, z, th):
         mu = th[:, 0]
-        out = _zeros(len(z), 2, 2, 2, 2)
+        out = _zeros(z, 2, 2, 2, 2)
         out[:, 1, 0, 0, 1] = out[:, 1, 0, 1, 0] = out[:, 1, 1, 0, 0] = -2 * mu
         return out
 
@@ -629,7 +630,7 @@ def vanderpol_functions(alpha: float = 0.3, beta: float = 0.1, kappa: float = 0.
 
     def R_zz(t, z, th):
         x, mu = z[:, 0], th[:, 0]
-        out = _zeros(len(z), 2, 2)
+        out = _zeros(z, 2, 2)
         out[:, 0, 0] = alpha + 3 * beta * x ** 2
         out[:, 0, 1] = out[:, 1, 0] = gamma * mu
         out[:, 1, 1] = alpha
@@ -637,13 +638,13 @@ def vanderpol_functions(alpha: float = 0.3, beta: float = 0.1, kappa: float = 0.
 
     def R_ztheta(t, z, th):
         x, v = z[:, 0], z[:, 1]
-        out = _zeros(len(z), 2, 2)
+        out = _zeros(z, 2, 2)
         out[:, 0, 0] = gamma * v
         out[:, 1, 0] = gamma * x
         return out
 
     def R_zzz(t, z, th):
-        out = _zeros(len(z), 2, 2, 2)
+        out = _zeros(z, 2, 2, 2)
         out[:, 0, 0, 0] = 6 * beta * z[:, 0]
         return out
 

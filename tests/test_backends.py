@@ -150,16 +150,18 @@ def lq_closed(x, w, p):
 
 
 def lq_vectorized() -> BolzaProblem:
+    # the matrices in the namespace of the arguments: cupy refuses numpy operands
     def f(t, z, th):
-        return z @ LQ_A.T + th @ LQ_B.T
+        xp = array_namespace(z)
+        return z @ xp.asarray(LQ_A.T) + th @ xp.asarray(LQ_B.T)
 
     def R(t, z, th):
         xp = array_namespace(z)
-        return 0.5 * xp.sum(z * (z @ LQ_Q), axis=1) + 0.5 * LQ_RTH * th[:, 0] ** 2
+        return 0.5 * xp.sum(z * (z @ xp.asarray(LQ_Q)), axis=1) + 0.5 * LQ_RTH * th[:, 0] ** 2
 
     def T(z):
         xp = array_namespace(z)
-        return 0.5 * xp.sum(z * (z @ LQ_P), axis=1)
+        return 0.5 * xp.sum(z * (z @ xp.asarray(LQ_P)), axis=1)
 
     # finite differences: what the array-namespace (cupy) sweep runs on the functions
     return BolzaProblem(f, R, T, vectorized=True, derivatives="finite-differences")
@@ -460,6 +462,51 @@ def test_cupy_inputs_and_outputs():  # pragma: no cover - needs a GPU
                      difference="central", delta=None, estimate_error=True, array_type="cupy")
     assert isinstance(res.z, cupy.ndarray)
     assert_same(res, ref, rtol=1e-10)
+    res = solve_imbedding(problem, cupy.asarray(X), DEPTHS, backend="cupy", **kw)
+    assert isinstance(res.z, cupy.ndarray) and isinstance(res.error_estimate["z"], cupy.ndarray)
+    assert_same(res, ref, rtol=1e-10)
+
+
+class _DeviceArray:
+    """A stand-in for a cupy array where there is no GPU: recognised as cupy's by its
+    type's module, copied back by ``get()``, and, as cupy does, refusing the implicit
+    conversion ``np.asarray``."""
+
+    __module__ = "cupy"
+
+    def __init__(self, a):
+        self.a = np.array(a)
+
+    def get(self):
+        return self.a.copy()
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed.")
+
+
+def test_device_inputs_give_device_outputs_judged_on_the_host(monkeypatch):
+    """Device arrays in, device arrays out: solve_imbedding judges the sweep (error
+    estimate, status) on host arrays and moves the fields to the device at the end."""
+    import types
+
+    from invimbed._backends import _xp
+
+    fake = types.ModuleType("cupy")
+    fake.asarray = _DeviceArray
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(_xp, "import_cupy", lambda: np)   # the sweep itself on numpy
+    problem = pendulum_vectorized()
+    kw = dict(control=CTRL, method="rk4", step=0.05)
+    ref = solve_imbedding(problem, X, DEPTHS, **kw)
+    for est in (True, False):
+        res = solve_imbedding(problem, _DeviceArray(X), DEPTHS, backend="cupy",
+                              estimate_error=est, **kw)
+        assert all(isinstance(res[k], _DeviceArray) for k in FIELDS)
+        assert (res.error_estimate is None) == (not est)
+        if est:
+            assert all(isinstance(v, _DeviceArray) for v in res.error_estimate.values())
+            assert res.status == ref.status and res.message == ref.message
+            assert_same(res, ref)
 
 
 @pytest.mark.skipif(numba is None, reason="numba not installed")

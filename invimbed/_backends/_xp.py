@@ -36,7 +36,7 @@ import numpy as np
 
 from .._core.closures import JetClosure, StencilClosure
 from .._core.closures.base import Layout
-from .._core.namespace import to_numpy
+from .._core.namespace import fields_on, to_numpy
 from .._core.arguments import Setup
 from .._core.integrators.common import check_max_steps
 from .._core.integrators.fixed import run_schedule
@@ -150,13 +150,7 @@ def sweep_xp(setup: Setup, xp: Any, *, closure: str, order: int, method: str,
     if stop is not None:
         fail_pos[0], fail_p[0] = stop.code(sched.stages), stop.p
     res = finish(setup, sched, fields, error, fail_pos, fail_p, clo.name, method, backend)
-    if array_type == "cupy":
-        for k in ("z", "value", "adjoint", "param_grad", "depth_grad"):
-            res[k] = xp.asarray(res[k])
-        if res.get("error_estimate") is not None:
-            for k in list(res.error_estimate):
-                res.error_estimate[k] = xp.asarray(res.error_estimate[k])
-    return res
+    return fields_on(res, xp) if array_type == "cupy" else res
 
 
 def sweep_cupy(setup: Setup, **kwargs: Any) -> Any:

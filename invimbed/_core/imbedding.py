@@ -128,12 +128,12 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         options["dense_output"] = True
     budget = resolve_budget(memory_budget)
     _check_method_options(method, step, options)
-    if backend == "cupy":  # device arrays in, device arrays out (docs: Performance and scale)
-        from .namespace import is_cupy_array, to_numpy
+    device = None    # backend="cupy": device arrays in, device arrays out (docs/performance.md);
+    if backend == "cupy":   # the sweep's result is judged on the host, then moved back
+        from .namespace import array_namespace, is_cupy_array, to_numpy
 
         if is_cupy_array(x):
-            x = to_numpy(x)
-            options.setdefault("array_type", "cupy")
+            device, x = array_namespace(x), to_numpy(x)
     rtol, atol = integrator_tolerances(rtol, atol, tol_pair)
     setup = prepare(problem, x, depths, control, method, rtol, atol, step, ALL_METHODS)
     if dense_output:    # sol(p) within the requested tolerance (docs/accuracy.md); the
@@ -196,7 +196,12 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     mark_imprecise(setup, res)           # before: its message says what it is
     mark_unchecked(res, closure, est, method)
     keys = ("exact_fallback", "orders_run", "depth_order") + (("sol",) if dense_output else ())
-    return set_fields(res, **{k: res.get(k) for k in keys})   # sol None: no step taken
+    res = set_fields(res, **{k: res.get(k) for k in keys})   # sol None: no step taken
+    if device is not None:
+        from .namespace import fields_on
+
+        res = fields_on(res, device)
+    return res
 
 
 def mark_unchecked(res: ImbeddingResult, closure: str, est: bool, method: str) -> None:

@@ -79,4 +79,21 @@ def to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-__all__ = ["array_namespace", "is_cupy_array", "on_device", "to_numpy"]
+#: The array fields of a sweep's result.
+RESULT_FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
+
+
+def fields_on(res: Any, xp: Any) -> Any:
+    """``res`` (an `ImbeddingResult`) with its array fields and their error estimates
+    moved to arrays of ``xp`` (cupy arrays for cupy inputs to ``backend="cupy"``). Meant
+    for the last step of a solve: everything before it works on numpy arrays."""
+    from .results import set_fields
+
+    est = res.get("error_estimate")
+    if est is not None:
+        set_fields(est, **{k: xp.asarray(v) for k, v in est.items()})
+    return set_fields(res, **{k: xp.asarray(res[k]) for k in RESULT_FIELDS})
+
+
+__all__ = ["RESULT_FIELDS", "array_namespace", "fields_on", "is_cupy_array", "on_device",
+           "to_numpy"]
