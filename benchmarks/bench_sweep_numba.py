@@ -8,10 +8,12 @@ four pieces of ``[-1, 0]`` (``n_w = 8``, three restarts of the solver), and
 ``rtol=1e-6``, ``atol=1e-9``, the error estimate), ``backend="numpy"`` and
 ``backend="numba"``.
 
-Columns, per jet order ``K``: the best of ``--repeat`` solves on each backend (warm: the
-numba kernel loaded, the numpy provider's generated code built), their ratio, the
-largest difference of the fields (relative to ``max(1, |field|)``) and the steps taken
-(``nfev``, the same on both).
+Columns, per jet order ``K``: the best of ``--repeat`` solves on numpy and of twice as
+many on numba (warm: the numba kernel loaded, the numpy provider's generated code
+built), timed in alternation (each round one numpy solve, then two numba solves: the
+speed of the shared machine drifts during a run, and both backends should see the same
+machine), their ratio, the largest difference of the fields (relative to
+``max(1, |field|)``) and the steps taken (``nfev``, the same on both).
 
 Compilation, reported separately: ``first call`` is this process's first numba solve
 (it loads the kernel from numba's on-disk cache, or compiles it if the cache is empty);
@@ -48,13 +50,17 @@ def solve(problem, K: int, backend: str, control: str = "piecewise"):
                                     control=CONTROLS[control], order=K, backend=backend)
 
 
-def best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+def alternating(fns: list, counts: list[int], rounds: int) -> list[float]:
+    """Each ``fns[i]`` called ``counts[i]`` times per round, in turn, for ``rounds``
+    rounds; the best time of each (seconds)."""
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for i, (fn, count) in enumerate(zip(fns, counts)):
+            for _ in range(count):
+                t0 = time.perf_counter()
+                fn()
+                best[i] = min(best[i], time.perf_counter() - t0)
+    return best
 
 
 def cold() -> float:
@@ -94,8 +100,9 @@ def main() -> None:
             ref, res = solve(problem, K, "numpy", ctrl), solve(problem, K, "numba", ctrl)
             diff = max(float(np.max(np.abs(res[k] - ref[k]) / np.maximum(1, np.abs(ref[k]))))
                        for k in FIELDS)
-            t_np = best(lambda: solve(problem, K, "numpy", ctrl), args.repeat)
-            t_nb = best(lambda: solve(problem, K, "numba", ctrl), max(args.repeat, 10))
+            t_np, t_nb = alternating([lambda: solve(problem, K, "numpy", ctrl),
+                                      lambda: solve(problem, K, "numba", ctrl)], [1, 2],
+                                     args.repeat)
             print(f"{ctrl:>9} {K:>2} {1e3 * t_np:>11.2f} {1e3 * t_nb:>11.3f} "
                   f"{t_np / t_nb:>11.1f}x {diff:>11.1e} {res.nfev:>6}", flush=True)
 

@@ -23,7 +23,10 @@ Taylor-mode tapes (`invimbed._core.derivatives._taylor_numba.run_row`, a ``from_
 problem: any order, nothing compiled per problem) or, for per-sample user functions,
 from a derivative plan (`invimbed._backends._numba_kernels._jet_coefficients`). Where
 neither tape reads the time ``t`` (an autonomous problem), the coefficients at ``x``
-depend on the depth only through the control, and are computed once per control piece.
+depend on the depth only through the control, and are computed once per control piece,
+and so is the list of the transports' products that `jet_rhs` takes from them
+(`invimbed._backends._numba_kernels._operator`): within a piece the jet's equation is
+linear with constant coefficients.
 The fields at the requested depths are interpolated from the recorded entries of the
 state only.
 
