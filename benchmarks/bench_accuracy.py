@@ -789,8 +789,8 @@ def paired(ups: dict[tuple, tuple], rows: list[Row], problems: list[Problem],
 
 
 def target_report(ups: dict[tuple, tuple], pairs: dict[tuple, tuple], rounds: int) -> None:
-    """Each speed target: met, not met, or not measured in this run; where its two
-    configurations were timed again in alternation (`paired`), that ratio decides."""
+    """Each speed target: met, not met, or not measured in this run; where its two sides
+    were timed again in alternation (`paired`), the fastest of each side decide."""
     for names, n, tgts, least in SPEED_TARGETS:
         for name in names:
             for tgt in tgts:
