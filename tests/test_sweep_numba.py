@@ -172,7 +172,7 @@ def test_compiled_jet_rhs_equals_the_numpy_closure(problem, order, sparse):
     cm = n_coefficients(N, order + 2)
     cp, cg = coef["Phi"].shape[-1], coef["G"].shape[-1]
     tab = _jet_tables(N, order)
-    ops = jet_scratch(N, nw, cm, 1, operator_size(N, tab))
+    ops = jet_scratch(N, nw, cm, np.array([operator_size(N, tab)]))
     for call in range(2):
         y = rng.normal(size=clo.layout.size)
         if sparse == "entries":

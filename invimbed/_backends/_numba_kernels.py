@@ -69,20 +69,26 @@ def _step(y, Ks, Wts, h):
 @njit(cache=True)
 def operator_size(N, tab):
     """How many products `_operator` can list for the tables ``tab`` of one order (both
-    transports): its capacity in `jet_scratch`."""
+    transports: the pairs of ``zptr`` and ``vptr``, for each of the N variables)."""
     return N * (tab[13][-1] + tab[14][-1])
 
 
 @njit(cache=True)
-def jet_scratch(N, nw, cmax, n_orders, cap):
-    """The scratch of `jet_rhs` beyond the coefficients: the products of each order's
-    transports (`_operator`: ``isrc``, ``iout``, ``val`` of ``cap`` entries, and per order
-    ``meta`` = the first and last product of Z's and of V's list and whether they are
-    built), the rows that are not zero (``rl``, ``pos``, ``tops``, ``cnt``), their
+def jet_scratch(N, nw, cmax, sizes):
+    """The scratch of `jet_rhs` beyond the coefficients, for jets of as many orders as
+    ``sizes`` (each order's `operator_size`): the products of each order's transports
+    (`_operator`: ``isrc``, ``iout``, ``val``, the orders' lists one after the other; per
+    order ``meta`` = the first and last product of Z's and of V's list and whether they
+    are built), the rows that are not zero (``rl``, ``pos``, ``tops``, ``cnt``), their
     coefficients (``Ut``) and products (``Ob``), and the dense products' ``Mt``."""
     rows = max(N, nw + 1)
+    n_orders = sizes.shape[0]
+    meta = np.zeros((n_orders, 5), np.int64)
+    for o in range(1, n_orders):
+        meta[o, 0] = meta[o - 1, 0] + sizes[o - 1]
+    cap = meta[n_orders - 1, 0] + sizes[n_orders - 1]
     return (np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap),
-            np.zeros((n_orders, 5), np.int64), np.empty(rows, np.int64),
+            meta, np.empty(rows, np.int64),
             np.empty(rows, np.int64), np.empty(rows, np.int64), np.empty(cmax, np.int64),
             np.empty(cmax * rows), np.empty(cmax * rows), np.empty(N * N))
 
@@ -316,11 +322,10 @@ def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, o
     G = np.empty((N, nw, CW))
     Rw = np.empty((nw, CW))
     cmax = cVs[n_orders - 1]
-    cap_lo = operator_size(N, tab_lo)
-    ops = jet_scratch(N, nw, cmax, n_orders, cap_lo + (n_orders - 1) * operator_size(N, tab_hi))
+    sizes = np.full(n_orders, operator_size(N, tab_hi))
+    sizes[0] = operator_size(N, tab_lo)
+    ops = jet_scratch(N, nw, cmax, sizes)
     meta = ops[3]
-    for o in range(1, n_orders):
-        meta[o, 0] = cap_lo + (o - 1) * operator_size(N, tab_hi)
     Lam = np.empty((N, cmax))
     Sw = np.empty((nw, cmax))
     act = np.empty(max(N, nw + 1), np.int64)

@@ -210,12 +210,10 @@ def sweep_one(b, tid, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F,
     pz, pt, hs, vals = _plan_scratch(plan, N, M)
     n_o = cVs.shape[0]
     cmax = cVs[n_o - 1]
-    n_ops = 0
+    sizes = np.empty(n_o, np.int64)
     for o in range(n_o):
-        n_ops += operator_size(N, tabs[o])
-    ops = jet_scratch(N, nw, cmax, n_o, n_ops)
-    for o in range(1, n_o):
-        ops[3][o, 0] = ops[3][o - 1, 0] + operator_size(N, tabs[o - 1])
+        sizes[o] = operator_size(N, tabs[o])
+    ops = jet_scratch(N, nw, cmax, sizes)
     sc = (pz, pt, hs, vals, np.empty(N * CF), np.empty(CF), np.empty(N * M * CW),
           np.empty(M * CW), np.zeros((N, CF)), np.zeros(CF), np.zeros((N, nw, CF)),
           np.zeros((nw, CF)), ops, np.empty((N, cmax)), np.empty((nw, cmax)),

@@ -174,8 +174,9 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
                       backend=backend, tol=tol_pair, ratio_test=ratio_test,
                       warnings=list(warnings), options=dict(options), budget=budget)
 
-    exact = exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET),
-                          finest=precision_limit(setup.problem.low_precision))
+    exact = (exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET),
+                           finest=precision_limit(setup.problem.low_precision))
+             if tol_pair is not None or fallback == "adjoint" else None)
     if tol_pair is None:
         res = sweep(setup, order)
     else:
