@@ -5,6 +5,11 @@ Commands
 demo
     Solve the projectile of the paper's Figure 1 by imbedding and by the adjoint
     method, print the comparison table, optionally plot it (see `invimbed._demo`).
+compile
+    Compile every numba kernel of the package once (or load it from numba's on-disk
+    cache) and print the time each took and the total (see `invimbed._backends._warm`);
+    ``--dry-run`` lists the kernels, where numba caches them and their expected compile
+    time, without compiling.
 
 Each command is a subparser with a ``handler`` default; add a command by writing an
 ``_add_<name>`` function that registers its subparser and a ``_run_<name>(args) -> int``
@@ -152,6 +157,63 @@ def _run_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_compile(commands: argparse._SubParsersAction) -> None:
+    from ._core.compile_cost import KERNELS
+
+    comp = commands.add_parser(
+        "compile",
+        help="compile every numba kernel once (minutes, once per machine) and print the "
+             "time of each",
+        description=(
+            "Compile the package's numba kernels, so that the first compiled solve does "
+            "not wait for them: each is compiled once per machine and cached on disk by "
+            "numba (NUMBA_CACHE_DIR, or __pycache__ beside the sources); a kernel already "
+            "cached is loaded. Prints the seconds each took and the total. Needs numba "
+            "(pip install invimbed[numba])."),
+    )
+    comp.add_argument("--kernel", action="append", choices=tuple(KERNELS), metavar="NAME",
+                      help=f"compile only this kernel (repeatable): one of "
+                           f"{', '.join(KERNELS)} (default: all)")
+    comp.add_argument("--dry-run", action="store_true",
+                      help="list the kernels, whether numba's cache holds them, where, and "
+                           "their expected compile time on this machine; compile nothing")
+    comp.set_defaults(handler=_run_compile)
+
+
+def _run_compile(args: argparse.Namespace) -> int:
+    prog = "invimbed compile"
+    try:
+        importlib.import_module("numba")
+    except ImportError:
+        return _fail(prog, "the kernels are numba's, which is not installed; install it with "
+                           "`pip install invimbed[numba]`")
+    from ._backends._warm import representative, warm
+    from ._core.compile_cost import KERNELS, cache_directory, expected_seconds, ready
+
+    names = args.kernel or list(KERNELS)
+    width = max(map(len, names))
+    if args.dry_run:
+        for name in names:
+            disp = representative(name)
+            where = cache_directory(disp)
+            seconds, basis = expected_seconds(name, where)
+            state = "cached" if ready(disp) else "not cached"
+            print(f"{name:<{width}}  {state:<10}  expected {seconds:7.1f} s ({basis}); "
+                  f"cache: {where}")
+        return EXIT_OK
+    total = 0.0
+    for name in names:
+        try:
+            seconds, compiled = warm(name)
+        except Exception as exc:  # noqa: BLE001 - say which kernel, then numba's reason
+            return _fail(prog, f"kernel {name} failed: {type(exc).__name__}: {exc}")
+        total += seconds
+        how = "compiled" if compiled else "loaded from the cache"
+        print(f"{name:<{width}}  {seconds:8.1f} s  {how}", flush=True)
+    print(f"{'total':<{width}}  {total:8.1f} s")
+    return EXIT_OK
+
+
 def _fail(prog: str, message: str, code: int = EXIT_FAILURE) -> int:
     sys.stdout.flush()
     print(f"{prog}: error: {message}", file=sys.stderr)
@@ -167,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"invimbed {__version__}")
     commands = parser.add_subparsers(title="commands", dest="command", metavar="<command>")
     _add_demo(commands)
+    _add_compile(commands)
     return parser
 
 

@@ -70,3 +70,184 @@ def test_jet_contraction_compiles_only_large_tables_where_not_ready(monkeypatch)
     assert jet._compiled(jet._COMPILE_FROM) is not None
     monkeypatch.setattr(compile_cost, "ready", lambda kernel: True)
     assert jet._compiled(500) is not None
+
+
+# -- a compilation that is not cached announces itself -----------------------------------
+
+
+@pytest.fixture
+def standin(tmp_path, monkeypatch):
+    """A caching numba kernel in a module of its own, cached under ``tmp_path`` (numba's
+    cache directory, as ``NUMBA_CACHE_DIR`` sets it): a machine whose cache is cold."""
+    import importlib.util
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "standin_kernel.py"
+    src.write_text("from numba import njit\n\n\n@njit(cache=True)\n"
+                   "def twice(x):\n    return 2.0 * x\n")
+    spec = importlib.util.spec_from_file_location("standin_kernel", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    err = []
+    monkeypatch.setattr(compile_cost, "STREAM", _Lines(err))
+    monkeypatch.setattr(compile_cost, "COMPILED", {})
+    return mod.twice, err
+
+
+class _Lines:
+    def __init__(self, out):
+        self.out = out
+
+    def write(self, text):
+        if text.strip():
+            self.out.append(text)
+
+    def flush(self):
+        pass
+
+
+def _call(kernel, err):
+    sig = (numba.typeof(1.5),)
+    with compile_cost.compiling("contract", [(kernel, sig)]) as compiles:
+        assert kernel(1.5) == 3.0
+    return compiles
+
+
+def test_an_uncached_compile_announces_itself_once_and_a_cached_one_does_not(standin):
+    kernel, err = standin
+    assert _call(kernel, err)                       # cold: compiled, announced
+    assert len(err) == 1 and "\n" not in err[0].rstrip("\n")
+    line = err[0]
+    assert line.startswith("invimbed: compiling the jet closure's compiled contraction")
+    assert "not in numba's cache yet: expected about 5 s" in line
+    assert "measured on a shared 2-core reference machine" in line
+    assert "python -m invimbed compile" in line
+    assert "contract" in compile_cost.COMPILED
+    assert not _call(kernel, err) and len(err) == 1       # warm process: nothing
+    # a new process: a fresh dispatcher of the same function, its machine code on disk
+    fresh = numba.njit(cache=True)(kernel.py_func)
+    assert compile_cost.compiled(fresh, (numba.typeof(1.5),))
+    assert not _call(fresh, err) and len(err) == 1
+    # ... but not for another signature
+    assert not compile_cost.compiled(fresh, (numba.typeof(np.zeros(2)),))
+
+
+def test_the_expected_duration_is_the_last_one_measured_here(standin, tmp_path):
+    kernel, err = standin
+    _call(kernel, err)
+    where = compile_cost.cache_directory(kernel)
+    assert where.startswith(str(tmp_path / "cache"))
+    took = compile_cost.COMPILED["contract"]
+    seconds, basis = compile_cost.expected_seconds("contract", where)
+    assert seconds == pytest.approx(took, abs=0.01)
+    assert basis == "its last compilation on this machine"
+    # another kernel not compiled here yet: its reference time, scaled as this one's
+    scaled, basis = compile_cost.expected_seconds("taylor", where)
+    ratio = took / compile_cost.KERNELS["contract"][1]
+    assert scaled == pytest.approx(compile_cost.KERNELS["taylor"][1] * ratio, rel=1e-2)
+    assert "scaled by this machine's other compilations" in basis
+
+
+def test_a_failed_compile_records_no_time(standin):
+    kernel, err = standin
+    with pytest.raises(numba.core.errors.TypingError):
+        with compile_cost.compiling("contract", [(kernel, (numba.typeof("a"),))]):
+            kernel("a")
+    assert len(err) == 1 and "contract" not in compile_cost.COMPILED
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.fixture
+def announced(monkeypatch):
+    """`compiling` replaced by a stand-in that notes the kernel and its dispatchers and
+    stops there, before anything is compiled."""
+    seen = []
+
+    def spy(name, pending):
+        seen.append((name, [d for d, _ in pending]))
+        raise _Stop
+
+    from invimbed._backends import _numba, ensemble_numba, sweep_adaptive
+
+    for mod in (compile_cost, _numba, ensemble_numba, sweep_adaptive):
+        monkeypatch.setattr(mod, "compiling", spy)
+    monkeypatch.setitem(_numba._types(), "kernels", {})       # no kernel built yet here
+    monkeypatch.setattr(ensemble_numba, "_KERNELS", {})
+    monkeypatch.setattr(sweep_adaptive, "_KERNELS", {})
+    return seen
+
+
+def _njit_problem():
+    import invimbed
+
+    @numba.njit
+    def f(t, z, th):
+        return np.array([z[1], -z[0] + th[0]])
+
+    @numba.njit
+    def R(t, z, th):
+        return 0.5 * (z[0] * z[0] + th[0] * th[0])
+
+    @numba.njit
+    def T(z):
+        return 0.5 * (z[0] * z[0] + z[1] * z[1])
+
+    return invimbed.BolzaProblem(f, R, T, derivatives="finite-differences")
+
+
+@pytest.mark.parametrize("entry", ["sweep_fixed", "sweep_adaptive", "ensemble", "values",
+                                   "taylor", "contract"])
+def test_every_compiled_entry_point_goes_through_the_announcement(announced, monkeypatch,
+                                                                   entry):
+    import invimbed
+    from invimbed._backends import _numba
+    from invimbed._core.derivatives import _taylor_numba
+
+    x, depths, ctrl = np.array([0.3, -0.1]), np.array([-0.5, -0.25]), invimbed.Constant([0.1])
+    kw = dict(control=ctrl, backend="numba")
+    with pytest.raises(_Stop):
+        if entry == "sweep_fixed":
+            invimbed.solve_imbedding(_njit_problem(), x, depths, method="rk4", step=0.25, **kw)
+        elif entry == "sweep_adaptive":
+            invimbed.solve_imbedding(_njit_problem(), x, depths, method="RK45", **kw)
+        elif entry == "ensemble":
+            invimbed.solve_adjoint(_njit_problem(), x, depths, **kw)
+        elif entry == "values":
+            from invimbed._core.arguments import prepare
+            from invimbed._core.integrators import ALL_METHODS
+
+            X = np.tile(x, (_numba.COMPILED_ROWS, 1))
+            setup = prepare(_njit_problem(), X, depths, ctrl, "rk4", 1e-6, 1e-9, 0.25,
+                            ALL_METHODS)
+            values = _numba.CompiledValues(setup, setup.provider)
+            values.derivative("f", 0.0, X, np.full((X.shape[0], 1), 0.1), 0, 0)
+        elif entry == "taylor":     # a dispatcher that this process has not compiled
+            monkeypatch.setattr(_taylor_numba, "run",
+                                numba.njit(cache=True)(_taylor_numba.run.py_func))
+            _call_taylor()
+        else:
+            from invimbed._core.closures import _contract_numba
+            from invimbed._core.closures.jet import run_contraction
+            from invimbed._core.derivatives.multiindex import product_table
+
+            fresh = numba.njit(cache=True)(_contract_numba.contract.py_func)
+            ia, ib, io = product_table(1, 1, 1, 1)
+            run_contraction(fresh, np.ones((1, 1, 1, 2)), np.ones((1, 1, 1, 2)), ia, ib, io, 2)
+    (name, dispatchers), = announced
+    assert name == entry
+    heavy = {"sweep_fixed": "_jet_sweep_one", "sweep_adaptive": "sweep_one",
+             "ensemble": "_row", "values": "request_rows", "taylor": "run",
+             "contract": "contract"}[entry]
+    assert heavy in [d.py_func.__name__ for d in dispatchers]
+
+
+def _call_taylor():
+    from invimbed._core.derivatives._tape import build_tape
+    from invimbed._core.derivatives._taylor_numba import evaluate
+
+    t, a = sp.symbols("t a")
+    tape = build_tape(sp, [sp.sin(a) * a], t, [a], [a])
+    evaluate(tape, np.zeros(1), np.array([[0.5]]), 4)

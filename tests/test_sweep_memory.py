@@ -118,3 +118,143 @@ def test_a_higher_order_that_does_not_fit_keeps_the_lower_one(problem, costs):
 def test_memory_budget_is_checked_as_an_argument(problem):
     with pytest.raises(ValueError, match="memory_budget"):
         solve_imbedding(problem, X, DEPTHS, control=CTRL, memory_budget=-1)
+
+
+# -- the compiled sweep (backend="numba") ------------------------------------------------
+
+
+def njit_problem():
+    numba = pytest.importorskip("numba")
+    import invimbed
+
+    @numba.njit
+    def f(t, z, th):
+        return np.array([z[1], -np.sin(z[0]) + th[0]])
+
+    @numba.njit
+    def R(t, z, th):
+        return 0.5 * (z[0] * z[0] + th[0] * th[0])
+
+    @numba.njit
+    def T(z):
+        return 0.5 * (z[0] * z[0] + z[1] * z[1])
+
+    return invimbed.BolzaProblem(f, R, T, derivatives="finite-differences")
+
+
+@pytest.mark.parametrize("kw", [dict(method="RK45"), dict(method="rk4", step=0.25)],
+                         ids=["adaptive", "fixed-step"])
+def test_the_compiled_sweep_refuses_a_budget_its_outputs_exceed(kw):
+    """backend="numba" raises the numpy sweep's MemoryError where the request does not
+    fit (it ran regardless before): 100 depths x 1000 inputs need 20 MiB of outputs."""
+    from invimbed import Constant
+
+    problem = njit_problem()
+    x, depths = np.zeros((1000, 2)), np.linspace(-1.0, 0.0, 100)
+    args = (problem, x, depths)
+    with pytest.raises(MemoryError) as numpy_info:
+        solve_imbedding(*args, control=Constant([0.1]), memory_budget="10MB", **kw)
+    tracemalloc.start()
+    try:
+        with pytest.raises(MemoryError) as info:
+            solve_imbedding(*args, control=Constant([0.1]), memory_budget="10MB",
+                            backend="numba", **kw)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    text = str(info.value)
+    assert text.startswith("solve_imbedding: the outputs and the compiled sweep's arrays of "
+                           "100000 (depth, input) rows (100 depths x 1000 inputs) need ")
+    # the numpy sweep's message, the same budget and way out
+    tail = "more than memory_budget = 9.5 MiB (10000000 bytes); pass a larger memory_budget"
+    assert tail in text and tail in str(numpy_info.value)
+    assert "invimbed.dask.solve_batch(problem, x, depths, solver='imbedding'" in text
+    assert peak < 10_000_000                       # refused before the fields exist
+
+
+def test_the_compiled_sweeps_estimate_counts_its_arrays():
+    """`memory_bytes` of the adaptive kernel: its fields at every depth and the kept steps
+    of a dense output, as `sweep_numba_adaptive` allocates them."""
+    pytest.importorskip("numba")
+    from invimbed._backends.sweep_adaptive import memory_bytes
+
+    empty = ((np.zeros((0, 4), np.int64),),) * 3
+    n, B, N, orders, width, size, kq = 10, 100, 2, 2, 6, 40, 4
+    held, work = memory_bytes(n, B, N, orders, width, size, 0, kq, 7, empty, 3, 1, 10)
+    fields = 8 * (n * B * orders * width + n * B * (N + 1))
+    assert fields <= held <= fields + 8 * 5 * B
+    dense, _ = memory_bytes(n, B, N, orders, width, size, 64, kq, 7, empty, 3, 1, 10)
+    assert dense - held == 8 * B * 64 * (2 + size * (1 + kq))
+    assert 0 < work < held
+
+
+# -- the default budget ------------------------------------------------------------------
+
+
+def _request(n, B, N=2, nw=0):
+    """A stand-in of a request's setup (what `sweep_memory.plan` reads)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(x=np.zeros((B, N)), depths_desc=np.zeros(n),
+                           control=SimpleNamespace(n_params=nw))
+
+
+def _closure(size, ratio=True):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(layout=SimpleNamespace(size=size), has_error_estimate=True,
+                           has_ratio_test=ratio, has_look_ahead=ratio)
+
+
+def test_the_default_budget_admits_a_sweep_that_fits_what_is_left(monkeypatch):
+    """The 10^6-row request that was refused: the N = 2 oscillator of
+    benchmarks/bench_memory.py, 1000 depths x 1000 inputs, ``tol`` (three error-like
+    copies), under ``ulimit -v 1GiB`` with 641 MiB left after the imports. Its outputs
+    and working arrays, 352 MiB, were refused by half of that (320.6 MiB); they fit what
+    is left with its margin (641 / 1.5 = 427 MiB), so the sweep runs, its states dropped
+    (a `DepthSink`: 917 MiB with them)."""
+    from invimbed._core import budget as budget_mod
+
+    setup, clo = _request(1000, 1000), _closure(74 * 1000)
+    cost = sweep_memory.sweep_cost(setup, 74 * 1000, "RK45", 3)
+    assert (cost.outputs + cost.work) / 2**20 == pytest.approx(352.1, abs=0.1)
+    monkeypatch.setattr(budget_mod, "available_bytes", lambda: 641 * 2**20)
+    sink = sweep_memory.plan(setup, clo, "RK45", None, per_depth=None)
+    assert isinstance(sink, sweep_memory.DepthSink)
+    # what does not fit in what is left is still refused, naming the limit as the budget
+    monkeypatch.setattr(budget_mod, "available_bytes", lambda: 450 * 2**20)
+    with pytest.raises(MemoryError, match=r"need 352\.1 MiB, more than memory_budget = "
+                                          r"300\.0 MiB"):
+        sweep_memory.plan(setup, clo, "RK45", None, per_depth=None)
+    # ... as is a sweep that fits only without the result the order loop keeps meanwhile
+    monkeypatch.setattr(budget_mod, "available_bytes", lambda: 641 * 2**20)
+    with pytest.raises(MemoryError, match=r"need 502\.1 MiB"):
+        sweep_memory.plan(setup, clo, "RK45", None, per_depth=None, held=150 * 2**20)
+    # states that fit half of what is left, and 1 GiB beyond the outputs, are kept
+    monkeypatch.setattr(budget_mod, "available_bytes", lambda: 64 * 2**30)
+    assert sweep_memory.plan(setup, clo, "RK45", None, per_depth=None) is None
+    # an explicit budget is the limit, as before
+    with pytest.raises(MemoryError, match=r"memory_budget = 300\.0 MiB"):
+        sweep_memory.plan(setup, clo, "RK45", 300 * 2**20, per_depth=None)
+
+
+def test_the_compiled_sweeps_default_limit_is_what_is_left(monkeypatch):
+    from invimbed._core import budget as budget_mod
+
+    setup = _request(1000, 1000)
+    monkeypatch.setattr(budget_mod, "available_bytes", lambda: 600 * 2**20)
+    sweep_memory.check_compiled(setup, copies=3, held=50 * 2**20, work=0, budget=None)
+    with pytest.raises(MemoryError, match=r"compiled sweep's arrays .* memory_budget = "
+                                          r"400\.0 MiB"):
+        sweep_memory.check_compiled(setup, copies=3, held=100 * 2**20, work=0, budget=None)
+    monkeypatch.setattr(budget_mod, "available_bytes", lambda: None)   # not known: run
+    sweep_memory.check_compiled(setup, copies=3, held=2**40, work=0, budget=None)
+
+
+def test_the_order_loop_counts_the_result_it_keeps():
+    from invimbed._core.orders import result_bytes
+    from invimbed._core.results import ImbeddingResult
+
+    res = ImbeddingResult(z=np.zeros((10, 3, 2)), value=np.zeros((10, 3)),
+                          error_estimate={"z": np.zeros((10, 3, 2))}, message="m")
+    assert result_bytes(res) == 8 * (60 + 30 + 60)

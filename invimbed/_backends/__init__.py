@@ -45,11 +45,15 @@ SUPPORTED_METHODS = ("euler", "midpoint", "rk4", "disc")
 
 def sweep_backend(backend: str, setup: Setup, *, closure: str, order: int, method: str,
                   step: float | None, difference: str, delta: Any, estimate_error: bool,
-                  rtol: float, atol: float, **options: Any) -> ImbeddingResult:
+                  rtol: float, atol: float, memory_budget: int | None = None,
+                  **options: Any) -> ImbeddingResult:
     """Run the imbedding sweep of ``setup`` on ``backend`` (``"numba"`` or ``"cupy"``).
 
     Parameters are those of `invimbed.solve_imbedding`, validated. ``rtol`` and ``atol``
     only matter to adaptive methods, which the accelerated backends do not run.
+    ``memory_budget`` (bytes, None for the default) bounds the numba sweep's host
+    memory (`invimbed._core.sweep_memory.check_compiled`); the cupy sweep's arrays are
+    on the device, which it does not bound.
 
     Raises
     ------
@@ -58,6 +62,8 @@ def sweep_backend(backend: str, setup: Setup, *, closure: str, order: int, metho
         it runs), or an option it does not know.
     ImportError
         If the backend's package is not installed.
+    MemoryError
+        ``backend="numba"``: if the sweep's outputs and arrays exceed ``memory_budget``.
     BackendCompileError
         ``backend="numba"``: a user function numba cannot compile.
     """
@@ -74,7 +80,7 @@ def sweep_backend(backend: str, setup: Setup, *, closure: str, order: int, metho
 
         return sweep_numba(setup, closure=closure, order=order, method=method, step=step,
                            difference=difference, delta=delta, estimate_error=estimate_error,
-                           **options)
+                           memory_budget=memory_budget, **options)
     if backend == "cupy":
         from ._xp import sweep_cupy
 

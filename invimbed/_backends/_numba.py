@@ -35,6 +35,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .._core.arguments import Setup
+from .._core.compile_cost import compiling
+from .._core.sweep_memory import check_compiled
 from .._core.derivatives import DerivativeProvider
 from .._core.derivatives.multiindex import (derivative_table, multi_indices, n_coefficients,
                                              product_table)
@@ -293,15 +295,23 @@ def _build_kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]
     from ._numba_kernels import _jet_sweep_one, jet_sweep
 
     argtypes, ev_sig, ev_type = eval_signature(args)
-    eval_request.compile(ev_sig.args)
     if name == "request_rows":
-        loop = numba.njit(types.void(ev_type, *argtypes), cache=True,
-                          parallel=True)(request_rows)
+        loop_sig = types.void(ev_type, *argtypes)
+        loop = numba.njit(cache=True, parallel=True)(request_rows)
+        with compiling("values", [(eval_request, ev_sig.args), (loop, loop_sig)]):
+            eval_request.compile(ev_sig.args)
+            loop.compile(loop_sig)
+        loop.disable_compile()
         return loop.overloads[loop.signatures[0]].entry_point, None, eval_request
     one_sig = types.void(types.int64, ev_type, *argtypes)
-    _jet_sweep_one.compile(one_sig.args)
-    loop = numba.njit(types.void(types.FunctionType(one_sig), ev_type, *argtypes),
-                      cache=True, parallel=True)(jet_sweep)
+    loop_sig = types.void(types.FunctionType(one_sig), ev_type, *argtypes)
+    loop = numba.njit(cache=True, parallel=True)(jet_sweep)
+    with compiling("sweep_fixed", [(eval_request, ev_sig.args), (_jet_sweep_one, one_sig.args),
+                                   (loop, loop_sig)]):
+        eval_request.compile(ev_sig.args)
+        _jet_sweep_one.compile(one_sig.args)
+        loop.compile(loop_sig)
+    loop.disable_compile()
     # the compiled entry point: calling it skips the dispatcher's typing of the arguments
     # (milliseconds for the tuple of function values)
     entry = loop.overloads[loop.signatures[0]].entry_point
@@ -322,6 +332,11 @@ def _fingerprint(args: Any) -> tuple:
         else:
             out.append(type(a).__name__)
     return tuple(out)
+
+
+def _threads() -> int:
+    """numba's threads, each with its own scratch in the kernels' ``prange`` loops."""
+    return int(_types()["numba"].get_num_threads())
 
 
 def _run(name: str, args: tuple) -> None:
@@ -355,10 +370,12 @@ def check_numba_scope(closure: str, order: int, method: str) -> None:
 
 def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: float | None,
                 difference: str, delta: Any, estimate_error: bool,
-                max_steps: int | None = None) -> Any:
+                max_steps: int | None = None, memory_budget: int | None = None) -> Any:
     """Run the jet sweep on the numba backend; see the module docstring. A grid of more
     than ``max_steps`` steps is stepped up to there and ends with the numpy sweep's
-    message."""
+    message. A sweep whose outputs exceed ``memory_budget`` (bytes; None: the default
+    of `invimbed._core.sweep_memory.check_compiled`) raises its `MemoryError` before
+    anything is allocated."""
     check_numba_scope(closure, order, method)
     import_numba()
     prov = setup.provider
@@ -367,6 +384,17 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
     M, nw = ctrl.size, ctrl.n_params
     sched = build_schedule(setup, method, step, check_max_steps(max_steps))
     n = setup.depths_desc.size
+    orders = [order] + ([order + 1] if estimate_error else [])
+    cZs = np.array([n_coefficients(N, K) for K in orders], dtype=np.int64)
+    cVs = np.array([n_coefficients(N, K + 1) for K in orders], dtype=np.int64)
+    sizes = N * cZs + cVs * (1 + nw)
+    # the kernel's fields (and their estimates) at every depth; per thread, a sample's
+    # state and its stages
+    stages = sched.A.shape[0] if np.ndim(sched.A) == 2 else 1
+    check_compiled(setup, copies=len(orders) - 1,
+                   held=8 * n * B * (2 * N + 1 + nw) * len(orders) + 16 * B,
+                   work=8 * _threads() * int(sizes.sum()) * (stages + 4),
+                   budget=memory_budget)
     nan = np.nan
     fields = {"z": np.full((n, B, N), nan), "value": np.full((n, B), nan),
               "adjoint": np.full((n, B, N), nan), "param_grad": np.full((n, B, nw), nan)}
@@ -375,16 +403,12 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
             (np.empty((0, 0, 0)), np.empty((0, 0)), np.empty((0, 0, 0)), np.empty((0, 0, 0))))
     fail_pos = np.full(B, np.iinfo(np.int64).max, dtype=np.int64)
     fail_p = np.full(B, nan)
-    orders = [order] + ([order + 1] if estimate_error else [])
     F = W = orders[-1] + 1
     reqs = [Request("f", 0, F), Request("R", 0, F),
             Request("f", 1, W if nw else 0), Request("R", 1, W if nw else 0),
             Request("T", 0, F)]
     plan = build_plan(prov, reqs)
     fns = function_tuple(setup, plan.used)
-    cZs = np.array([n_coefficients(N, K) for K in orders], dtype=np.int64)
-    cVs = np.array([n_coefficients(N, K + 1) for K in orders], dtype=np.int64)
-    sizes = N * cZs + cVs * (1 + nw)
     offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     args = (fns, plan.arrays(), setup.x, N, M, nw, n_coefficients(N, F), n_coefficients(N, W),
             float(setup.q), np.array(orders, dtype=np.int64), cZs, cVs, offs,

@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from .._core.budget import RowCost, output_bytes
+from .._core.compile_cost import compiling
 from .._core.failures import empty_fields
 from .._core.open_loop import Constant, NoControl, PiecewiseConstant
 from .._core.integrators.ensemble import DONE, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
@@ -221,9 +222,13 @@ def _build(args: tuple) -> tuple[Any, Any, Any]:
         if BASE_KEYS[slot] != key:
             raise RuntimeError(f"internal error: _ensemble_kernels.SLOTS[{key}] = {slot} "
                                f"disagrees with _plans.BASE_KEYS")
-    eval_request.compile(ev_sig.args)
-    _row.compile(one_sig.args)
-    loop = numba.njit(types.void(types.FunctionType(one_sig), ev_type, *argtypes),
-                      cache=True, parallel=True)(ensemble_rows)
+    loop_sig = types.void(types.FunctionType(one_sig), ev_type, *argtypes)
+    loop = numba.njit(cache=True, parallel=True)(ensemble_rows)
+    with compiling("ensemble", [(eval_request, ev_sig.args), (_row, one_sig.args),
+                                (loop, loop_sig)]):
+        eval_request.compile(ev_sig.args)
+        _row.compile(one_sig.args)
+        loop.compile(loop_sig)
+    loop.disable_compile()
     entry = loop.overloads[loop.signatures[0]].entry_point
     return entry, _row, eval_request

@@ -35,12 +35,14 @@ import numpy as np
 
 from .._core.arguments import Setup
 from .._core.assembly import _depth_gradients, collect_results, depth_gradient_of
+from .._core.compile_cost import compiling
 from .._core.derivatives.multiindex import n_coefficients
 from .._core.failures import (below_min_step, budget_exhausted, first_evaluation,
                               step_collapsed, sweep_stopped)
 from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, segments
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
 from .._core.results import set_fields
+from .._core.sweep_memory import check_compiled
 from ._numba import (_jet_tables, _types, eval_signature, function_tuple,
                      import_numba)
 from ._plans import Request, build_plan
@@ -246,11 +248,16 @@ def _kernel(args: tuple) -> Any:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
             argtypes, ev_sig, ev_type = eval_signature(args)
-            eval_request.compile(ev_sig.args)
             one_sig = types.void(types.int64, types.int64, ev_type, *argtypes)
-            kern.sweep_one.compile(one_sig.args)
-            loop = numba.njit(types.void(types.FunctionType(one_sig), ev_type, *argtypes),
-                              cache=True, parallel=True)(kern.sweep_rows)
+            loop_sig = types.void(types.FunctionType(one_sig), ev_type, *argtypes)
+            loop = numba.njit(cache=True, parallel=True)(kern.sweep_rows)
+            with compiling("sweep_adaptive", [(eval_request, ev_sig.args),
+                                              (kern.sweep_one, one_sig.args),
+                                              (loop, loop_sig)]):
+                eval_request.compile(ev_sig.args)
+                kern.sweep_one.compile(one_sig.args)
+                loop.compile(loop_sig)
+            loop.disable_compile()
         hit = _KERNELS[key] = (loop.overloads[loop.signatures[0]].entry_point,
                                _Address(kern.sweep_one, one_sig), _Address(eval_request, ev_sig))
     return hit
@@ -262,13 +269,17 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
                          warnings_: list, keep_steps: int = 0, max_steps: int | None = None,
                          first_step: float | None = None, max_step: float | None = None,
                          min_step: float | None = None, dense_output: bool = False,
-                         finish: Any = None) -> Any:
+                         finish: Any = None, memory_budget: int | None = None,
+                         memory_held: int = 0) -> Any:
     """One adaptive jet sweep at order ``order`` on numba (see the module docstring):
     the `ImbeddingResult` of `collect_results`, with ``tol`` and the order loop's
     predictions (``predict``). ``keep_steps > 0`` also returns the `SweepSteps` (the
     first ``keep_steps`` steps are kept; the sweep is rerun with room for all of them
     where an input took more). ``dense_output``: the result's ``sol`` from the kept steps
-    (`attach_steps`; ``finish`` as for `invimbed._core.dense.attach_dense`)."""
+    (`attach_steps`; ``finish`` as for `invimbed._core.dense.attach_dense`). A sweep
+    whose outputs and arrays exceed ``memory_budget`` (bytes; None: the default of
+    `invimbed._core.sweep_memory.check_compiled`; ``memory_held`` of them taken
+    already) raises its `MemoryError` before they are allocated (`memory_bytes`)."""
     if closure != "jet":
         raise ValueError(f"backend='numba' runs method={method!r} for closure='jet' only, but "
                          f"got closure={closure!r}; use backend='numpy' for it")
@@ -316,6 +327,10 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
     qd = np.array([float(setup.q)])        # theta at q as the core takes it (`depth_gradient`)
     q_same = bool(np.array_equal(ctrl.theta_rows(qd, ctrl.pieces(qd, qd))[0], seg_th[0]))
     while True:
+        held, work = memory_bytes(n, B, N, len(orders), width, size, cap, kq, tab.A.shape[0],
+                                  tapes, F, Df, CF)
+        check_compiled(setup, copies=len(orders) - 1, held=held + memory_held, work=work,
+                       budget=memory_budget)
         out = np.full((n, B, len(orders), width), np.nan)
         fr = np.full((n, B, N + 1), np.nan)
         info = np.zeros((B, 3), dtype=np.int64)
@@ -346,6 +361,22 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
                          ratio_test=ratio_test and tol is not None, look_ahead=look_ahead)
         attach_steps(res, setup, steps, clo, method, finish)
     return (res, steps) if keep_steps else res
+
+
+def memory_bytes(n: int, B: int, N: int, n_orders: int, width: int, size: int, cap: int,
+                 kq: int, stages: int, tapes: tuple, F: int, Df: int,
+                 CF: int) -> tuple[int, int]:
+    """``(held, work)`` bytes of `sweep_numba_adaptive` (`check_compiled`): held, the
+    kernel's fields of every carried order at every depth (``out``, ``fr``), its per-input
+    status and ``cap`` kept steps per input (``d_t``, ``d_h``, ``d_y``, ``d_Q``); work, the
+    tapes' node storage (`_workspace`) and each thread's scratch for one input (its state
+    and stages, as `_sweep_kernels.sweep_one` allocates them)."""
+    held = 8 * (n * B * (n_orders * width + N + 1) + 5 * B
+                + B * cap * (2 + size * (1 + kq)))
+    threads = int(_types()["numba"].config.NUMBA_NUM_THREADS)     # as `_workspace`
+    nodes = sum(t[0].shape[0] for t in tapes[:2]) * Df + tapes[2][0].shape[0]
+    work = 8 * threads * (nodes * CF + size * (stages + kq + 6) + (N + 1) * (Df + 4) * CF)
+    return held, work
 
 
 def _run_loop(loop: Any, one: Any, ev: Any, args: tuple, B: int) -> None:

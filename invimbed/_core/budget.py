@@ -46,6 +46,11 @@ DEFAULT_SHARE = 0.5
 #: ten times the most of the problems measured (docs/performance.md, "Memory budget"),
 #: so that up to thousands of rows run in one chunk, as fast as before any chunking.
 FIRST_STEPS = 1000
+#: How much more address space than its estimate a sweep may take (`default_memory_limit`):
+#: the estimate counts numpy's arrays; under ``ulimit -v`` the 10^6-row sweep of
+#: benchmarks/bench_memory.py's oscillator (1000 depths x 1000 inputs, states dropped)
+#: grew the address space by 245 MiB against an estimate of 182 MiB (1.35x).
+LIMIT_MARGIN = 1.5
 #: Margin on the measured steps per row when sizing the next chunk.
 STEP_MARGIN = 1.5
 
@@ -98,6 +103,17 @@ def default_memory_budget(outputs: int = 0) -> int:
     room = available_bytes()
     limit = outputs + DEFAULT_CAP
     return int(max(1, limit if room is None else min(limit, DEFAULT_SHARE * room)))
+
+
+def default_memory_limit() -> int | None:
+    """The most a request that cannot be cut into chunks (an imbedding sweep) may take
+    under the default ``memory_budget``: `available_bytes` divided by `LIMIT_MARGIN`
+    (None where that is not known: then nothing is refused before numpy's own
+    allocation fails). Refusing at `default_memory_budget`, half of it and at most 1 GiB
+    beyond the outputs, refused requests that fit (docs/performance.md, "The imbedding
+    sweep")."""
+    room = available_bytes()
+    return None if room is None else int(room / LIMIT_MARGIN)
 
 
 def resolve_budget(value: Any) -> int | None:

@@ -11,7 +11,13 @@ or where the work is large enough that compiling it pays (each caller's threshol
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Iterator, Sequence
 
 _ON_DISK: dict[int, bool] = {}
 
@@ -31,3 +37,186 @@ def ready(kernel: Any) -> bool:
             hit = False
         _ON_DISK[key] = hit
     return hit
+
+
+# -- the announcement of a compilation -------------------------------------------------
+
+#: The package's compiled kernels: what each serves (the announcement names it) and its
+#: compile time in seconds of wall time on the reference machine, the shared 2-core
+#: container (load average about 8; ``python -m invimbed compile`` from an empty
+#: ``NUMBA_CACHE_DIR``, docs/performance.md, "Compiled kernels and the first run on a
+#: machine"). `expected_seconds` scales them to the machine it runs on.
+KERNELS: dict[str, tuple[str, float]] = {
+    "sweep_fixed": ("the fixed-step numba sweep (backend='numba', method='euler', "
+                    "'midpoint', 'rk4' or 'disc')", 60.0),
+    "values": ("the numba loop of f and R over many rows (the depth gradient of "
+               "backend='numba')", 20.0),
+    "sweep_adaptive": ("the compiled adaptive sweep (backend='numba', method='RK45' or "
+                       "'RK23')", 340.0),
+    "ensemble": ("the numba ensemble of solve_adjoint(backend='numba')", 60.0),
+    "taylor": ("the Taylor-mode tape kernel (from_sympy problems, jets of degree 4 and "
+               "more)", 120.0),
+    "contract": ("the jet closure's compiled contraction (jets of high order)", 5.0),
+}
+#: The file beside numba's cache (in the kernels' cache directory) that keeps the last
+#: compile time of each kernel on this machine, in seconds of wall time.
+TIMES_FILE = "invimbed-compile-seconds.json"
+#: The kernels compiled in this process by `compiling`, and the seconds each took.
+COMPILED: dict[str, float] = {}
+#: Where the announcements go (`sys.stderr` when None: looked up at each one, so that a
+#: redirected ``sys.stderr`` receives them).
+STREAM: Any = None
+
+
+def compiled(dispatcher: Any, sig: Any = None) -> bool:
+    """Whether numba runs ``dispatcher`` for the signature ``sig`` without compiling it:
+    compiled in this process, or its machine code in numba's on-disk cache for this
+    source, this machine's CPU and ``sig`` (None: for any signature, as `ready`).
+
+    ``sig`` is what the caller hands to ``dispatcher.compile`` (a `Signature` or a tuple
+    of argument types; numba keys its cache by it), or, for a call that lets numba type
+    the arguments, the tuple of their types.
+    """
+    if sig is None:
+        return ready(dispatcher)
+    try:
+        from numba.core import sigutils
+
+        args = tuple(sigutils.normalize_signature(sig)[0])
+        if args in dispatcher.overloads:
+            return True
+        cache = dispatcher._cache
+        key = cache._index_key(sig, dispatcher.targetctx.codegen())
+        return key in cache._cache_file._load_index()
+    except Exception:   # noqa: BLE001 - not a caching dispatcher, or another numba layout
+        return False
+
+
+def cache_directory(dispatcher: Any) -> str | None:
+    """The directory of numba's on-disk cache of ``dispatcher`` (None: no cache)."""
+    try:
+        return str(dispatcher._cache.cache_path)
+    except Exception:   # noqa: BLE001
+        return None
+
+
+def _times(directory: str | None) -> dict[str, float]:
+    if directory is None:
+        return {}
+    try:
+        with open(os.path.join(directory, TIMES_FILE)) as fh:
+            got = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return {k: float(v) for k, v in got.items()
+            if k in KERNELS and isinstance(v, (int, float)) and v > 0}
+
+
+def record(name: str, seconds: float, directory: str | None) -> None:
+    """Keep ``seconds`` as the last compile time of kernel ``name`` on this machine (in
+    `TIMES_FILE` beside numba's cache; nothing where that cannot be written)."""
+    if directory is None:
+        return
+    times = _times(directory)
+    times[name] = round(float(seconds), 2)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f"{TIMES_FILE}.{os.getpid()}")
+        with open(tmp, "w") as fh:
+            json.dump(times, fh, indent=1, sort_keys=True)
+        os.replace(tmp, os.path.join(directory, TIMES_FILE))
+    except OSError:
+        pass
+
+
+def expected_seconds(name: str, directory: str | None) -> tuple[float, str]:
+    """The expected compile time of kernel ``name`` on this machine, and how it was
+    found: the last compile time of this kernel recorded beside numba's cache
+    (`record`); else its reference time (`KERNELS`) times the median ratio of this
+    machine's recorded times of the other kernels to theirs; else the reference time."""
+    ref = KERNELS[name][1]
+    times = _times(directory)
+    if name in times:
+        return times[name], "its last compilation on this machine"
+    ratios = sorted(times[k] / KERNELS[k][1] for k in times)
+    if ratios:
+        scale = ratios[len(ratios) // 2]
+        return ref * scale, (f"its time on a 2-core reference machine scaled by this "
+                             f"machine's other compilations ({scale:.2g}x)")
+    return ref, "measured on a shared 2-core reference machine"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    return f"{seconds / 60:.0f} min"
+
+
+def announcement(name: str, seconds: float, basis: str, directory: str | None) -> str:
+    """The line `compiling` writes before compiling kernel ``name``."""
+    where = f" in {directory}" if directory else ""
+    return (f"invimbed: compiling {KERNELS[name][0]}, not in numba's cache yet: expected "
+            f"about {_duration(seconds)} ({basis}), once per machine; later processes "
+            f"load it from the cache{where}. `python -m invimbed compile` compiles every "
+            f"kernel ahead of time.")
+
+
+@contextlib.contextmanager
+def compiling(name: str, pending: Sequence[tuple[Any, Any]]) -> Iterator[bool]:
+    """Around the compilation of kernel ``name`` (a key of `KERNELS`): where one of
+    the ``(dispatcher, sig)`` of ``pending`` is not `compiled`, write one line to
+    stderr first (`announcement`: what is compiled and its expected duration,
+    `expected_seconds`), show a tqdm bar of the elapsed time against it where tqdm is
+    installed and stderr is a terminal, and afterwards `record` the time taken, so that
+    the next announcement on this machine (after an upgrade, or with another
+    ``NUMBA_CACHE_DIR``) expects it. Where everything is compiled or cached, nothing is
+    written. Yields whether it compiles."""
+    todo = [d for d, sig in pending if not compiled(d, sig)]
+    if not todo:
+        yield False
+        return
+    directory = cache_directory(todo[0])
+    seconds, basis = expected_seconds(name, directory)
+    stream = STREAM if STREAM is not None else sys.stderr
+    print(announcement(name, seconds, basis, directory), file=stream, flush=True)
+    bar = _ElapsedBar(seconds, name, stream)
+    start = time.perf_counter()
+    try:
+        yield True
+    finally:
+        bar.close()
+    COMPILED[name] = took = time.perf_counter() - start
+    record(name, took, directory)
+
+
+class _ElapsedBar:
+    """A tqdm bar of the seconds elapsed against the expected ones, advanced by a
+    daemon thread once a second (numba's compiler holds no lock that stops it); nothing
+    without tqdm or where ``stream`` is not a terminal (a log would get a line a
+    second)."""
+
+    def __init__(self, seconds: float, name: str, stream: Any) -> None:
+        self.bar = None
+        isatty = getattr(stream, "isatty", None)
+        if not (callable(isatty) and isatty()):
+            return
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:   # the optional `progress` extra
+            return
+        self.bar = tqdm(total=max(1, round(seconds)), desc=f"compiling {name}", unit="s",
+                        file=stream, leave=False)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._tick, daemon=True)
+        self.thread.start()
+
+    def _tick(self) -> None:
+        while not self.done.wait(1.0):
+            if self.bar.n < self.bar.total - 1:
+                self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.done.set()
+            self.thread.join()
+            self.bar.close()

@@ -168,11 +168,12 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         rtol, atol = _finite_difference_floor(prov, closure, order, est, setup, rtol, atol,
                                               tol_pair, warnings)
 
-    def sweep(at: Any, K: int) -> ImbeddingResult:
+    def sweep(at: Any, K: int, held: int = 0) -> ImbeddingResult:
         return _sweep(at, closure=closure, order=K, method=method, rtol=rtol, atol=atol,
                       step=step, est=est, difference=difference, delta=delta,
                       backend=backend, tol=tol_pair, ratio_test=ratio_test,
-                      warnings=list(warnings), options=dict(options), budget=budget)
+                      warnings=list(warnings), options=dict(options), budget=budget,
+                      held=held)
 
     exact = (exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET),
                            finest=precision_limit(setup.problem.low_precision))
@@ -335,22 +336,23 @@ def _highest_order(prov: Any, setup: Any, est: bool, max_order: int) -> int:
 def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, atol: float,
            step: Any, est: bool, difference: str, delta: Any, backend: str, tol: Any,
            ratio_test: bool, warnings: list, options: dict,
-           budget: int | None = None) -> ImbeddingResult:
-    """One sweep at jet order ``order``, within ``budget`` bytes
-    (`invimbed._core.sweep_memory`)."""
+           budget: int | None = None, held: int = 0) -> ImbeddingResult:
+    """One sweep at jet order ``order``, within ``budget`` bytes, of which ``held`` are
+    taken already (`invimbed._core.sweep_memory`)."""
     if _compiled_adaptive(backend, method):
         if step is not None:
             options.setdefault("max_step", float(step))
         return get_backend(backend, "sweep_adaptive")(
             setup, closure=closure, order=order, method=method, rtol=rtol, atol=atol, est=est,
             ratio_test=ratio_test, tol=tol, warnings_=warnings, **options,
+            memory_budget=budget, memory_held=held,
             look_ahead=_serves(setup.provider, order + 2, est, setup.control.n_params),
             finish=lambda r: mark_unchecked(r, closure, est, method))
     if backend != "numpy":
         run = get_backend(backend, "sweep")
         res = run(backend, setup, closure=closure, order=order, method=method, step=step,
                   difference=difference, delta=delta, estimate_error=est, rtol=rtol,
-                  atol=atol, **options)
+                  atol=atol, memory_budget=budget, **options)
         return rejudge(setup, res, tol, warnings)
     prov = setup.provider
     if closure in ("jet", "crop"):
@@ -386,7 +388,7 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
             return fl, clo.error_estimate(y), clo.lower_difference(y), clo.upper_difference(y)
         return fl, clo.error_estimate(y)
 
-    sink = memory_plan(setup, clo, method, budget, per_depth)   # None: every state kept
+    sink = memory_plan(setup, clo, method, budget, per_depth, held)   # None: states kept
     y0 = clo.initial_state()
     breakpoints = setup.control.breakpoints
     outcome = integrate(method, clo.rhs, y0, setup.q, setup.depths_desc, breakpoints,

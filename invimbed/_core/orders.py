@@ -42,6 +42,15 @@ def _timed(kind: str, fn: Callable, *args: Any, **kw: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
+def result_bytes(res: ImbeddingResult) -> int:
+    """Bytes of the arrays of ``res`` (its fields and error estimates), which the order
+    loop keeps while it sweeps a higher order (`invimbed._core.sweep_memory.plan`)."""
+    arrays = [v for v in res.values() if isinstance(v, np.ndarray)]
+    arrays += [v for v in (res.get("error_estimate") or {}).values()
+               if isinstance(v, np.ndarray)]
+    return int(sum(a.nbytes for a in arrays))
+
+
 def _pairs(setup: Any, a: Any) -> np.ndarray:
     """``a`` with axes (depth, input, ...): a view for an unbatched result."""
     a = np.asarray(a)
@@ -69,7 +78,8 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
                 probe: Callable | None = None) -> ImbeddingResult:
     """Sweep at ``order``, then raise the order for the pairs that need it and can get it.
 
-    ``sweep(setup, K)`` runs the sweep of order ``K`` with ``tol`` (its result carries the
+    ``sweep(setup, K, held=0)`` runs the sweep of order ``K`` with ``tol``, within the
+    memory budget less ``held`` bytes (those of the result kept meanwhile; its result carries the
     private keys ``"_bound"`` and, with the ratio test, ``"_more"`` of
     `invimbed._core.assembly.collect_results`). ``probe(i, b)``, given with
     ``fallback="adjoint"``, solves the pair (depth ``i``, input ``b``) exactly and returns
@@ -129,7 +139,8 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
         prev, K = K, max(K + 1, int(need[active].min()))   # the lowest order predicted
         rows = np.flatnonzero(active.any(axis=1))
         try:
-            sub, cost = _timed("sweep", sweep, _subset(setup, rows), K)
+            sub, cost = _timed("sweep", sweep, _subset(setup, rows), K,
+                               held=result_bytes(res))
         except MemoryError as exc:      # the larger jet does not fit `memory_budget`
             why[active] = FAILED
             more[active] = K - at[active]            # for the message: the order tried

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .budget import default_memory_budget, too_large
+from .budget import default_memory_budget, default_memory_limit, too_large
 
 #: Copies of the batch's state the integrator works with, by method: the stages and
 #: dense output of the explicit Runge-Kutta pairs, the stages of the fixed-step methods,
@@ -57,42 +57,70 @@ class SweepCost:
     work: int           # the integrator's and the right-hand side's working arrays
 
 
-def sweep_cost(setup: Any, size: int, method: str, copies: int) -> SweepCost:
-    """The bytes of a sweep of ``setup`` whose state has ``size`` values (the batch's),
-    carrying ``copies`` error-like arrays per field (the estimate, the ratio test's
-    differences)."""
+def sweep_outputs(setup: Any, copies: int) -> int:
+    """Bytes of a sweep's fields and their ``copies`` error-like arrays per field (the
+    estimate, the ratio test's differences) at every (depth, input) pair, twice: the
+    per-depth results and their stacked arrays are held together for a moment."""
     B, N = setup.x.shape
     n = int(setup.depths_desc.size)
     nw = setup.control.n_params
     fields = 2 * N + nw + 2                  # z, value, adjoint, param_grad, depth_grad
     errors = 2 * N + nw + 1                  # z, value, adjoint, param_grad
-    # per-depth results and their stacked arrays are held together for a moment
-    outputs = 2 * n * B * FLOAT * (fields + copies * errors)
+    return 2 * n * B * FLOAT * (fields + copies * errors)
+
+
+def sweep_cost(setup: Any, size: int, method: str, copies: int) -> SweepCost:
+    """The bytes of a sweep of ``setup`` whose state has ``size`` values (the batch's),
+    carrying ``copies`` error-like arrays per field (`sweep_outputs`)."""
+    n = int(setup.depths_desc.size)
     work = FLOAT * size * (WORK_COPIES.get(method, 16) + RHS_COPIES)
     if method in JACOBIAN_COPIES:
         work += FLOAT * size * size * JACOBIAN_COPIES[method]
-    return SweepCost(outputs=outputs, states=n * size * FLOAT, work=work)
+    return SweepCost(outputs=sweep_outputs(setup, copies), states=n * size * FLOAT, work=work)
 
 
 def plan(setup: Any, clo: Any, method: str, budget: int | None,
-         per_depth: Callable) -> "DepthSink | None":
-    """None where the sweep fits ``budget`` (bytes; None: the default of
-    `invimbed._core.budget.default_memory_budget`) as it is; a `DepthSink` where it
+         per_depth: Callable, held: int = 0) -> "DepthSink | None":
+    """None where the sweep fits ``budget`` (bytes) as it is; a `DepthSink` where it
     fits only without the states of every depth. Raises `MemoryError` where it does
-    not fit at all."""
+    not fit at all. ``held`` bytes are taken already (the result of the order loop's
+    previous sweep, `invimbed._core.orders.raise_order`).
+
+    ``budget=None`` (the default): the states are kept within
+    `invimbed._core.budget.default_memory_budget` (half of what the process can still
+    allocate, at most 1 GiB beyond the outputs), and dropped beyond it; the request is
+    refused only where it does not fit in what the process can still allocate, less a
+    margin (`invimbed._core.budget.default_memory_limit`): a sweep cannot be cut into
+    chunks, so refusing what fits would only refuse, not save memory."""
     size = int(clo.layout.size)
     copies = (int(clo.has_error_estimate) + int(getattr(clo, "has_ratio_test", False))
               + int(getattr(clo, "has_look_ahead", False)))
     cost = sweep_cost(setup, size, method, copies)
-    if budget is None:
-        budget = default_memory_budget(cost.outputs)
-    if cost.outputs + cost.states + cost.work <= budget:
+    need = int(held) + cost.outputs + cost.work
+    keep = default_memory_budget(int(held) + cost.outputs) if budget is None else budget
+    if need + cost.states <= keep:
         return None
-    if cost.outputs + cost.work <= budget:
+    limit = default_memory_limit() if budget is None else budget
+    if limit is None or need <= limit:
         return DepthSink(setup.depths_desc, per_depth)
     B, n = setup.x.shape[0], int(setup.depths_desc.size)
-    raise too_large("solve_imbedding", n, B, cost.outputs + cost.work, budget,
+    raise too_large("solve_imbedding", n, B, need, limit,
                     "the outputs and the sweep's working state", "imbedding")
+
+
+def check_compiled(setup: Any, *, copies: int, held: int, work: int,
+                   budget: int | None) -> None:
+    """Raise the `MemoryError` of `too_large` before a compiled sweep
+    (``backend="numba"``) whose bytes exceed ``budget`` (None: `default_memory_limit`):
+    its outputs (`sweep_outputs`, ``copies`` as there), ``held``, the arrays the kernel
+    writes at every depth (it cannot drop them as `DepthSink` does), and ``work``, its
+    working arrays (the threads' scratch, the dense output's steps)."""
+    limit = default_memory_limit() if budget is None else budget
+    need = sweep_outputs(setup, copies) + int(held) + int(work)
+    if limit is not None and need > limit:
+        B, n = setup.x.shape[0], int(setup.depths_desc.size)
+        raise too_large("solve_imbedding", n, B, need, limit,
+                        "the outputs and the compiled sweep's arrays", "imbedding")
 
 
 class DepthSink:

@@ -86,9 +86,9 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
     kernel = _compiled(ia.size) if xp is np and ia.size >= _COMPILED_FROM else None
     if kernel is not None:    # one pass, no gathered copies (the same order of sums)
         io = product_table(n, order_a, order_b, order_out)[2]
-        out = kernel(np.ascontiguousarray(a.reshape(B, -1, I, a.shape[-1])),
-                     np.ascontiguousarray(b.reshape(B, I, -1, b.shape[-1])), ia, ib, io,
-                     n_coefficients(n, order_out))
+        out = run_contraction(kernel, np.ascontiguousarray(a.reshape(B, -1, I, a.shape[-1])),
+                              np.ascontiguousarray(b.reshape(B, I, -1, b.shape[-1])), ia, ib,
+                              io, n_coefficients(n, order_out))
         return out.reshape((B,) + P + Q + (out.shape[-1],))
     a2 = a.reshape(B, -1, I, a.shape[-1])[..., on_device(ia, xp)]   # (B, p, I, pairs)
     b2 = b.reshape(B, I, -1, b.shape[-1])[..., on_device(ib, xp)]   # (B, I, q, pairs)
@@ -126,6 +126,19 @@ def _compiled(pairs: int) -> Any:
     from ..compile_cost import ready
 
     return kernel if ready(kernel) else None
+
+
+def run_contraction(kernel: Any, *args: Any) -> np.ndarray:
+    """``kernel(*args)`` (`_contract_numba.contract`), announced where that compiles it
+    (`invimbed._core.compile_cost.compiling`)."""
+    if kernel.signatures:
+        return kernel(*args)
+    from numba import typeof
+
+    from ..compile_cost import compiling
+
+    with compiling("contract", [(kernel, tuple(typeof(v) for v in args))]):
+        return kernel(*args)
 
 
 @lru_cache(maxsize=None)

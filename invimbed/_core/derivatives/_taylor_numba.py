@@ -298,6 +298,15 @@ def evaluate(tape: Tape, t: np.ndarray, xin: np.ndarray, order: int) -> np.ndarr
     C = n_coefficients(n, order)
     ptr, ib, io = plan(n, order)
     out = np.zeros((xin.shape[0], len(tape.outputs), D, C))
-    run(tape.ops, tape.par, tape.kind, tape.outputs, np.ascontiguousarray(t, dtype=float),
-        np.ascontiguousarray(xin, dtype=float), order, D, C, ptr, ib, io, out, n)
+    args = (tape.ops, tape.par, tape.kind, tape.outputs, np.ascontiguousarray(t, dtype=float),
+            np.ascontiguousarray(xin, dtype=float), order, D, C, ptr, ib, io, out, n)
+    if run.signatures:      # compiled in this process: no announcement to consider
+        run(*args)
+        return out
+    from numba import typeof
+
+    from ..compile_cost import compiling
+
+    with compiling("taylor", [(run, tuple(typeof(a) for a in args))]):
+        run(*args)
     return out

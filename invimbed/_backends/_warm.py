@@ -1,0 +1,141 @@
+"""Compile every numba kernel of the package once: ``python -m invimbed compile``
+(docs/performance.md, "Compiled kernels and the first run on a machine").
+
+Each kernel of `invimbed._core.compile_cost.KERNELS` is warmed by the smallest call
+that runs it, through the code path a solve takes (so the announcement, the on-disk
+cache and the recorded compile time are those of a solve): the fixed-step and adaptive
+numba sweeps and the numba ensemble on a 2-state problem of per-sample functions
+compiled here (``cache=True``, derivatives by finite differences, so nothing is traced
+or generated per problem), the depth gradient's loop on 1024 rows, the Taylor-mode
+kernel on a one-variable tape, the contraction on a small table. A kernel already in
+numba's cache is loaded, not compiled.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from typing import Any, Callable
+
+import numpy as np
+from numba import njit
+
+from .._core.compile_cost import COMPILED, KERNELS
+
+
+@njit(cache=True)
+def _f(t, z, th):
+    return np.array([z[1], -z[0] + th[0]])
+
+
+@njit(cache=True)
+def _R(t, z, th):
+    return 0.5 * (z[0] * z[0] + th[0] * th[0])
+
+
+@njit(cache=True)
+def _T(z):
+    return 0.5 * (z[0] * z[0] + z[1] * z[1])
+
+
+@lru_cache(maxsize=None)
+def _problem() -> Any:
+    import invimbed
+
+    return invimbed.BolzaProblem(_f, _R, _T, derivatives="finite-differences")
+
+
+_X = np.array([0.3, -0.1])
+_DEPTHS = np.array([-0.5, -0.25])
+
+
+def _solve(**kw: Any) -> None:
+    import invimbed
+
+    x = kw.pop("x", _X)
+    res = invimbed.solve_imbedding(_problem(), x, _DEPTHS, control=invimbed.Constant([0.1]),
+                                   backend="numba", **kw)
+    _check(res)
+
+
+def _check(res: Any) -> None:
+    if not np.all(np.isfinite(res.value)):
+        raise RuntimeError(f"the warm-up solve failed: {res.message}")
+
+
+def _ensemble() -> None:
+    import invimbed
+
+    _check(invimbed.solve_adjoint(_problem(), _X, _DEPTHS, control=invimbed.Constant([0.1]),
+                                  backend="numba"))
+
+
+def _values() -> None:
+    from ._numba import COMPILED_ROWS
+
+    _solve(method="euler", step=0.25, x=np.tile(_X, (COMPILED_ROWS // _DEPTHS.size, 1)),
+           estimate_error=False)
+
+
+def _taylor() -> None:
+    import sympy as sp
+
+    from .._core.derivatives._taylor_numba import evaluate
+    from .._core.derivatives._tape import build_tape
+
+    t, a = sp.symbols("t a")
+    tape = build_tape(sp, [sp.sin(a) * a], t, [a], [a])
+    evaluate(tape, np.zeros(1), np.array([[0.5]]), 4)
+
+
+def _contract() -> None:
+    from .._core.closures.jet import _kernel, run_contraction
+    from .._core.derivatives.multiindex import n_coefficients, product_table
+
+    ia, ib, io = product_table(1, 1, 1, 1)
+    a, b = np.ones((1, 1, 1, 2)), np.ones((1, 1, 1, 2))
+    run_contraction(_kernel(), a, b, ia, ib, io, n_coefficients(1, 1))
+
+
+#: How each kernel of `KERNELS` is warmed.
+WARMERS: dict[str, Callable[[], None]] = {
+    "sweep_fixed": lambda: _solve(method="rk4", step=0.25),
+    "values": _values,
+    "sweep_adaptive": lambda: _solve(method="RK45"),
+    "ensemble": _ensemble,
+    "taylor": _taylor,
+    "contract": _contract,
+}
+
+
+def warm(name: str) -> tuple[float, bool]:
+    """Run kernel ``name`` once: ``(seconds, compiled)``, its wall time and whether it
+    was compiled here (False: loaded from numba's cache, or already in this process)."""
+    before = COMPILED.get(name)
+    start = time.perf_counter()
+    WARMERS[name]()
+    took = time.perf_counter() - start
+    return took, COMPILED.get(name) is not before
+
+
+def representative(name: str) -> Any:
+    """A numba dispatcher of kernel ``name`` (the one that costs most of its compile
+    time), for its cache directory and a look at whether numba's cache holds it."""
+    if name == "sweep_fixed":
+        from ._numba_kernels import _jet_sweep_one as d
+    elif name == "values":   # the loop is compiled with `cache=True` where it is built
+        from numba import njit as _njit
+
+        from ._numba_calls import request_rows
+
+        d = _njit(cache=True, parallel=True)(request_rows)
+    elif name == "sweep_adaptive":
+        from ._sweep_kernels import sweep_one as d
+    elif name == "ensemble":
+        from ._ensemble_kernels import _row as d
+    elif name == "taylor":
+        from .._core.derivatives._taylor_numba import run as d
+    else:
+        from .._core.closures._contract_numba import contract as d
+    return d
+
