@@ -3,6 +3,12 @@ kernels and the first run on a machine"): the Taylor tape's and the jet contract
 kernels run only where they are ready or where the work repays their compilation, and
 the numpy route they replace gives the same numbers."""
 
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,6 +19,8 @@ from invimbed._core import compile_cost  # noqa: E402
 from invimbed._core.closures import jet  # noqa: E402
 from invimbed._core.derivatives import taylor_mode  # noqa: E402
 from invimbed._core.derivatives.symbolic import SympyProvider  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ready_is_false_before_the_first_compilation_and_true_after():
@@ -251,3 +259,65 @@ def _call_taylor():
     t, a = sp.symbols("t a")
     tape = build_tape(sp, [sp.sin(a) * a], t, [a], [a])
     evaluate(tape, np.zeros(1), np.array([[0.5]]), 4)
+
+
+# -- python -m invimbed compile ----------------------------------------------------------
+
+
+def test_compile_dry_run_lists_every_kernel_and_compiles_nothing(capsys, monkeypatch):
+    from invimbed import __main__ as cli
+
+    monkeypatch.setattr(compile_cost, "COMPILED", {})
+    assert cli.main(["compile", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(compile_cost.KERNELS)
+    assert all(re.search(r"  (cached|not cached) +expected +\d+\.\d s \(.*\); cache: ", line)
+               for line in lines)
+    assert compile_cost.COMPILED == {}
+
+
+def test_compile_of_one_kernel_prints_its_time_and_the_total(capsys):
+    from invimbed import __main__ as cli
+
+    assert cli.main(["compile", "--kernel", "contract"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["kernel", "wall", "CPU"]
+    assert re.fullmatch(r"contract +\d+\.\d s +\d+\.\d s  (compiled|loaded from the cache)",
+                        lines[1])
+    assert re.fullmatch(r"total +\d+\.\d s +\d+\.\d s", lines[2]) and len(lines) == 3
+
+
+def test_compile_names_an_unknown_kernel(capsys):
+    from invimbed import __main__ as cli
+
+    assert cli.main(["compile", "--kernel", "sweep"]) == 2
+    assert "invalid choice: 'sweep'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_compile_warms_every_kernel_from_a_cold_cache_once(tmp_path):
+    """The whole command from an empty numba cache (minutes on two cores): every kernel
+    compiled and announced once; a second process loads them all, without a word."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(ROOT)] + sys.path))
+    cmd = [sys.executable, "-m", "invimbed", "compile"]
+    cold = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    assert cold.returncode == 0, cold.stderr
+    lines = cold.stdout.splitlines()[1:-1]
+    assert [line.split()[0] for line in lines] == list(compile_cost.KERNELS)
+    assert all(line.endswith("compiled") for line in lines)
+    told = [line for line in cold.stderr.splitlines() if line.startswith("invimbed: compiling")]
+    assert len(told) == len(compile_cost.KERNELS)
+    warm = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert warm.returncode == 0, warm.stderr
+    assert all(line.endswith("loaded from the cache")
+               for line in warm.stdout.splitlines()[1:-1])
+    assert "invimbed: compiling" not in warm.stderr
+
+
+def test_every_kernel_is_warmed_and_has_a_cache_directory():
+    from invimbed._backends import _warm
+
+    assert list(_warm.WARMERS) == list(compile_cost.KERNELS)
+    for name in compile_cost.KERNELS:
+        assert compile_cost.cache_directory(_warm.representative(name))

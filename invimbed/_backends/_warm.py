@@ -20,7 +20,11 @@ from typing import Any, Callable
 import numpy as np
 from numba import njit
 
-from .._core.compile_cost import COMPILED, KERNELS
+from .._core.adjoint import solve_adjoint
+from .._core.compile_cost import COMPILED
+from .._core.imbedding import solve_imbedding
+from .._core.open_loop import Constant
+from .._core.problem import BolzaProblem
 
 
 @njit(cache=True)
@@ -40,9 +44,7 @@ def _T(z):
 
 @lru_cache(maxsize=None)
 def _problem() -> Any:
-    import invimbed
-
-    return invimbed.BolzaProblem(_f, _R, _T, derivatives="finite-differences")
+    return BolzaProblem(_f, _R, _T, derivatives="finite-differences")
 
 
 _X = np.array([0.3, -0.1])
@@ -50,12 +52,9 @@ _DEPTHS = np.array([-0.5, -0.25])
 
 
 def _solve(**kw: Any) -> None:
-    import invimbed
-
     x = kw.pop("x", _X)
-    res = invimbed.solve_imbedding(_problem(), x, _DEPTHS, control=invimbed.Constant([0.1]),
-                                   backend="numba", **kw)
-    _check(res)
+    _check(solve_imbedding(_problem(), x, _DEPTHS, control=Constant([0.1]), backend="numba",
+                           **kw))
 
 
 def _check(res: Any) -> None:
@@ -64,10 +63,7 @@ def _check(res: Any) -> None:
 
 
 def _ensemble() -> None:
-    import invimbed
-
-    _check(invimbed.solve_adjoint(_problem(), _X, _DEPTHS, control=invimbed.Constant([0.1]),
-                                  backend="numba"))
+    _check(solve_adjoint(_problem(), _X, _DEPTHS, control=Constant([0.1]), backend="numba"))
 
 
 def _values() -> None:
@@ -97,7 +93,7 @@ def _contract() -> None:
     run_contraction(_kernel(), a, b, ia, ib, io, n_coefficients(1, 1))
 
 
-#: How each kernel of `KERNELS` is warmed.
+#: How each kernel of `invimbed._core.compile_cost.KERNELS` is warmed.
 WARMERS: dict[str, Callable[[], None]] = {
     "sweep_fixed": lambda: _solve(method="rk4", step=0.25),
     "values": _values,
@@ -108,14 +104,15 @@ WARMERS: dict[str, Callable[[], None]] = {
 }
 
 
-def warm(name: str) -> tuple[float, bool]:
-    """Run kernel ``name`` once: ``(seconds, compiled)``, its wall time and whether it
-    was compiled here (False: loaded from numba's cache, or already in this process)."""
+def warm(name: str) -> tuple[float, float, bool]:
+    """Run kernel ``name`` once: ``(wall, cpu, compiled)``, its wall and CPU seconds (of
+    this process) and whether it was compiled here (False: loaded from numba's cache, or
+    already in this process)."""
     before = COMPILED.get(name)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     WARMERS[name]()
-    took = time.perf_counter() - start
-    return took, COMPILED.get(name) is not before
+    return (time.perf_counter() - start, time.process_time() - cpu,
+            COMPILED.get(name) is not before)
 
 
 def representative(name: str) -> Any:

@@ -366,11 +366,9 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
 def memory_bytes(n: int, B: int, N: int, n_orders: int, width: int, size: int, cap: int,
                  kq: int, stages: int, tapes: tuple, F: int, Df: int,
                  CF: int) -> tuple[int, int]:
-    """``(held, work)`` bytes of `sweep_numba_adaptive` (`check_compiled`): held, the
-    kernel's fields of every carried order at every depth (``out``, ``fr``), its per-input
-    status and ``cap`` kept steps per input (``d_t``, ``d_h``, ``d_y``, ``d_Q``); work, the
-    tapes' node storage (`_workspace`) and each thread's scratch for one input (its state
-    and stages, as `_sweep_kernels.sweep_one` allocates them)."""
+    """``(held, work)`` bytes of `sweep_numba_adaptive` (`check_compiled`): its fields at
+    every depth (``out``, ``fr``), status and ``cap`` kept steps per input; the tapes'
+    storage (`_workspace`) and each thread's scratch for an input (`sweep_one`'s)."""
     held = 8 * (n * B * (n_orders * width + N + 1) + 5 * B
                 + B * cap * (2 + size * (1 + kq)))
     threads = int(_types()["numba"].config.NUMBA_NUM_THREADS)     # as `_workspace`

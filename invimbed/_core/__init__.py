@@ -31,7 +31,7 @@ Modules, one idea each:
   result, its assembly in one place, and every failure message.
 - ``backends``: the registry the compiled backends (numba, cupy) register with.
 - ``compile_cost``: whether a compiled kernel is ready on this machine (a first run
-  compiles only what pays).
+  compiles only what pays), and the announcement of a compilation that is not cached.
 - ``namespace``, ``ordered``: the array namespace (numpy or cupy) and sums in a fixed
   order.
 

@@ -1,5 +1,6 @@
-"""Whether a numba kernel is ready to run without compiling (docs/performance.md,
-"Compiled kernels and the first run on a machine").
+"""Whether a numba kernel is ready to run without compiling, and the announcement of a
+compilation that is not (docs/performance.md, "Compiled kernels and the first run on a
+machine").
 
 The package's generic numba kernels (the Taylor tape's interpreter, the jet closure's
 truncated contraction) are compiled once per machine and kept in numba's on-disk cache.
@@ -7,6 +8,15 @@ Compiling them costs far more than a short solve (43 s of CPU for the tape kerne
 for the contraction, on the shared 2-core container), so the paths that can run without
 them (numpy evaluators computing the same sums) use a kernel only where it is `ready`,
 or where the work is large enough that compiling it pays (each caller's threshold).
+
+Every place that compiles one of the package's kernels (`KERNELS`: the numba sweeps,
+fixed-step and adaptive, the numba ensemble of `solve_adjoint`, the depth gradient's
+loop, the Taylor-mode tape kernel, the jet contraction) does it inside `compiling`:
+where numba's cache does not hold the kernel, one line on stderr says what is compiled
+and how long it should take on this machine (the last compile time recorded beside
+numba's cache, else a reference time scaled), before the minutes of silence that would
+otherwise look like a hang. ``python -m invimbed compile`` (`invimbed._backends._warm`)
+compiles them all ahead of time.
 """
 
 from __future__ import annotations
