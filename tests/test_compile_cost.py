@@ -180,7 +180,7 @@ def announced(monkeypatch):
 
     from invimbed._backends import _numba, ensemble_numba, sweep_adaptive
 
-    for mod in (compile_cost, _numba, ensemble_numba, sweep_adaptive):
+    for mod in (compile_cost, _numba):        # `_numba.compile_loop`'s, and the others'
         monkeypatch.setattr(mod, "compiling", spy)
     monkeypatch.setitem(_numba._types(), "kernels", {})       # no kernel built yet here
     monkeypatch.setattr(ensemble_numba, "_KERNELS", {})

@@ -288,7 +288,6 @@ def eval_signature(args: tuple) -> tuple[tuple, Any, Any]:
 
 
 def _build_kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]:
-    numba = _types()["numba"]
     from numba import types
 
     from ._numba_calls import eval_request, request_rows
@@ -296,26 +295,36 @@ def _build_kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]
 
     argtypes, ev_sig, ev_type = eval_signature(args)
     if name == "request_rows":
-        loop_sig = types.void(ev_type, *argtypes)
-        loop = numba.njit(cache=True, parallel=True)(request_rows)
-        with compiling("values", [(eval_request, ev_sig.args), (loop, loop_sig)]):
-            eval_request.compile(ev_sig.args)
-            loop.compile(loop_sig)
-        loop.disable_compile()
-        return loop.overloads[loop.signatures[0]].entry_point, None, eval_request
+        entry = compile_loop("values", request_rows, None, None, ev_sig, argtypes)
+        return entry, None, eval_request
     one_sig = types.void(types.int64, ev_type, *argtypes)
-    loop_sig = types.void(types.FunctionType(one_sig), ev_type, *argtypes)
-    loop = numba.njit(cache=True, parallel=True)(jet_sweep)
-    with compiling("sweep_fixed", [(eval_request, ev_sig.args), (_jet_sweep_one, one_sig.args),
-                                   (loop, loop_sig)]):
-        eval_request.compile(ev_sig.args)
-        _jet_sweep_one.compile(one_sig.args)
-        loop.compile(loop_sig)
-    loop.disable_compile()
-    # the compiled entry point: calling it skips the dispatcher's typing of the arguments
-    # (milliseconds for the tuple of function values)
-    entry = loop.overloads[loop.signatures[0]].entry_point
+    entry = compile_loop("sweep_fixed", jet_sweep, _jet_sweep_one, one_sig, ev_sig, argtypes)
     return entry, _jet_sweep_one, eval_request
+
+
+def compile_loop(name: str, py_loop: Callable, one: Any, one_sig: Any, ev_sig: Any,
+                 argtypes: tuple) -> Callable:
+    """The compiled entry point of the ``prange`` loop ``py_loop`` (cached on disk), which
+    takes the per-item function ``one`` (signature ``one_sig``; None: none) and
+    `eval_request` (``ev_sig``, `eval_signature`) as function values, then arguments of
+    the types ``argtypes``; compiled with ``one`` and `eval_request`, announced as the
+    kernel ``name`` (`invimbed._core.compile_cost.compiling`). Calling the entry point
+    skips the dispatcher's typing of the arguments (milliseconds for the tuple of
+    function values)."""
+    numba = _types()["numba"]
+    from numba import types
+
+    from ._numba_calls import eval_request
+
+    head = () if one is None else (types.FunctionType(one_sig),)
+    loop = numba.njit(cache=True, parallel=True)(py_loop)
+    pending = ([(eval_request, ev_sig.args)] + ([] if one is None else [(one, one_sig.args)])
+               + [(loop, types.void(*head, types.FunctionType(ev_sig), *argtypes))])
+    with compiling(name, pending):
+        for dispatcher, sig in pending:
+            dispatcher.compile(sig)
+    loop.disable_compile()
+    return loop.overloads[loop.signatures[0]].entry_point
 
 
 def _fingerprint(args: Any) -> tuple:

@@ -58,14 +58,13 @@ from typing import Any
 import numpy as np
 
 from .._core.budget import RowCost, output_bytes
-from .._core.compile_cost import compiling
 from .._core.failures import empty_fields
 from .._core.open_loop import Constant, NoControl, PiecewiseConstant
 from .._core.integrators.ensemble import DONE, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
 from .._core.arguments import Setup
 from .._core.assembly import depth_gradient
-from ._numba import (CompiledValues, _fingerprint, _types, eval_signature, function_tuple,
-                     import_numba)
+from ._numba import (CompiledValues, _fingerprint, compile_loop, eval_signature,
+                     function_tuple, import_numba)
 from ._plans import BASE_KEYS, Request, build_plan
 
 _KERNELS: dict[tuple, Any] = {}
@@ -206,8 +205,6 @@ def _kernel(args: tuple) -> tuple[Any, Any, Any]:
 
 
 def _build(args: tuple) -> tuple[Any, Any, Any]:
-    st = _types()
-    numba = st["numba"]
     from numba import types
 
     from ._ensemble_kernels import SLOTS, _row, ensemble_rows
@@ -222,13 +219,5 @@ def _build(args: tuple) -> tuple[Any, Any, Any]:
         if BASE_KEYS[slot] != key:
             raise RuntimeError(f"internal error: _ensemble_kernels.SLOTS[{key}] = {slot} "
                                f"disagrees with _plans.BASE_KEYS")
-    loop_sig = types.void(types.FunctionType(one_sig), ev_type, *argtypes)
-    loop = numba.njit(cache=True, parallel=True)(ensemble_rows)
-    with compiling("ensemble", [(eval_request, ev_sig.args), (_row, one_sig.args),
-                                (loop, loop_sig)]):
-        eval_request.compile(ev_sig.args)
-        _row.compile(one_sig.args)
-        loop.compile(loop_sig)
-    loop.disable_compile()
-    entry = loop.overloads[loop.signatures[0]].entry_point
-    return entry, _row, eval_request
+    return compile_loop("ensemble", ensemble_rows, _row, one_sig, ev_sig, argtypes), _row, \
+        eval_request

@@ -35,7 +35,6 @@ import numpy as np
 
 from .._core.arguments import Setup
 from .._core.assembly import _depth_gradients, collect_results, depth_gradient_of
-from .._core.compile_cost import compiling
 from .._core.derivatives.multiindex import n_coefficients
 from .._core.failures import (below_min_step, budget_exhausted, first_evaluation,
                               step_collapsed, sweep_stopped)
@@ -43,7 +42,7 @@ from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcom
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
 from .._core.results import set_fields
 from .._core.sweep_memory import check_compiled
-from ._numba import (_jet_tables, _types, eval_signature, function_tuple,
+from ._numba import (_jet_tables, _types, compile_loop, eval_signature, function_tuple,
                      import_numba)
 from ._plans import Request, build_plan
 from . import _sweep_kernels as kern
@@ -240,7 +239,6 @@ def _kernel(args: tuple) -> Any:
     key = ("sweep_rows",)
     hit = _KERNELS.get(key)
     if hit is None:
-        numba = _types()["numba"]
         from numba import types
 
         from ._numba_calls import eval_request
@@ -249,17 +247,10 @@ def _kernel(args: tuple) -> Any:
             warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
             argtypes, ev_sig, ev_type = eval_signature(args)
             one_sig = types.void(types.int64, types.int64, ev_type, *argtypes)
-            loop_sig = types.void(types.FunctionType(one_sig), ev_type, *argtypes)
-            loop = numba.njit(cache=True, parallel=True)(kern.sweep_rows)
-            with compiling("sweep_adaptive", [(eval_request, ev_sig.args),
-                                              (kern.sweep_one, one_sig.args),
-                                              (loop, loop_sig)]):
-                eval_request.compile(ev_sig.args)
-                kern.sweep_one.compile(one_sig.args)
-                loop.compile(loop_sig)
-            loop.disable_compile()
-        hit = _KERNELS[key] = (loop.overloads[loop.signatures[0]].entry_point,
-                               _Address(kern.sweep_one, one_sig), _Address(eval_request, ev_sig))
+            entry = compile_loop("sweep_adaptive", kern.sweep_rows, kern.sweep_one, one_sig,
+                                 ev_sig, argtypes)
+        hit = _KERNELS[key] = (entry, _Address(kern.sweep_one, one_sig),
+                               _Address(eval_request, ev_sig))
     return hit
 
 
