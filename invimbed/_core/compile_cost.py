@@ -52,21 +52,23 @@ def ready(kernel: Any) -> bool:
 # -- the announcement of a compilation -------------------------------------------------
 
 #: The package's compiled kernels: what each serves (the announcement names it) and its
-#: compile time in seconds of wall time on the reference machine, the shared 2-core
-#: container (load average about 8; ``python -m invimbed compile`` from an empty
-#: ``NUMBA_CACHE_DIR``, docs/performance.md, "Compiled kernels and the first run on a
-#: machine"). `expected_seconds` scales them to the machine it runs on.
+#: compile time in seconds of CPU on the reference machine, the shared 2-core container
+#: (``python -m invimbed compile`` from an empty cache, one process; at a load average
+#: of 10 to 14 from other jobs the wall times were 342, 31, 829 and 279 s for the first
+#: four; the Taylor-mode kernel alone, and the contraction: docs/performance.md,
+#: "Compiled kernels and the first run on a machine"). `expected_seconds` scales them
+#: to the machine it runs on.
 KERNELS: dict[str, tuple[str, float]] = {
     "sweep_fixed": ("the fixed-step numba sweep (backend='numba', method='euler', "
-                    "'midpoint', 'rk4' or 'disc')", 60.0),
+                    "'midpoint', 'rk4' or 'disc')", 50.0),
     "values": ("the numba loop of f and R over many rows (the depth gradient of "
-               "backend='numba')", 20.0),
+               "backend='numba')", 3.0),
     "sweep_adaptive": ("the compiled adaptive sweep (backend='numba', method='RK45' or "
-                       "'RK23')", 340.0),
-    "ensemble": ("the numba ensemble of solve_adjoint(backend='numba')", 60.0),
+                       "'RK23')", 167.0),
+    "ensemble": ("the numba ensemble of solve_adjoint(backend='numba')", 31.0),
     "taylor": ("the Taylor-mode tape kernel (from_sympy problems, jets of degree 4 and "
-               "more)", 120.0),
-    "contract": ("the jet closure's compiled contraction (jets of high order)", 5.0),
+               "more)", 42.0),
+    "contract": ("the jet closure's compiled contraction (jets of high order)", 1.5),
 }
 #: The file beside numba's cache (in the kernels' cache directory) that keeps the last
 #: compile time of each kernel on this machine, in seconds of wall time.
@@ -143,7 +145,10 @@ def expected_seconds(name: str, directory: str | None) -> tuple[float, str]:
     """The expected compile time of kernel ``name`` on this machine, and how it was
     found: the last compile time of this kernel recorded beside numba's cache
     (`record`); else its reference time (`KERNELS`) times the median ratio of this
-    machine's recorded times of the other kernels to theirs; else the reference time."""
+    machine's recorded times of the other kernels to theirs; else the reference time.
+    The recorded times are wall seconds, what a user waited, the machine's load
+    included; the reference times CPU seconds, about the wall time of an idle core (the
+    compilation runs on one thread)."""
     ref = KERNELS[name][1]
     times = _times(directory)
     if name in times:
@@ -153,7 +158,7 @@ def expected_seconds(name: str, directory: str | None) -> tuple[float, str]:
         scale = ratios[len(ratios) // 2]
         return ref * scale, (f"its time on a 2-core reference machine scaled by this "
                              f"machine's other compilations ({scale:.2g}x)")
-    return ref, "measured on a shared 2-core reference machine"
+    return ref, "its CPU time on a 2-core reference machine, more on a busy one"
 
 
 def _duration(seconds: float) -> str:
