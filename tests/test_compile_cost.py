@@ -151,7 +151,7 @@ def test_the_expected_duration_is_the_last_one_measured_here(standin, tmp_path):
     assert basis == "its last compilation on this machine"
     # another kernel not compiled here yet: its reference time, scaled as this one's
     scaled, basis = compile_cost.expected_seconds("taylor", where)
-    ratio = took / compile_cost.KERNELS["contract"][1]
+    ratio = compile_cost._times(where)["contract"] / compile_cost.KERNELS["contract"][1]
     assert scaled == pytest.approx(compile_cost.KERNELS["taylor"][1] * ratio, rel=1e-2)
     assert "scaled by this machine's other compilations" in basis
 

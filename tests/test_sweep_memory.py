@@ -32,9 +32,17 @@ def problem():
 
 @pytest.fixture
 def costs(monkeypatch):
-    """The `SweepCost` of every sweep planned, and how many streamed (`DepthSink`)."""
-    seen = {"costs": [], "sinks": 0}
+    """The `SweepCost` of every sweep planned, the bytes held meanwhile (the order loop's
+    result of the lower order), and how many streamed (`DepthSink`)."""
+    from invimbed._core import imbedding
+
+    seen = {"costs": [], "held": [], "sinks": 0}
     cost, init = sweep_memory.sweep_cost, sweep_memory.DepthSink.__init__
+    real_plan = imbedding.memory_plan
+
+    def spy_plan(*a, **k):
+        seen["held"].append(a[5] if len(a) > 5 else k.get("held", 0))
+        return real_plan(*a, **k)
 
     def spy_cost(*a, **k):
         c = cost(*a, **k)
@@ -46,6 +54,7 @@ def costs(monkeypatch):
         init(self, *a, **k)
 
     monkeypatch.setattr(sweep_memory, "sweep_cost", spy_cost)
+    monkeypatch.setattr(imbedding, "memory_plan", spy_plan)
     monkeypatch.setattr(sweep_memory.DepthSink, "__init__", spy_init)
     return seen
 
@@ -66,7 +75,7 @@ def assert_bitwise(res, ref):
 def test_a_sweep_without_its_states_is_bitwise_the_sweep_with_them(problem, costs, kw):
     ref = solve_imbedding(problem, X, DEPTHS, control=CTRL, **kw)
     assert costs["sinks"] == 0                     # the default budget keeps every state
-    largest = max(c.outputs + c.work for c in costs["costs"])
+    largest = max(h + c.outputs + c.work for h, c in zip(costs["held"], costs["costs"]))
     res = solve_imbedding(problem, X, DEPTHS, control=CTRL, memory_budget=largest, **kw)
     assert costs["sinks"] >= 1
     assert_bitwise(res, ref)
