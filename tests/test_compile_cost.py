@@ -189,21 +189,9 @@ def announced(monkeypatch):
 
 
 def _njit_problem():
-    import invimbed
+    from invimbed._backends._warm import _problem
 
-    @numba.njit
-    def f(t, z, th):
-        return np.array([z[1], -z[0] + th[0]])
-
-    @numba.njit
-    def R(t, z, th):
-        return 0.5 * (z[0] * z[0] + th[0] * th[0])
-
-    @numba.njit
-    def T(z):
-        return 0.5 * (z[0] * z[0] + z[1] * z[1])
-
-    return invimbed.BolzaProblem(f, R, T, derivatives="finite-differences")
+    return _problem()
 
 
 @pytest.mark.parametrize("entry", ["sweep_fixed", "sweep_adaptive", "ensemble", "values",

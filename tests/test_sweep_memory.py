@@ -133,22 +133,12 @@ def test_memory_budget_is_checked_as_an_argument(problem):
 
 
 def njit_problem():
-    numba = pytest.importorskip("numba")
-    import invimbed
+    """Per-sample ``numba.njit`` functions, derivatives by finite differences (the
+    problem ``python -m invimbed compile`` warms the kernels with)."""
+    pytest.importorskip("numba")
+    from invimbed._backends._warm import _problem
 
-    @numba.njit
-    def f(t, z, th):
-        return np.array([z[1], -np.sin(z[0]) + th[0]])
-
-    @numba.njit
-    def R(t, z, th):
-        return 0.5 * (z[0] * z[0] + th[0] * th[0])
-
-    @numba.njit
-    def T(z):
-        return 0.5 * (z[0] * z[0] + z[1] * z[1])
-
-    return invimbed.BolzaProblem(f, R, T, derivatives="finite-differences")
+    return _problem()
 
 
 @pytest.mark.parametrize("kw", [dict(method="RK45"), dict(method="rk4", step=0.25)],

@@ -21,8 +21,11 @@ How it works
   per-sample code (`SympyProvider.sample_function`), the code ``compile="numba"`` uses.
 * The kernels (`invimbed._backends._numba_kernels`) run every sample's sweep in a
   ``prange`` loop, write into preallocated outputs and are cached on disk
-  (``cache=True``): the first call on a machine compiles them (tens of seconds), later
-  processes load them.
+  (``cache=True``): the first call on a machine compiles them (about a minute of CPU),
+  saying so on stderr first (`compile_loop`, `invimbed._core.compile_cost.compiling`);
+  later processes load them. ``python -m invimbed compile`` compiles them ahead of time.
+* ``memory_budget``: the sweep's outputs and the kernel's fields at every depth are
+  estimated before they are allocated (`invimbed._core.sweep_memory.check_compiled`).
 """
 
 from __future__ import annotations

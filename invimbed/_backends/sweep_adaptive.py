@@ -21,7 +21,9 @@ problem); per-sample ``numba.njit`` functions (``derivatives=`` as for the fixed
 numba sweep) on a derivative plan (`invimbed._backends._plans`: the user's derivatives,
 finite differences beyond them), as far as the plan serves the order.
 Controls: ``None``, `Constant`, `PiecewiseConstant`. ``nfev`` is the largest number of
-right-hand-side evaluations of any input.
+right-hand-side evaluations of any input. ``memory_budget`` bounds the kernel's arrays
+(`memory_bytes`). The kernel is compiled once per machine (minutes), announced on
+stderr first (`invimbed._core.compile_cost.compiling`).
 """
 
 from __future__ import annotations
