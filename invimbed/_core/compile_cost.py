@@ -219,8 +219,8 @@ class _ElapsedBar:
             from tqdm.auto import tqdm
         except ImportError:   # the optional `progress` extra
             return
-        self.bar = tqdm(total=max(1, round(seconds)), desc=f"compiling {name}", unit="s",
-                        file=stream, leave=False)
+        self.bar = tqdm(total=max(1, round(seconds)), desc=f"compiling {name}", file=stream,
+                        leave=False, bar_format="{desc}: {bar} {n}/{total} s expected")
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._tick, daemon=True)
         self.thread.start()
