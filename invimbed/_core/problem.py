@@ -46,9 +46,9 @@ class BolzaProblem:
     q : float, default 0.0
         The output end of the depth interval; every depth ``p`` must satisfy ``p <= q``.
     derivatives : dict, DerivativeProvider or {"auto", "trace", "finite-differences"}, optional
-        Where the derivatives come from: callables by name (``"f_z"``, ``"R_theta"``, ...),
-        a provider, or (``"auto"``) the functions traced into sympy, finite differences
-        where tracing fails (docs/derivatives.md).
+        Where the derivatives come from: callables by name (``"f_z"``, ``"R_theta"``, ...;
+        the ones not given are traced), a provider, or (``"auto"``) the functions traced
+        into sympy; finite differences where tracing fails (docs/derivatives.md).
     vectorized : bool, default False
         Every function accepts a batch, ``z`` (B, N) and ``theta`` (B, M); ``t`` is a
         float or an array (B,) of per-row times.
