@@ -1,5 +1,5 @@
 """Per-sample ``@numba.njit`` functions with some derivatives given, on ``backend="numba"``
-against the same problem written vectorised on ``backend="numpy"`` (issue 31, item 4).
+against the same problem written vectorised on ``backend="numpy"``.
 
 Problem: the coupled pendulums of ``_coupled_njit.py`` (``N = 4`` states, ``M = 2``
 constant torques ``W``; the problem of ``bench_backends.py``), ``B`` inputs (default
