@@ -1,12 +1,14 @@
-"""What a benchmark ran on, printed at the top of its output: one implementation for all
-the benchmark scripts (they import it as ``from _machine import machine_info``, the
-script's own folder being on ``sys.path``)."""
+"""What a benchmark ran on, printed at the top of its output, and how two sides are
+timed in turn: one implementation for all the benchmark scripts (they import it as
+``from _machine import machine_info, alternating``, the script's own folder being on
+``sys.path``)."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import platform
+import time
 
 import numpy as np
 import scipy
@@ -49,3 +51,16 @@ def machine_info(*packages: str, extra: tuple[str, ...] = ()) -> str:
     lines.append("threads  : " + ", ".join(f"{v}={os.environ.get(v)}" for v in
                                           ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")))
     return "\n".join(lines + list(extra))
+
+
+def alternating(fns: list, counts: list[int], rounds: int) -> list[float]:
+    """Each ``fns[i]`` called ``counts[i]`` times per round, in turn, for ``rounds``
+    rounds; the best time of each (seconds)."""
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for i, (fn, count) in enumerate(zip(fns, counts)):
+            for _ in range(count):
+                t0 = time.perf_counter()
+                fn()
+                best[i] = min(best[i], time.perf_counter() - t0)
+    return best

@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from _machine import machine_info
+from _machine import alternating, machine_info
 import _pendulums as pend
 
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
@@ -48,19 +48,6 @@ def solve(problem, K: int, backend: str, control: str = "piecewise"):
 
     return invimbed.solve_imbedding(problem, pend.X0, pend.depths(64),
                                     control=CONTROLS[control], order=K, backend=backend)
-
-
-def alternating(fns: list, counts: list[int], rounds: int) -> list[float]:
-    """Each ``fns[i]`` called ``counts[i]`` times per round, in turn, for ``rounds``
-    rounds; the best time of each (seconds)."""
-    best = [float("inf")] * len(fns)
-    for _ in range(rounds):
-        for i, (fn, count) in enumerate(zip(fns, counts)):
-            for _ in range(count):
-                t0 = time.perf_counter()
-                fn()
-                best[i] = min(best[i], time.perf_counter() - t0)
-    return best
 
 
 def cold() -> float:

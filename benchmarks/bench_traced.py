@@ -41,10 +41,10 @@ import _pendulums as P
 import invimbed
 from _machine import machine_info
 
-# the per-sample @njit pendulum of bench_backends.py (the constants of _pendulums.py)
-from bench_backends import R1 as R, T1 as T, f1 as f  # noqa: E402
-from bench_backends import R1_theta as R_theta, R1_z as R_z, T1_z as T_z  # noqa: E402
-from bench_backends import f1_theta as f_theta, f1_z as f_z  # noqa: E402
+# the per-sample @njit pendulum of bench_backends.py, from _coupled_njit.py (the constants of _pendulums.py)
+from _coupled_njit import R1 as R, T1 as T, f1 as f  # noqa: E402
+from _coupled_njit import R1_theta as R_theta, R1_z as R_z, T1_z as T_z  # noqa: E402
+from _coupled_njit import f1_theta as f_theta, f1_z as f_z  # noqa: E402
 
 
 def problems() -> dict[str, invimbed.BolzaProblem]:

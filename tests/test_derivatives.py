@@ -123,7 +123,15 @@ def test_user_derivatives_are_used_and_differenced_further():
         calls["f_z"] += 1
         return np.stack([exact("f", zz, tt, 1, 0) for zz, tt in zip(z, th)])
 
-    prov = BolzaProblem(f, R, T, vectorized=True, derivatives={"f_z": f_z}).provider(2, 1)
+    def f_untraced(t, z, th):    # compares a value: does not trace (docs/derivatives.md)
+        if np.any(z != z):
+            raise ValueError("NaN")
+        return f(t, z, th)
+
+    # where the functions do not trace, the rest are differences of the given ones
+    prov = BolzaProblem(f_untraced, R, T, vectorized=True,
+                        derivatives={"f_z": f_z}).provider(2, 1)
+    assert prov.derivative_source.startswith("user: f_z; the rest by finite differences")
     z, th = np.array([[0.3, 0.5]]), np.array([[-0.4]])
     np.testing.assert_array_equal(prov.derivative("f", 0, z, th, dz=1)[0],
                                   exact("f", z[0], th[0], 1, 0))
@@ -132,6 +140,14 @@ def test_user_derivatives_are_used_and_differenced_further():
     assert np.abs(d2 - exact("f", z[0], th[0], 2, 0)).max() < 1e-9
     assert calls["f_z"] >= 2
     assert prov.fd_levels("f", 2, 0) == 1 and prov.fd_levels("f", 1, 0) == 0
+    # where they trace, the given f_z is called as it is and the rest are the trace's
+    calls["f_z"] = 0
+    prov = BolzaProblem(f, R, T, vectorized=True, derivatives={"f_z": f_z}).provider(2, 1)
+    np.testing.assert_array_equal(prov.derivative("f", 0, z, th, dz=1)[0],
+                                  exact("f", z[0], th[0], 1, 0))
+    d2 = prov.derivative("f", 0, z, th, dz=2)[0]
+    assert np.abs(d2 - exact("f", z[0], th[0], 2, 0)).max() < 1e-13
+    assert calls["f_z"] == 1
 
 
 def test_non_vectorized_functions_are_called_row_by_row():

@@ -196,8 +196,9 @@ def test_compiled_jet_rhs_equals_the_numpy_closure(problem, order, sparse):
 
 @pytest.mark.parametrize("derivatives", [False, True])
 def test_per_sample_njit_functions_run_on_the_derivative_plan(derivatives):
-    """Per-sample ``numba.njit`` functions (first derivatives given, or none: finite
-    differences by the rule of `FiniteDifferences`) at jet order 1: the numpy sweep of the
+    """Per-sample ``numba.njit`` functions at jet order 1: first derivatives given (the
+    rest traced: the tapes of the traced expressions), or none with finite differences
+    by the rule of `FiniteDifferences` (the derivative plan): the numpy sweep of the
     same functions."""
     from test_backends import CTRL as ctrl, pendulum_njit
 

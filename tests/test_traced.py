@@ -206,9 +206,43 @@ def test_results_say_which_derivatives_were_used():
     assert solve_adjoint(fd, x, d, control=ctrl).derivatives == \
         "finite differences (derivatives='finite-differences')"
     user = BolzaProblem(f_vec, R_vec, T_vec, vectorized=True, derivatives={"T_z": T_z_vec})
+    assert user.derivative_source == "user: T_z; the rest traced at the first solve"
     res = solve_adjoint(user, x, d, control=ctrl)
-    assert res.derivatives.startswith("user: T_z; the rest by finite differences")
-    assert isinstance(user.provider(4, 2), invimbed.FiniteDifferences)   # user's first
+    assert res.derivatives == "user: T_z; the rest exact: traced into sympy"
+    assert repr(user).endswith("derivatives='user: T_z')")
+    # where tracing fails, the rest are finite differences of the user's, saying why
+    branchy = BolzaProblem(lambda t, z, th: np.maximum(z, 0.0) - z, vectorized=True,
+                           derivatives={"f_z": lambda t, z, th: np.zeros((len(z), 2, 2))})
+    src = branchy.provider(2, 0).derivative_source
+    assert src.startswith("user: f_z; the rest by finite differences (tracing failed")
+    assert "compares" in src
+    assert isinstance(branchy.provider(2, 0), invimbed.FiniteDifferences)
+
+
+def test_given_derivatives_are_completed_by_the_traced_ones():
+    """A problem that gives some derivatives gets the others traced, exactly: the given
+    ones are the user's callables (called, not replaced), the rest equal the symbolic
+    reference to 1e-12 where finite differences are off by more than 1e-8."""
+    calls = []
+
+    def T_z_counted(z):
+        calls.append(len(z))
+        return T_z_vec(z)
+
+    prob = BolzaProblem(f_vec, R_vec, T_vec, vectorized=True, derivatives={"T_z": T_z_counted})
+    fd = BolzaProblem(f_vec, R_vec, T_vec, vectorized=True, derivatives="finite-differences")
+    prov, ref, diffs = prob.provider(4, 2), sympy_problem().provider(4, 2), fd.provider(4, 2)
+    assert not isinstance(prov, invimbed.FiniteDifferences)
+    rng = np.random.default_rng(3)
+    z, th = rng.normal(size=(5, 4)), rng.normal(size=(5, 2))
+    for which, dz, dth in [("f", 3, 0), ("f", 2, 1), ("R", 3, 0), ("R", 1, 1), ("T", 3, 0),
+                           ("T", 1, 0), ("f", 0, 0)]:
+        got = prov.derivative(which, 0.4, z, th, dz, dth)
+        want = ref.derivative(which, 0.4, z, th, dz, dth)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(1.0, np.abs(want).max()))
+        if dz + dth == 3:   # what the old rule gave: differences, off by far more
+            assert np.max(np.abs(diffs.derivative(which, 0.4, z, th, dz, dth) - want)) > 1e-8
+    assert calls, "the given T_z was not called"
 
 
 @pytest.mark.parametrize("solver", ["adjoint", "imbedding"])

@@ -188,6 +188,13 @@ def function_tuple(setup: Setup, used: frozenset) -> tuple:
             f"from_sympy), or use backend='numpy'")
     if user is not None:   # from_sympy, traced: the provider's generated per-sample code
         source = {key: _SymbolicSource(user, key) for key in BASE_KEYS}
+        if getattr(user, "known", None) and not prob.vectorized:
+            # derivatives given, the rest traced (`CompletedProvider`): the user's own
+            # per-sample functions where given (a vectorised problem's are not per-sample)
+            source.update({k: fn for k, fn in (
+                (("f", 0, 0), prob.dynamics), (("R", 0, 0), prob.running_loss),
+                (("T", 0, 0), prob.terminal_loss), *prob.known_derivatives.items())
+                if fn is not None})
     else:
         source = {("f", 0, 0): prob.dynamics, ("R", 0, 0): prob.running_loss,
                   ("T", 0, 0): prob.terminal_loss}

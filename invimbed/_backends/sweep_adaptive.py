@@ -15,11 +15,13 @@ are those of the numpy sweep of ``x[b]`` alone (``tests/test_sweep_numba.py``: 1
 a failing input (a non-finite value, the step budget) leaves the others untouched: its
 fields are NaN from where it stopped, ``success`` is False and the message names it.
 
-Derivatives: a ``from_sympy`` problem runs on its Taylor-mode tapes
+Derivatives: a ``from_sympy`` problem, and one whose functions were traced into sympy
+(derivatives given or not), runs on its Taylor-mode tapes
 (`invimbed._core.derivatives.taylor_mode`; any jet order, nothing compiled per
-problem); per-sample ``numba.njit`` functions (``derivatives=`` as for the fixed-step
-numba sweep) on a derivative plan (`invimbed._backends._plans`: the user's derivatives,
-finite differences beyond them), as far as the plan serves the order.
+problem); other per-sample ``numba.njit`` functions (``derivatives=`` as for the
+fixed-step numba sweep, tracing failed) on a derivative plan
+(`invimbed._backends._plans`: the user's derivatives, finite differences beyond them),
+as far as the plan serves the order.
 Controls: ``None``, `Constant`, `PiecewiseConstant`. ``nfev`` is the largest number of
 right-hand-side evaluations of any input. ``memory_budget`` bounds the kernel's arrays
 (`memory_bytes`). The kernel is compiled once per machine (minutes), announced on
@@ -143,13 +145,17 @@ def _segments(setup: Setup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 
 
 def _tapes(setup: Setup, nw: int) -> tuple | None:
-    """The Taylor-mode tapes of ``f``, ``R``, ``T`` of a ``from_sympy`` problem (None
-    for other problems, or a function the tapes do not know)."""
+    """The Taylor-mode tapes of ``f``, ``R``, ``T`` of a ``from_sympy`` problem, or of
+    the expressions a problem's functions were traced into (derivatives given or not:
+    `invimbed._core.derivatives.traced`); None for other problems, or a function the
+    tapes do not know."""
     from .._core.derivatives._tape import Unsupported
     from .._core.derivatives.symbolic import SympyProvider
     from .._core.derivatives.taylor_mode import TaylorJets
 
     prov = setup.problem.derivative_provider
+    if prov is None and getattr(setup.provider, "traced", False):
+        prov = getattr(setup.provider, "traced_part", setup.provider)
     if not isinstance(prov, SympyProvider):
         return None
     jets = _JETS.get(prov)

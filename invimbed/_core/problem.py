@@ -14,7 +14,7 @@ import numpy as np
 from . import derivative_guard
 from .derivatives import DerivativeProvider, FiniteDifferences, derivative_name, parse_key
 from .derivatives.symbolic import SympyProvider
-from .derivatives.traced import MODES, PENDING, traced_provider
+from .derivatives.traced import MODES, PENDING, traced_provider, user_names
 from .namespace import array_namespace
 from .probe import first_call, per_sample_error, precision_warning
 from .results import SolverWarning
@@ -46,9 +46,9 @@ class BolzaProblem:
     q : float, default 0.0
         The output end of the depth interval; every depth ``p`` must satisfy ``p <= q``.
     derivatives : dict, DerivativeProvider or {"auto", "trace", "finite-differences"}, optional
-        Where the derivatives come from: callables by name (``"f_z"``, ``"R_theta"``, ...),
-        a provider, or (``"auto"``) the functions traced into sympy, finite differences
-        where tracing fails (docs/derivatives.md).
+        Where the derivatives come from: callables by name (``"f_z"``, ``"R_theta"``, ...;
+        the ones not given are traced), a provider, or (``"auto"``) the functions traced
+        into sympy; finite differences where tracing fails (docs/derivatives.md).
     vectorized : bool, default False
         Every function accepts a batch, ``z`` (B, N) and ``theta`` (B, M); ``t`` is a
         float or an array (B,) of per-row times.
@@ -135,15 +135,15 @@ class BolzaProblem:
         ``"finite differences (why)"``), as every result's ``derivatives``."""
         if self._user_provider is not None:
             return f"exact: the user's {self._user_provider.name}"
-        if self._known:
-            return (f"user: {', '.join(sorted(_key_name(k) for k in self._known))}; the "
-                    f"rest by finite differences")
+        if self._known and self._source is None:
+            return f"{user_names(self._known)}; the rest traced at the first solve"
         return self._source or PENDING[self.derivative_mode]
 
     @property
     def derivative_provider(self) -> DerivativeProvider | None:
         """The `DerivativeProvider` passed as ``derivatives``, or ``None`` (then the
-        derivatives are `known_derivatives` completed by finite differences)."""
+        derivatives are `known_derivatives` completed by the traced functions, or by
+        finite differences where tracing fails)."""
         return self._user_provider
 
     @property
@@ -172,7 +172,7 @@ class BolzaProblem:
         if self._user_provider is not None:
             deriv = repr(self._user_provider.name)
         elif self._known:
-            deriv = repr("user: " + ", ".join(sorted(_key_name(k) for k in self._known)))
+            deriv = repr(user_names(self._known))
         elif self._source is not None:
             deriv = repr("traced" if self._source.startswith("exact") else
                          "finite differences")
@@ -243,9 +243,9 @@ class BolzaProblem:
                 "R": self._batched(self.running_loss, "R", ("R", 0, 0)),
                 "T": self._batched(self.terminal_loss, "T", ("T", 0, 0)),
             }
-            prov, source = traced_provider(self, functions, n_state, n_theta)
+            known = {k: self._batched(fn, k[0], k) for k, fn in self._known.items()}
+            prov, source = traced_provider(self, functions, n_state, n_theta, known)
             if prov is None:
-                known = {k: self._batched(fn, k[0], k) for k, fn in self._known.items()}
                 zero = tuple(w for w, fn in (("R", self.running_loss),
                                              ("T", self.terminal_loss)) if fn is None)
                 prov = FiniteDifferences(functions, n_state, n_theta, known=known, zero=zero)

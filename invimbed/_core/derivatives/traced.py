@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .base import DerivativeProvider, derivative_name
 from .symbolic import SympyProvider
 from .tracing import AGREEMENT, MAX_OPERATIONS, TraceError, _STATE, _sympy, trace_function
 
@@ -24,12 +25,15 @@ PENDING = {"auto": "auto: traced at the first solve, else finite differences",
 
 
 def traced_provider(problem: Any, functions: dict[str, Callable], n_state: int,
-                    n_theta: int) -> tuple["TracedProvider | None", str]:
+                    n_theta: int, known: dict[tuple[str, int, int], Callable] | None = None
+                    ) -> tuple["DerivativeProvider | None", str]:
     """The traced provider of ``problem`` where its ``derivative_mode`` asks for one and
     tracing succeeds, and the problem's `derivative_source` for the solve; ``None`` for
-    finite differences. ``derivatives="trace"`` raises ``ValueError`` where it fails."""
-    if problem.known_derivatives:
-        return None, problem.derivative_source
+    finite differences. ``derivatives="trace"`` raises ``ValueError`` where it fails.
+
+    ``known``: the problem's derivative callables (batched), where it gives some; the
+    provider is then a `CompletedProvider` (the user's derivatives, the traced ones for
+    the rest), and where tracing fails the rest are finite differences."""
     if problem.derivative_mode == "finite-differences":
         return None, FD_REQUESTED
     prov, why = trace_problem(problem.dynamics, problem.running_loss, problem.terminal_loss,
@@ -37,13 +41,21 @@ def traced_provider(problem: Any, functions: dict[str, Callable], n_state: int,
     if prov is not None:   # as `BolzaProblem.provider` builds its finite differences
         prov._absent = tuple(w for w in "RT" if getattr(
             problem, {"R": "running_loss", "T": "terminal_loss"}[w]) is None)
-    if prov is not None:
+        if known:
+            prov = CompletedProvider(prov, functions, known)
         return prov, prov.derivative_source
+    if known:
+        return None, f"{user_names(known)}; the rest by finite differences (tracing failed: {why})"
     if problem.derivative_mode == "trace":
         raise ValueError(f"`derivatives='trace'`: {why}; write the functions with numpy "
                          f"operations and no branches on values, or use "
                          f"derivatives='auto' (finite differences)")
     return None, f"finite differences (tracing failed: {why})"
+
+
+def user_names(known: Any) -> str:
+    """``"user: f_z, T_z"``: the derivatives a problem gives, by name, sorted."""
+    return "user: " + ", ".join(sorted(derivative_name(*k) for k in known))
 
 
 def trace_problem(dynamics: Callable, running_loss: Callable | None,
@@ -175,3 +187,55 @@ class TracedProvider(SympyProvider):
                        for w, v in values.items())
         except Exception:
             return False
+
+
+class CompletedProvider(DerivativeProvider):
+    """The derivatives a problem gives (``derivatives={"f_z": ...}``), completed by its
+    traced functions: ``f``, ``R``, ``T`` and every derivative given are the user's
+    callables; every other derivative is the traced provider's exact one
+    (docs/derivatives.md). What ``backend="numba"`` compiles: the user's per-sample
+    functions where given, the generated per-sample code (`sample_function`) for the
+    rest, so that no derivative is differenced inside its kernels."""
+
+    name = "user derivatives, the rest traced (sympy)"
+    exact_derivatives = True     # the numba backend's plans difference nothing
+    max_order = None
+    row_times = True             # the user's batched callables and the generated code
+    traced = True                # `invimbed.BolzaProblem.provider` re-checks the trace
+
+    def __init__(self, traced: TracedProvider, functions: dict[str, Callable],
+                 known: dict[tuple[str, int, int], Callable]) -> None:
+        self.traced_part = traced
+        self.functions = functions
+        self.known = dict(known)
+        self.n_state, self.n_theta = traced.n_state, traced.n_theta
+        self.derivative_source = f"{user_names(known)}; the rest exact: traced into sympy"
+        self.trace_seconds = traced.trace_seconds
+
+    def _derivative(self, which, t, z, theta, dz, dth):
+        fn = self.known.get((which, dz, dth))
+        if fn is None and dz + dth == 0 and which not in self.traced_part._absent:
+            fn = self.functions[which]
+        if fn is None:
+            return self.traced_part.derivative(which, t, z, theta, dz, dth)
+        return np.asarray(fn(t, z, theta), dtype=float)
+
+    def sample_function(self, which: str, dz: int = 0, dth: int = 0) -> Callable:
+        """The traced derivative's generated per-sample code
+        (`SympyProvider.sample_function`)."""
+        return self.traced_part.sample_function(which, dz, dth)
+
+    def still_matches(self) -> bool:
+        return self.traced_part.still_matches()
+
+    def finite_differences(self) -> Any:
+        """The user's functions and derivatives with finite differences for the rest
+        (what ``backend="cupy"`` runs: the generated code is numpy's)."""
+        from .finite_difference import FiniteDifferences
+
+        tr = self.traced_part
+        prov = FiniteDifferences(self.functions, self.n_state, self.n_theta, known=self.known,
+                                 zero=tr._absent)
+        prov.derivative_source = (f"{user_names(self.known)}; the rest by finite differences "
+                                  f"(backend='cupy' runs the functions)")
+        return prov

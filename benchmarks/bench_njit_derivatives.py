@@ -1,0 +1,94 @@
+"""Per-sample ``@numba.njit`` functions with some derivatives given, on ``backend="numba"``
+against the same problem written vectorised on ``backend="numpy"``.
+
+Problem: the coupled pendulums of ``_coupled_njit.py`` (``N = 4`` states, ``M = 2``
+constant torques ``W``; the problem of ``bench_backends.py``), ``B`` inputs (default
+1024), 64 depths on ``[-1, 0]``, fixed-step ``rk4`` with one step between depths (252
+right-hand sides), the jet of order 1 with its error estimate (the default: the order-2
+jet too, which needs third derivatives). Derivatives given up to the second order
+(``f_z``, ``f_zz``, ``f_theta``, ``f_ztheta``, ``f_zztheta``, the same of ``R``, ``T_z``,
+``T_zz``): per sample with ``numba.njit`` for numba, vectorised for numpy. The rest
+(``f_zzz``, ``f_zzztheta``, ``R_zzz``, ``R_zzztheta``, ``T_zzz``) are traced from the
+problem's functions in both (``res.derivatives`` says so; before, finite differences of
+the given ones, nested inside the numba kernel).
+
+Printed: the first call of each side (numba compilation, tracing, code generation), the
+best of ``--repeat`` calls of each side timed in alternation (numpy, numba, numpy, ...),
+their ratio against the target (numba >= 20x numpy, never asserted), numba's time per
+input and right-hand side, the largest relative difference of the fields and of the
+error estimate (target 1e-10), and where the derivatives came from.
+
+Run:  python benchmarks/bench_njit_derivatives.py [--B 1024] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+
+import invimbed
+from _coupled_njit import (DEPTHS, NUMBA_DERIVATIVES, NUMPY_DERIVATIVES, STEP, W, R1, Rv, T1,
+                           Tv, f1, fv, inputs)
+from _machine import alternating, machine_info
+
+FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
+TARGET = 20.0
+STAGES = 4 * (DEPTHS.size - 1)
+
+
+def max_rel(a: invimbed.ImbeddingResult, b: invimbed.ImbeddingResult) -> tuple[float, float]:
+    """The largest ``|a - b| / max(1, |b|)`` over the fields, and over the error estimate."""
+    def rel(x, y):
+        return float(np.max(np.abs(x - y) / np.maximum(1.0, np.abs(y))))
+    return (max(rel(a[k], b[k]) for k in FIELDS),
+            max(rel(a.error_estimate[k], b.error_estimate[k]) for k in b.error_estimate))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--B", type=int, default=1024)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    import numba
+
+    warnings.simplefilter("ignore", category=getattr(numba, "NumbaExperimentalFeatureWarning",
+                                                     Warning))
+    print(machine_info("numba", "sympy", extra=(f"numba threads: {numba.get_num_threads()}",)))
+    x = inputs(args.B)
+    kw = dict(control=invimbed.Constant(W), method="rk4", step=STEP)
+    sides = {"numpy": (invimbed.BolzaProblem(fv, Rv, Tv, vectorized=True,
+                                             derivatives=NUMPY_DERIVATIVES), "numpy"),
+             "numba": (invimbed.BolzaProblem(f1, R1, T1, derivatives=NUMBA_DERIVATIVES),
+                       "numba")}
+    res = {}
+    for name, (problem, backend) in sides.items():
+        t0 = time.perf_counter()
+        invimbed.solve_imbedding(problem, x[:2], DEPTHS, backend=backend, **kw)
+        print(f"{name}: first call (B = 2; compile, trace, generate code): "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        res[name] = invimbed.solve_imbedding(problem, x, DEPTHS, backend=backend, **kw)
+        print(f"{name}: derivatives: {res[name].derivatives}")
+
+    def run(name):
+        problem, backend = sides[name]
+        return lambda: invimbed.solve_imbedding(problem, x, DEPTHS, backend=backend, **kw)
+
+    t_np, t_nb = alternating([run("numpy"), run("numba")], [1, 1], args.repeat)
+    fields, estimate = max_rel(res["numba"], res["numpy"])
+    ratio = t_np / t_nb
+    print(f"\nB = {args.B}, 64 depths, rk4, jet 1 with its estimate; best of {args.repeat}, "
+          f"alternating")
+    print(f"numpy (vectorised): {t_np:.3f} s")
+    print(f"numba (per-sample @njit): {t_nb:.3f} s, {1e6 * t_nb / (args.B * STAGES):.2f} us "
+          f"per input and right-hand side (both jets)")
+    print(f"numba / numpy speed-up: {ratio:.2f}x (target >= {TARGET:g}x): "
+          f"{'met' if ratio >= TARGET else 'NOT met'}")
+    print(f"largest relative difference: fields {fields:.1e}, error estimate {estimate:.1e} "
+          f"(target 1e-10): {'met' if max(fields, estimate) <= 1e-10 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
