@@ -99,7 +99,7 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
     bound = e.copy()
     more = None
     chain = [d for d in (lower, errors, upper) if d is not None]
-    if len(chain) > 1 and tol is not None:
+    if len(chain) > 1:
         weighted = [_weighted(d, fields, tol, n, B)[1] for d in chain]
         more = orders_needed(weighted, 1 if upper is not None else 0)
         ratio = np.zeros((n, B))

@@ -374,7 +374,7 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
             )
         clo = JetClosure(prov, setup.control, setup.x, setup.q, order=order,
                          estimate_error=est, crop=(closure == "crop"),
-                         ratio_test=bool(ratio_test) and tol is not None,
+                         ratio_test=bool(ratio_test),
                          look_ahead=_serves(prov, order + 2, est, setup.control.n_params))
     else:
         clo = StencilClosure(prov, setup.control, setup.x, setup.q, difference=difference,
