@@ -386,6 +386,11 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
             return fl, clo.error_estimate(y), clo.lower_difference(y), clo.upper_difference(y)
         return fl, clo.error_estimate(y)
 
+    if method in SPARSE_JACOBIAN and isinstance(clo, JetClosure):
+        # the implicit methods difference and factorise the Jacobian of the whole jet
+        # state otherwise: at order 5 with its estimate and ratio test, over a thousand
+        # columns per input (docs/accuracy.md, "When a higher order fails")
+        options = {**options, "jac_sparsity": clo.jacobian_sparsity()}
     sink = memory_plan(setup, clo, method, budget, per_depth)   # None: every state kept
     y0 = clo.initial_state()
     breakpoints = setup.control.breakpoints
@@ -405,6 +410,10 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
                           predict=tol is not None)
     return attach_closure_dense(res, setup, outcome, clo, fields_at, shapes, method,
                                 finish=lambda r: mark_unchecked(r, closure, est, method))
+
+
+#: scipy's implicit methods that take ``jac_sparsity`` (LSODA does not).
+SPARSE_JACOBIAN = ("BDF", "Radau")
 
 
 def _compiled_adaptive(backend: str, method: str) -> bool:
