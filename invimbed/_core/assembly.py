@@ -189,9 +189,9 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
     depth gradient in ``stacked_fields``; it then is judged like the other fields.
 
     ``predict=True`` (the order loop of `invimbed._core.orders`) adds the private keys
-    ``"_bound"`` (the verdict's error bound in units of the tolerance) and ``"_more"``
-    (`invimbed._core.accuracy.orders_needed`, where the ratio test ran), which the
-    caller removes.
+    ``"_bound"`` (the verdict's error bound in units of the tolerance), ``"_more"``
+    (`invimbed._core.accuracy.orders_needed`, where the ratio test ran) and ``"_nsteps"``
+    (the integrator's steps, or None), which the caller removes.
     """
     success, message = outcome.success, outcome.message
     warnings = list(warnings or [])
@@ -292,6 +292,7 @@ def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
             success, status = False, Status.NOT_CONVERGED
             message = verdict.message
         if predict:
+            extra["_nsteps"] = outcome.extra.get("nsteps")
             extra["_bound"] = verdict.estimate
             if verdict.more is not None:
                 extra["_more"] = verdict.more

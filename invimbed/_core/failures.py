@@ -63,6 +63,17 @@ def stiff_stop(p: float, max_steps: int, h_lambda: float, projected: int) -> str
             f"'BDF'.")
 
 
+def over_projection(p: float, budget: int, projected: int) -> str:
+    """The message of a raised order's sweep stopped early at depth ``p``: at the size of
+    its last steps it would need about ``projected`` steps, more than the ``budget`` the
+    order loop allows a raised order (`invimbed._core.orders.RAISE_STEPS` times the steps
+    of the starting order)."""
+    return (f"Integration stopped at depth p = {p:.10g}: at the size of its last steps "
+            f"this order's sweep needs about {projected:.3g} steps, more than the {budget} "
+            f"a raised order may take (a multiple of the starting order's steps): its jets "
+            f"are too stiff for this method")
+
+
 def grid_exhausted(p: float, max_steps: int, needed: int, step: float) -> str:
     """The message of a fixed-step sweep whose grid needs more than ``max_steps`` steps:
     it took the first ``max_steps`` and stopped at depth ``p``."""

@@ -168,11 +168,14 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         rtol, atol = _finite_difference_floor(prov, closure, order, est, setup, rtol, atol,
                                               tol_pair, warnings)
 
-    def sweep(at: Any, K: int) -> ImbeddingResult:
+    def sweep(at: Any, K: int, steps: int | None = None) -> ImbeddingResult:
+        opts = dict(options)
+        if steps is not None and method in SCIPY_METHODS and backend == "numpy":
+            opts["projected_budget"] = steps      # a raised order (`raise_order`)
         return _sweep(at, closure=closure, order=K, method=method, rtol=rtol, atol=atol,
                       step=step, est=est, difference=difference, delta=delta,
                       backend=backend, tol=tol_pair, ratio_test=ratio_test,
-                      warnings=list(warnings), options=dict(options), budget=budget)
+                      warnings=list(warnings), options=opts, budget=budget)
 
     exact = (exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET),
                            finest=precision_limit(setup.problem.low_precision))

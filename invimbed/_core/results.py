@@ -57,7 +57,7 @@ OPTIONAL_FIELDS = (
     "linear_quadratic", "optimality_error",
 )
 #: Fields of the assembly only (`invimbed._core.orders` takes them off with `set_fields`).
-PRIVATE_FIELDS = ("_bound", "_more")
+PRIVATE_FIELDS = ("_bound", "_more", "_nsteps")
 #: Every field an `ImbeddingResult` may hold.
 FIELDS = frozenset(COMMON_FIELDS + OPTIONAL_FIELDS + PRIVATE_FIELDS)
 
