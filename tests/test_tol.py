@@ -204,16 +204,15 @@ def test_a_result_without_an_estimate_says_so_in_its_status(kw):
 
 # -- a raised order on a stiff problem (Robertson's kinetics with BDF) -----------------------
 def test_a_raised_sweep_whose_steps_collapse_is_stopped_early():
-    """`projected_budget`: once a tenth of the budget is spent, 20 consecutive steps each
-    projecting more than the budget stop the sweep, saying so (the order-5 sweep of
-    Robertson's kinetics with BDF crept on at steps of 1e-9 for minutes into NaN)."""
+    """`raise_budget`: a raised order's sweep ends after its budget of steps, saying so
+    (the order-5 sweep of Robertson's kinetics with BDF crept on at steps of 1e-9 for
+    minutes into NaN)."""
     from invimbed._core.integrators.scipy_ivp import integrate_scipy
 
     out = integrate_scipy(lambda p, y, piece=None: np.cos(1e4 * p) + 0.0 * y,
                           np.array([0.0]), 0.0, np.array([-1.0]), np.empty(0),
-                          lambda a, b: None, method="RK45", max_steps=5000,
-                          projected_budget=1000)
-    assert not out.success and out.extra["nsteps"] <= 200
+                          lambda a, b: None, method="RK45", max_steps=5000, raise_budget=100)
+    assert not out.success and out.extra["nsteps"] == 100
     assert "a raised order may take" in out.message and "depth p = " in out.message
 
 
@@ -228,7 +227,7 @@ def test_the_raised_orders_get_a_step_budget_from_the_first(monkeypatch):
 
     def spy(*args, **kw):
         out = real(*args, **kw)
-        seen.append((kw.get("projected_budget"), out.extra["nsteps"]))
+        seen.append((kw.get("raise_budget"), out.extra["nsteps"]))
         return out
 
     monkeypatch.setattr(methods, "integrate_scipy", spy)

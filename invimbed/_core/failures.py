@@ -63,15 +63,16 @@ def stiff_stop(p: float, max_steps: int, h_lambda: float, projected: int) -> str
             f"'BDF'.")
 
 
-def over_projection(p: float, budget: int, projected: int) -> str:
-    """The message of a raised order's sweep stopped early at depth ``p``: at the size of
-    its last steps it would need about ``projected`` steps, more than the ``budget`` the
-    order loop allows a raised order (`invimbed._core.orders.RAISE_STEPS` times the steps
-    of the starting order)."""
-    return (f"Integration stopped at depth p = {p:.10g}: at the size of its last steps "
-            f"this order's sweep needs about {projected:.3g} steps, more than the {budget} "
-            f"a raised order may take (a multiple of the starting order's steps): its jets "
-            f"are too stiff for this method")
+def raised_budget(p: float, budget: int, collapsed: bool = False) -> str:
+    """The message of a raised order's sweep stopped at depth ``p``: it took the
+    ``budget`` of steps the order loop allows it (`invimbed._core.orders.RAISE_STEPS`
+    times the steps of the starting order's sweep), or (``collapsed``) its steps shrank so
+    far that it would take more than a thousand times that."""
+    why = (f"its steps collapsed: at their size it would take more than 1000 times the "
+           f"{budget} steps" if collapsed else f"it took the {budget} steps")
+    return (f"Integration stopped at depth p = {p:.10g}: {why} a raised order may take (a "
+            f"multiple of the starting order's steps); its jets are too stiff for this "
+            f"method there")
 
 
 def grid_exhausted(p: float, max_steps: int, needed: int, step: float) -> str:

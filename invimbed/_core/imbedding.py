@@ -78,6 +78,9 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         Recompute what did not converge with the exact `solve_adjoint`.
     max_order : int, default 6
     ratio_test : bool, default True
+        Refuse depths whose jet series does not visibly converge, with ``tol`` and without
+        it (the 10% rule); carries the jets of orders ``K - 1`` and ``K + 2``
+        (docs/accuracy.md, "The estimate, and when it is refused").
     dense_output : bool, default False
         Keep the continuous extension: ``res.sol(p)`` gives every field at any depth of
         ``[min(depths), q]`` (docs/accuracy.md, "Dense output: any depth from one sweep").
@@ -171,7 +174,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     def sweep(at: Any, K: int, steps: int | None = None) -> ImbeddingResult:
         opts = dict(options)
         if steps is not None and method in SCIPY_METHODS and backend == "numpy":
-            opts["projected_budget"] = steps      # a raised order (`raise_order`)
+            opts["raise_budget"] = steps      # a raised order (`raise_order`)
         return _sweep(at, closure=closure, order=K, method=method, rtol=rtol, atol=atol,
                       step=step, est=est, difference=difference, delta=delta,
                       backend=backend, tol=tol_pair, ratio_test=ratio_test,
