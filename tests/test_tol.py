@@ -214,6 +214,13 @@ def test_a_raised_sweep_whose_steps_collapse_is_stopped_early():
                           lambda a, b: None, method="RK45", max_steps=5000, raise_budget=100)
     assert not out.success and out.extra["nsteps"] == 100
     assert "a raised order may take" in out.message and "depth p = " in out.message
+    # steps far too small for the budget: stopped once 50 steps after a tenth of it
+    # project more than `COLLAPSE` times it
+    fast = integrate_scipy(lambda p, y, piece=None: np.cos(1e6 * p) + 0.0 * y,
+                           np.array([0.0]), 0.0, np.array([-1.0]), np.empty(0),
+                           lambda a, b: None, method="RK45", max_steps=5000, raise_budget=2000)
+    assert not fast.success and fast.extra["nsteps"] == 250
+    assert "steps collapsed" in fast.message
 
 
 def test_the_raised_orders_get_a_step_budget_from_the_first(monkeypatch):
