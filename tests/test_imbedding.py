@@ -101,7 +101,12 @@ S = 0.05 * 2.0 ** np.arange(4)     # depths s = q - p from 0.05 to 0.4
 
 
 def jet_errors(make, **kw):
+    """The jet's true errors at the depths `S`. The error law and the estimate are under
+    test, not the verdict: the estimate alone judges (`ratio_test=False`), since the
+    ratio test, default without `tol` too, refuses Van der Pol's s = 0.2 and 0.4 at order
+    1 (d_1 / d_0 is 1.05 and 1.37 there, though the errors are 0.14 and 0.71 of 10%)."""
     pb, ctrl, x = make()
+    kw.setdefault("ratio_test", False)
     res = solve_imbedding(pb, x, -S, control=ctrl, **kw)
     ref = solve_adjoint(pb, x, -S, control=ctrl, rtol=1e-12, atol=1e-14)
     assert res.success and ref.success

@@ -200,3 +200,79 @@ def test_a_result_without_an_estimate_says_so_in_its_status(kw):
     assert res.status == 1 and 1 in STATUS and res.converged is None
     assert res.success            # every depth reached with finite values, nothing more
     assert "no error estimate" in res.message and "not checked" in res.message
+
+
+# -- a raised order on a stiff problem (Robertson's kinetics with BDF) -----------------------
+def test_a_raised_sweep_whose_steps_collapse_is_stopped_early():
+    """`raise_budget`: a raised order's sweep ends after its budget of steps, saying so
+    (the order-5 sweep of Robertson's kinetics with BDF crept on at steps of 1e-9 for
+    minutes into NaN)."""
+    from invimbed._core.integrators.scipy_ivp import integrate_scipy
+
+    out = integrate_scipy(lambda p, y, piece=None: np.cos(1e4 * p) + 0.0 * y,
+                          np.array([0.0]), 0.0, np.array([-1.0]), np.empty(0),
+                          lambda a, b: None, method="RK45", max_steps=5000, raise_budget=100)
+    assert not out.success and out.extra["nsteps"] == 100
+    assert "a raised order may take" in out.message and "depth p = " in out.message
+    # steps far too small for the budget: stopped once 50 steps after a tenth of it
+    # project more than `COLLAPSE` times it
+    fast = integrate_scipy(lambda p, y, piece=None: np.cos(1e6 * p) + 0.0 * y,
+                           np.array([0.0]), 0.0, np.array([-1.0]), np.empty(0),
+                           lambda a, b: None, method="RK45", max_steps=5000, raise_budget=2000)
+    assert not fast.success and fast.extra["nsteps"] == 250
+    assert "steps collapsed" in fast.message
+
+
+def test_the_raised_orders_get_a_step_budget_from_the_first(monkeypatch):
+    """Every raised order's sweep gets `RAISE_STEPS` times the starting order's steps (at
+    least `RAISE_STEPS_MIN`) as its projected budget; the starting order none."""
+    from invimbed._core import orders
+    from invimbed._core.integrators import methods
+
+    seen = []
+    real = methods.integrate_scipy
+
+    def spy(*args, **kw):
+        out = real(*args, **kw)
+        seen.append((kw.get("raise_budget"), out.extra["nsteps"]))
+        return out
+
+    monkeypatch.setattr(methods, "integrate_scipy", spy)
+    res = solve_imbedding(pendulum(), [0.5, 0.5], [-1.0], control=invimbed.Constant([0.5]),
+                          tol=1e-5)
+    assert res.success and len(res.orders_run) > 1
+    (first, steps), raised = seen[0], seen[1:]
+    assert first is None and len(raised) == len(res.orders_run) - 1
+    want = max(orders.RAISE_STEPS * steps, orders.RAISE_STEPS_MIN)
+    assert all(budget == want for budget, _ in raised)
+
+
+@pytest.mark.parametrize("control", ["none", "constant", "pieces"])
+def test_the_jet_jacobian_sparsity_covers_its_jacobian(control):
+    """`JetClosure.jacobian_sparsity` (given to BDF and Radau) holds every nonzero of the
+    differenced Jacobian of the jet's right-hand side: orders, inputs and components
+    apart, W coupled to V."""
+    from invimbed._core.arguments import prepare
+    from invimbed._core.closures import JetClosure
+    from invimbed._core.integrators import ALL_METHODS
+
+    t, a, b, u, c = sp.symbols("t a b u c")
+    if control == "none":
+        pb = invimbed.from_sympy(t, [a, b], [], [b, -sp.sin(a) - 0.3 * b], a ** 2,
+                                 sp.cos(a - b) + b ** 4)
+        ctrl = None
+    else:
+        pb = invimbed.from_sympy(t, [a, b], [u, c], [b, -sp.sin(a) - c * b + u],
+                                 a ** 2 * u + b ** 2 * c, sp.cos(a - b) + b ** 4)
+        ctrl = (invimbed.Constant([0.3, 0.2]) if control == "constant" else
+                invimbed.PiecewiseConstant([-1, -0.5, 0], [[0.3, 0.2], [0.1, 0.4]]))
+    setup = prepare(pb, np.array([[0.5, 0.3], [0.1, -0.2]]), [-0.7], ctrl, "BDF", 1e-6, 1e-9,
+                    None, ALL_METHODS)
+    clo = JetClosure(setup.provider, setup.control, setup.x, setup.q, order=2,
+                     estimate_error=True, ratio_test=True, look_ahead=True)
+    y = clo.initial_state() + np.random.default_rng(0).normal(size=clo.layout.size) * 0.1
+    f0, n = clo.rhs(-0.7, y), y.size
+    jac = np.stack([(clo.rhs(-0.7, y + 1e-6 * np.eye(n)[j]) - f0) / 1e-6 for j in range(n)], 1)
+    pattern = clo.jacobian_sparsity().toarray() != 0
+    assert not np.any((np.abs(jac) > 1e-9) & ~pattern)
+    assert pattern.sum() < 0.2 * n * n                     # and it is sparse

@@ -286,7 +286,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
     ctrl, prov = setup.control, setup.provider
     B, N = setup.x.shape
     M, nw = ctrl.size, ctrl.n_params
-    orders = carried_orders(order, est, ratio_test and tol is not None, look_ahead)
+    orders = carried_orders(order, est, ratio_test, look_ahead)
     F = max(orders) + 1
     CF = n_coefficients(N, F)
     tapes = _tapes(setup, nw)
@@ -357,7 +357,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         from .._core.closures import JetClosure
 
         clo = JetClosure(prov, ctrl, setup.x, setup.q, order=order, estimate_error=est,
-                         ratio_test=ratio_test and tol is not None, look_ahead=look_ahead)
+                         ratio_test=ratio_test, look_ahead=look_ahead)
         attach_steps(res, setup, steps, clo, method, finish)
     return (res, steps) if keep_steps else res
 
@@ -417,8 +417,9 @@ def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: st
             ts, steps.y_old[b, :n], steps.Q[b, :n], columns=input_columns(clo.layout.shapes, b),
             size=clo.layout.size))
 
-    def stacked(ys: np.ndarray) -> tuple[dict, dict | None]:
-        return clo.fields(ys), clo.error_estimate(ys)
+    def stacked(ys: np.ndarray) -> tuple:
+        return (clo.fields(ys), clo.error_estimate(ys), clo.lower_difference(ys),
+                clo.upper_difference(ys))
 
     sol = DenseSolution(setup, StateInterpolant.stack(parts, clo.layout.size), None,
                         _shapes(setup), stacked=stacked, finish=finish, closure="jet",
@@ -447,10 +448,11 @@ def _assemble(setup: Setup, out: np.ndarray, fr: np.ndarray, info: np.ndarray,
 
     fields = {k: np.ascontiguousarray(v) for k, v in by_order[order].items()}
     lam = fields["adjoint"]
-    dg = depth_gradient_of(lam, fr[..., :N], fr[..., N])
+    dg, flow = depth_gradient_of(lam, fr[..., :N], fr[..., N]), fr[..., :N]
     left = np.isnan(fr[..., N]) & np.all(np.isfinite(lam), axis=-1)
     if left.any():
-        dg = np.where(left, _depth_gradients(setup, np.where(left[..., None], lam, np.nan)), dg)
+        core, f = _depth_gradients(setup, np.where(left[..., None], lam, np.nan), True)
+        dg, flow = np.where(left, core, dg), np.where(left[..., None], f, flow)
     fields["depth_grad"] = dg
     errors = diff(order, order + 1) if est else None
     lower = diff(order - 1, order) if errors is not None else None
@@ -466,7 +468,7 @@ def _assemble(setup: Setup, out: np.ndarray, fr: np.ndarray, info: np.ndarray,
     outcome.extra["nsteps"] = int(info[:, 2].max())
     return collect_results(setup, outcome, None, _shapes(setup), closure="jet",
                            method=method, with_errors=errors is not None, tol=tol,
-                           warnings=warnings_, predict=tol is not None,
+                           warnings=warnings_, predict=tol is not None, flow=flow,
                            stacked_fields=(fields, errors, lower, upper), backend="numba")
 
 

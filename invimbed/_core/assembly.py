@@ -19,12 +19,14 @@ from .status import Status, as_status
 
 
 def depth_gradient(setup: Setup, p: float | np.ndarray, adjoint: np.ndarray,
-                   x: np.ndarray | None = None) -> np.ndarray:
+                   x: np.ndarray | None = None, with_flow: bool = False) -> Any:
     """``dJ/dp = -(Lam . f(p, x, theta(p)) + R(p, x, theta(p)))`` (docs/theory.md, "The imbedded fields").
 
     ``p`` is one depth for the inputs ``setup.x``, or an array of per-row depths for the
     rows ``x`` (the ensemble adjoint). At a jump of the control, ``theta(p)`` is the value
-    just above ``p`` (the derivative from above)."""
+    just above ``p`` (the derivative from above). ``with_flow=True`` also returns
+    ``f(p, x, theta(p))``, which carries the adjoint's error into the depth gradient's
+    (`depth_gradient_errors`)."""
     ctrl = setup.control
     if np.ndim(p) == 0:
         x = setup.x if x is None else x
@@ -33,7 +35,8 @@ def depth_gradient(setup: Setup, p: float | np.ndarray, adjoint: np.ndarray,
         th = ctrl.theta_rows(p, ctrl.pieces(p, p))
     f = setup.provider.derivative("f", p, x, th)
     R = setup.provider.derivative("R", p, x, th)
-    return depth_gradient_of(adjoint, f, R)
+    dg = depth_gradient_of(adjoint, f, R)
+    return (dg, f) if with_flow else dg
 
 
 def depth_gradient_of(adjoint: np.ndarray, f: np.ndarray, R: np.ndarray) -> np.ndarray:
@@ -47,12 +50,25 @@ def depth_gradient_of(adjoint: np.ndarray, f: np.ndarray, R: np.ndarray) -> np.n
 DEPTH_GRADIENT_ROWS = 1 << 15
 
 
-def _depth_gradients(setup: Setup, adjoint: np.ndarray) -> np.ndarray:
+def depth_gradient_errors(flow: np.ndarray, adjoint_errors: dict | None) -> np.ndarray | None:
+    """The depth gradient's share of an error estimate (or of a difference of the jet
+    series): ``dJ/dp = -(Lam . f + R)`` is exact in ``f`` and ``R`` at ``(p, x)``, so an
+    error ``e`` of ``Lam`` moves it by at most ``sum_i |f_i| e_i`` (docs/accuracy.md,
+    "`tol`: what the sweep is asked for"). ``flow`` (n, B, N) is ``f(p, x, theta(p))``,
+    ``adjoint_errors`` the dict of differences whose ``"adjoint"`` (n, B, N) is read."""
+    if adjoint_errors is None:
+        return None
+    return np.sum(np.abs(flow) * np.asarray(adjoint_errors["adjoint"], float), axis=-1)
+
+
+def _depth_gradients(setup: Setup, adjoint: np.ndarray, with_flow: bool = False) -> Any:
     """`depth_gradient` at every depth: ``adjoint`` (n, B, N) in descending-depth order,
     evaluated in blocks of depths of about `DEPTH_GRADIENT_ROWS` rows each; NaN where the
-    adjoint is not finite (depths not reached)."""
+    adjoint is not finite (depths not reached). ``with_flow=True`` also returns ``f`` at
+    ``(p, x)`` (n, B, N; NaN there too)."""
     n, B, N = adjoint.shape
     out = np.full((n, B), np.nan)
+    flow = np.full((n, B, N), np.nan) if with_flow else None
     per = max(1, DEPTH_GRADIENT_ROWS // max(B, 1))
     for lo in range(0, n, per):
         block = adjoint[lo:lo + per]
@@ -65,12 +81,19 @@ def _depth_gradients(setup: Setup, adjoint: np.ndarray) -> np.ndarray:
         x = np.tile(setup.x, (m, 1))
         every = bool(np.all(ok))
         p, lam, x = (p, lam, x) if every else (p[ok], lam[ok], x[ok])
-        got = depth_gradient(setup, p if np.ptp(p) else float(p[0]), lam, x)
+        got = depth_gradient(setup, p if np.ptp(p) else float(p[0]), lam, x, with_flow)
+        if with_flow:
+            got, f = got
+            f = np.broadcast_to(f, (got.shape[0], N))
+            if every:
+                flow[lo:lo + per] = f.reshape(m, B, N)
+            else:
+                flow[lo:lo + per].reshape(m * B, N)[ok] = f
         if every:
             out[lo:lo + per] = got.reshape(m, B)
         else:
             out[lo:lo + per].reshape(m * B)[ok] = got
-    return out
+    return (out, flow) if with_flow else out
 
 
 def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, message: str,
@@ -141,7 +164,8 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
                     shapes: dict[str, tuple[int, ...]], *, closure: str, method: str,
                     with_errors: bool, tol: tuple[float, float] | None = None,
                     warnings: list | None = None, stacked_fields: tuple | None = None,
-                    predict: bool = False, **extra: Any) -> ImbeddingResult:
+                    predict: bool = False, flow: np.ndarray | None = None,
+                    **extra: Any) -> ImbeddingResult:
     """Per-depth fields from an integrator's states, with failures and accuracy reported.
 
     ``per_depth(p, y)`` returns ``(fields, errors)`` or ``(fields, errors, lower, upper)``
@@ -159,10 +183,15 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
     ``outcome.ys`` marks as not reached (an accelerated sweep's outputs, used without a
     copy); ``(fields, errors, lower, upper)`` adds the differences of the ratio test.
 
+    The depth gradient's error estimate (and differences) follow from the adjoint's
+    (`depth_gradient_errors`) where it is computed here, or where ``flow`` (n, B, N, in
+    descending-depth order: ``f(p, x, theta(p))``, NaN where unknown) is given with the
+    depth gradient in ``stacked_fields``; it then is judged like the other fields.
+
     ``predict=True`` (the order loop of `invimbed._core.orders`) adds the private keys
-    ``"_bound"`` (the verdict's error bound in units of the tolerance) and ``"_more"``
-    (`invimbed._core.accuracy.orders_needed`, where the ratio test ran), which the
-    caller removes.
+    ``"_bound"`` (the verdict's error bound in units of the tolerance), ``"_more"``
+    (`invimbed._core.accuracy.orders_needed`, where the ratio test ran) and ``"_nsteps"``
+    (the integrator's steps, or None), which the caller removes.
     """
     success, message = outcome.success, outcome.message
     warnings = list(warnings or [])
@@ -171,7 +200,8 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
     if stacked_fields is not None:
         return _collect_stacked(setup, outcome, stacked_fields, shapes, err_keys,
                                 closure=closure, method=method, with_errors=with_errors,
-                                tol=tol, warnings=warnings, predict=predict, **extra)
+                                tol=tol, warnings=warnings, predict=predict, flow=flow,
+                                **extra)
     rows, err_rows, low_rows, up_rows = [], [], [], []
     has_lower = has_upper = False
     stopped = False
@@ -194,10 +224,12 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
         err_rows.append(er)
         low_rows.append(lo)
         up_rows.append(up)
-    later = "depth_grad" in shapes and any("depth_grad" not in r for r in rows)
+    computed = [r for r in rows if r is not nan]     # no depth reached: the NaN rows
+    later = "depth_grad" in shapes and (not computed
+                                        or any("depth_grad" not in r for r in computed))
     stacked = {k: np.stack([r.get(k, nan[k]) for r in rows]) for k in shapes}
     if later:       # one vectorised evaluation for every depth, not a call per depth
-        stacked["depth_grad"] = _depth_gradients(setup, stacked["adjoint"])
+        stacked["depth_grad"], flow = _depth_gradients(setup, stacked["adjoint"], True)
     errors = ({k: np.stack([r[k] for r in err_rows]) for k in err_keys} if with_errors
               else None)
     lower = ({k: np.stack([r[k] for r in low_rows]) for k in err_keys} if has_lower and with_errors
@@ -206,13 +238,13 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
              else None)
     return _verdict(setup, outcome, stacked, errors, lower, upper, success, message,
                     closure=closure, method=method, tol=tol, warnings=warnings,
-                    predict=predict, **extra)
+                    predict=predict, flow=flow, **extra)
 
 
 def _collect_stacked(setup: Setup, outcome: Any, stacked_fields: tuple, shapes: dict,
                      err_keys: tuple, *, closure: str, method: str, with_errors: bool,
                      tol: Any, warnings: list, predict: bool = False,
-                     **extra: Any) -> ImbeddingResult:
+                     flow: np.ndarray | None = None, **extra: Any) -> ImbeddingResult:
     """`collect_results` for fields given stacked (``stacked_fields``)."""
     fields, errs, lower, upper = (tuple(stacked_fields) + (None, None))[:4]
     ys = np.asarray(outcome.ys)
@@ -225,17 +257,22 @@ def _collect_stacked(setup: Setup, outcome: Any, stacked_fields: tuple, shapes: 
                 + list((lower or {}).values()) + list((upper or {}).values())):
         arr[~reached] = np.nan
     if "depth_grad" in shapes and "depth_grad" not in stacked:
-        stacked["depth_grad"] = _depth_gradients(setup, stacked["adjoint"])
+        stacked["depth_grad"], flow = _depth_gradients(setup, stacked["adjoint"], True)
     return _verdict(setup, outcome, stacked, errors, lower, upper, outcome.success,
                     outcome.message, closure=closure, method=method, tol=tol,
-                    warnings=warnings, predict=predict, **extra)
+                    warnings=warnings, predict=predict, flow=flow, **extra)
 
 
 def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
              lower: dict | None, upper: dict | None, success: bool, message: str, *,
              closure: str, method: str, tol: Any, warnings: list, predict: bool = False,
-             **extra: Any) -> ImbeddingResult:
-    """Non-finite results, the accuracy verdict (`assess`) and the packed result."""
+             flow: np.ndarray | None = None, **extra: Any) -> ImbeddingResult:
+    """Non-finite results, the accuracy verdict (`assess`) and the packed result; with
+    ``flow``, the depth gradient's error estimate and differences from the adjoint's
+    (`depth_gradient_errors`)."""
+    if flow is not None and errors is not None and "adjoint" in errors:
+        errors, lower, upper = ({**d, "depth_grad": depth_gradient_errors(flow, d)}
+                                if d is not None else None for d in (errors, lower, upper))
     finite = all(np.all(np.isfinite(v)) for v in stacked.values())
     if success and not finite:
         success = False
@@ -255,6 +292,7 @@ def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
             success, status = False, Status.NOT_CONVERGED
             message = verdict.message
         if predict:
+            extra["_nsteps"] = outcome.extra.get("nsteps")
             extra["_bound"] = verdict.estimate
             if verdict.more is not None:
                 extra["_more"] = verdict.more

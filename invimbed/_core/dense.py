@@ -304,8 +304,9 @@ def attach_closure_dense(res: ImbeddingResult, setup: Any, outcome: Outcome, clo
 
     stacked = None
     if isinstance(clo, JetClosure):
-        def stacked(ys: np.ndarray) -> tuple[dict, dict | None]:
-            return clo.fields(ys), clo.error_estimate(ys)
+        def stacked(ys: np.ndarray) -> tuple:
+            return (clo.fields(ys), clo.error_estimate(ys), clo.lower_difference(ys),
+                    clo.upper_difference(ys))
     attach_dense(res, setup, outcome, per_depth, shapes, stacked=stacked, finish=finish,
                  closure=clo.name, method=method, with_errors=clo.has_error_estimate)
     if res.get("sol") is not None:

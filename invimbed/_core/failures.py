@@ -63,6 +63,18 @@ def stiff_stop(p: float, max_steps: int, h_lambda: float, projected: int) -> str
             f"'BDF'.")
 
 
+def raised_budget(p: float, budget: int, collapsed: float = 0.0) -> str:
+    """The message of a raised order's sweep stopped at depth ``p``: it took the
+    ``budget`` of steps the order loop allows it (`invimbed._core.orders.RAISE_STEPS`
+    times the steps of the starting order's sweep), or (``collapsed`` > 0) its steps
+    shrank so far that it would take more than ``collapsed`` times that."""
+    why = (f"its steps collapsed: at their size it would take more than {collapsed:g} "
+           f"times the {budget} steps" if collapsed else f"it took the {budget} steps")
+    return (f"Integration stopped at depth p = {p:.10g}: {why} a raised order may take (a "
+            f"multiple of the starting order's steps); its jets are too stiff for this "
+            f"method there")
+
+
 def grid_exhausted(p: float, max_steps: int, needed: int, step: float) -> str:
     """The message of a fixed-step sweep whose grid needs more than ``max_steps`` steps:
     it took the first ``max_steps`` and stopped at depth ``p``."""

@@ -78,6 +78,9 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         Recompute what did not converge with the exact `solve_adjoint`.
     max_order : int, default 6
     ratio_test : bool, default True
+        Refuse depths whose jet series does not visibly converge, with ``tol`` and without
+        it (the 10% rule); carries the jets of orders ``K - 1`` and ``K + 2``
+        (docs/accuracy.md, "The estimate, and when it is refused").
     dense_output : bool, default False
         Keep the continuous extension: ``res.sol(p)`` gives every field at any depth of
         ``[min(depths), q]`` (docs/accuracy.md, "Dense output: any depth from one sweep").
@@ -168,12 +171,14 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         rtol, atol = _finite_difference_floor(prov, closure, order, est, setup, rtol, atol,
                                               tol_pair, warnings)
 
-    def sweep(at: Any, K: int, held: int = 0) -> ImbeddingResult:
+    def sweep(at: Any, K: int, steps: int | None = None, held: int = 0) -> ImbeddingResult:
+        opts = dict(options)
+        if steps is not None and method in SCIPY_METHODS and backend == "numpy":
+            opts["raise_budget"] = steps      # a raised order (`raise_order`)
         return _sweep(at, closure=closure, order=K, method=method, rtol=rtol, atol=atol,
                       step=step, est=est, difference=difference, delta=delta,
                       backend=backend, tol=tol_pair, ratio_test=ratio_test,
-                      warnings=list(warnings), options=dict(options), budget=budget,
-                      held=held)
+                      warnings=list(warnings), options=opts, budget=budget, held=held)
 
     exact = (exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET),
                            finest=precision_limit(setup.problem.low_precision))
@@ -376,7 +381,7 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
             )
         clo = JetClosure(prov, setup.control, setup.x, setup.q, order=order,
                          estimate_error=est, crop=(closure == "crop"),
-                         ratio_test=bool(ratio_test) and tol is not None,
+                         ratio_test=bool(ratio_test),
                          look_ahead=_serves(prov, order + 2, est, setup.control.n_params))
     else:
         clo = StencilClosure(prov, setup.control, setup.x, setup.q, difference=difference,
@@ -388,6 +393,11 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
             return fl, clo.error_estimate(y), clo.lower_difference(y), clo.upper_difference(y)
         return fl, clo.error_estimate(y)
 
+    if method in SPARSE_JACOBIAN and isinstance(clo, JetClosure):
+        # the implicit methods difference and factorise the Jacobian of the whole jet
+        # state otherwise: at order 5 with its estimate and ratio test, over a thousand
+        # columns per input (docs/accuracy.md, "When a higher order fails")
+        options = {**options, "jac_sparsity": clo.jacobian_sparsity()}
     sink = memory_plan(setup, clo, method, budget, per_depth, held)   # None: states kept
     y0 = clo.initial_state()
     breakpoints = setup.control.breakpoints
@@ -407,6 +417,10 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
                           predict=tol is not None)
     return attach_closure_dense(res, setup, outcome, clo, fields_at, shapes, method,
                                 finish=lambda r: mark_unchecked(r, closure, est, method))
+
+
+#: scipy's implicit methods that take ``jac_sparsity`` (LSODA does not).
+SPARSE_JACOBIAN = ("BDF", "Radau")
 
 
 def _compiled_adaptive(backend: str, method: str) -> bool:

@@ -29,6 +29,14 @@ from .status import Status
 #: been measured (then the measured ratio, at least 1, is used). Measured on this
 #: package's sympy problems (docs/accuracy.md): 1.5 to 2.
 COST_GROWTH = 2.0
+#: A raised order's sweep may take this many times the steps of the starting order's
+#: sweep (at least `RAISE_STEPS_MIN`); one that takes more is stopped there
+#: (`invimbed._core.integrators.scipy_ivp`), its pairs keeping the fields of the order
+#: below (docs/accuracy.md, "When a higher order fails"). The jets of a higher order
+#: legitimately take more steps (each order adds a degree to the transport's stiffness);
+#: on Robertson's kinetics with BDF, orders 3 and 4 took 1.3x and 1.9x the evaluations of
+#: order 1, and order 5 crept on at steps of 1e-9 for minutes into a non-finite value.
+RAISE_STEPS, RAISE_STEPS_MIN = 10, 1000
 #: Why a pair stopped short of convergence (the codes of `raise_order`'s bookkeeping).
 AT_TOP, DIVERGES, BEYOND, CHEAPER, FAILED = 1, 2, 3, 4, 5
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
@@ -78,10 +86,13 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
                 probe: Callable | None = None) -> ImbeddingResult:
     """Sweep at ``order``, then raise the order for the pairs that need it and can get it.
 
-    ``sweep(setup, K, held=0)`` runs the sweep of order ``K`` with ``tol``, within the
-    memory budget less ``held`` bytes (those of the result kept meanwhile; its result carries the
-    private keys ``"_bound"`` and, with the ratio test, ``"_more"`` of
-    `invimbed._core.assembly.collect_results`). ``probe(i, b)``, given with
+    ``sweep(setup, K, budget=None, held=0)`` runs the sweep of order ``K`` with ``tol``,
+    within the memory budget less ``held`` bytes (those of the result kept meanwhile; its
+    result carries the private keys ``"_bound"``, ``"_nsteps"`` and, with the ratio test,
+    ``"_more"`` of `invimbed._core.assembly.collect_results`); a raised order gets the
+    ``budget`` of `RAISE_STEPS` times the starting order's steps, which an integrator that
+    counts its steps keeps (``raise_budget`` of
+    `invimbed._core.integrators.scipy_ivp.integrate_scipy`). ``probe(i, b)``, given with
     ``fallback="adjoint"``, solves the pair (depth ``i``, input ``b``) exactly and returns
     whether it succeeded; its time prices the exact solve of one pair.
 
@@ -106,7 +117,9 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
     accepted = _pairs(setup, conv).copy()
     bound = _pairs(setup, res.get("_bound", np.full(np.shape(conv), np.nan))).copy()
     more = _pairs(setup, res.get("_more", np.ones(np.shape(conv)))).copy()
-    set_fields(res, _bound=DROP, _more=DROP)
+    steps = res.get("_nsteps")
+    budget = None if steps is None else max(RAISE_STEPS * int(steps), RAISE_STEPS_MIN)
+    set_fields(res, _bound=DROP, _more=DROP, _nsteps=DROP)
     ratio = (_pairs(setup, res["series_ratio"]).copy() if res.get("series_ratio") is not None
              else np.full((n, B), np.nan))
     at = np.full((n, B), order)                      # the order each pair's fields are of
@@ -139,7 +152,7 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
         prev, K = K, max(K + 1, int(need[active].min()))   # the lowest order predicted
         rows = np.flatnonzero(active.any(axis=1))
         try:
-            sub, cost = _timed("sweep", sweep, _subset(setup, rows), K,
+            sub, cost = _timed("sweep", sweep, _subset(setup, rows), K, budget,
                                held=result_bytes(res))
         except MemoryError as exc:      # the larger jet does not fit `memory_budget`
             why[active] = FAILED

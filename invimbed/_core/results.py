@@ -57,7 +57,7 @@ OPTIONAL_FIELDS = (
     "linear_quadratic", "optimality_error",
 )
 #: Fields of the assembly only (`invimbed._core.orders` takes them off with `set_fields`).
-PRIVATE_FIELDS = ("_bound", "_more")
+PRIVATE_FIELDS = ("_bound", "_more", "_nsteps")
 #: Every field an `ImbeddingResult` may hold.
 FIELDS = frozenset(COMMON_FIELDS + OPTIONAL_FIELDS + PRIVATE_FIELDS)
 
@@ -146,7 +146,8 @@ class ImbeddingResult(OptimizeResult):
     error_estimate : OptimizeResult or None
         Where the closure has one (``closure="jet"`` with ``estimate_error=True``):
         estimated absolute errors of ``z``, ``value``, ``adjoint``, ``param_grad`` (same
-        shapes), from the difference with the jet one order higher.
+        shapes), from the difference with the jet one order higher, and of
+        ``depth_grad``, ``sum_i |f_i(p, x)|`` times the adjoint's (`solve_imbedding`).
     closure, method : str
         What produced the result.
     derivatives : str

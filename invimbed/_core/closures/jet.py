@@ -249,6 +249,41 @@ class JetClosure(Closure):
                 + ([K + 1] if self.has_error_estimate else [])
                 + ([K + 2] if self.has_look_ahead else []))
 
+    def jacobian_sparsity(self) -> Any:
+        """Which state entries each entry of `rhs` depends on: scipy's ``jac_sparsity`` for
+        the implicit methods (``"BDF"``, ``"Radau"``), whose finite-difference Jacobian and
+        LU factorisation then work on the blocks instead of the whole state.
+
+        The Taylor coefficients of ``f`` and ``R`` are taken at ``(p, x)``, not at the
+        state, so the jets of the carried orders and of the inputs are independent: per
+        order and input, each component of ``Z`` depends on itself (its transport), ``V``
+        on itself, and each row of ``W = grad_w V`` on itself and on ``V`` (through
+        ``Lam = grad_x V`` in its source; docs/theory.md, "The jet closure")."""
+        rows: list[np.ndarray] = []
+        cols: list[np.ndarray] = []
+
+        def couple(r: np.ndarray, c: np.ndarray) -> None:
+            rr, cc = np.meshgrid(r, c, indexing="ij")
+            rows.append(rr.ravel())
+            cols.append(cc.ravel())
+
+        def entries(name: str) -> np.ndarray:
+            s = self.layout.slices[name]
+            return np.arange(s.start, s.stop).reshape(self.layout.shapes[name])
+
+        for K in self.orders:
+            Z, V = entries(f"Z{K}"), entries(f"V{K}")
+            W = entries(f"W{K}") if self.nw else None
+            for b in range(self.B):
+                for i in range(self.N):
+                    couple(Z[b, i], Z[b, i])
+                couple(V[b], V[b])
+                for j in range(self.nw):
+                    couple(W[b, j], np.concatenate([W[b, j], V[b]]))
+        r, c = np.concatenate(rows), np.concatenate(cols)
+        n = self.layout.size
+        return sparse.csc_matrix((np.ones(r.size, dtype=np.int8), (r, c)), shape=(n, n))
+
     # -- the contract ------------------------------------------------------------------
     def initial_state(self) -> np.ndarray:
         xp, B, N = self.xp, self.B, self.N
