@@ -20,7 +20,7 @@ from .._core.problem import BolzaProblem
 from .._core.status import Status
 from .._core.validation import (as_float_array, as_int, as_positive_int, as_real, check_callable,
                                 check_choice, describe)
-from .ocp_constraints import Defects, FinalState, Path, Terminal, as_pair
+from .ocp_constraints import Defects, FinalState, Path, Terminal, as_pair, bounds_size
 from .ocp_nlp import ShootingNLP, kkt_check
 from .ocp_solvers import HESSIANS, SOLVERS, have_ipopt, run_solver
 from .options import SolverFailure
@@ -209,7 +209,24 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     run = run_solver(name, nlp, w0, tol=tol, constraint_tol=constraint_tol,
                      max_iter=max_iter, options=solver_options, callback=callback,
                      hessian=hessian)
-    return _result(nlp, run, tol, constraint_tol, trajectory_points)
+    res = _result(nlp, run, tol, constraint_tol, trajectory_points)
+    if free_horizon and horizon_bounds is None:
+        res["message"] += _runaway_horizon(res, H_guess, lb[-1])
+    return res
+
+
+def _runaway_horizon(res: OptimizeResult, start: float, low: float) -> str:
+    """A hint for a free horizon without `horizon_bounds` that ran away (ten times its
+    start, or down to its default lower bound): nothing in the problem prices time."""
+    H = float(res.horizon)
+    if not (H >= 10 * start or H <= 10 * low) or (res.success and H > 10 * low):
+        return ""
+    grew = H >= 10 * start
+    where = (f"grew from {start:.6g} to {H:.6g}" if grew else
+             f"shrank from {start:.6g} to {H:.3g}, at its default lower bound {low:.3g}")
+    return (f" The free horizon {where}: nothing in the problem prices time ("
+            f"{'stretching' if grew else 'shrinking'} the horizon keeps lowering J), so it "
+            f"runs to a bound; give `horizon_bounds=(low, high)`, or a cost of time.")
 
 
 def _result(nlp: ShootingNLP, run, tol: float, constraint_tol: float,
@@ -296,14 +313,8 @@ def _control_size(problem: BolzaProblem, n_controls: Any, bounds: Any, guess: An
         return int(prov.n_theta)
     if guess is not None and _get(guess, "controls") is not None:
         return int(np.shape(_get(guess, "controls"))[-1])
-    if bounds is not None:
-        try:
-            lo, hi = bounds
-            sizes = {np.size(b) for b in (lo, hi) if b is not None}
-        except (TypeError, ValueError):
-            sizes = set()
-        if len(sizes) == 1:
-            return int(sizes.pop())
+    if bounds is not None and bounds_size(bounds) is not None:
+        return bounds_size(bounds)
     raise ValueError("the control size M is unknown: pass `n_controls=M` (or "
                      "`control_bounds`, or an `initial_guess` with controls)")
 
@@ -314,8 +325,27 @@ def _get(guess: Any, key: str) -> Any:
     return getattr(guess, key, None)
 
 
+#: The keys of an `initial_guess` dict.
+GUESS_KEYS = ("states", "controls", "horizon", "times")
+
+
+def _guess_fractions(gt: Any, rows: int, nodes: int, sh: Shooting, what: str) -> np.ndarray:
+    """The node fractions of a guess of ``rows`` nodes: its ``times`` as fractions of
+    their span; without them this grid's own nodes where the guess has as many, and
+    equally spaced fractions otherwise."""
+    if gt is not None:
+        if gt.size != rows:
+            raise ValueError(f"`initial_guess['times']` has {gt.size} node times but "
+                             f"`initial_guess['{what}']` has {nodes} rows (needs "
+                             f"{rows} times)")
+        return (gt - gt[0]) / (gt[-1] - gt[0])
+    return sh.tau if rows == sh.K + 1 else np.linspace(0.0, 1.0, rows)
+
+
 def _initial_guess(guess: Any, sh: Shooting, target: np.ndarray | None, u_lo: np.ndarray,
                    u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """The start ``(S, U, H)``: the straight line to the target with controls 0 (clipped),
+    or the warm start ``guess`` (a result or a dict of `GUESS_KEYS`) on this grid."""
     K, N, M = sh.K, sh.n, sh.m
     H = sh.horizon
     end = sh.x if target is None else np.where(np.isnan(target), sh.x, target)
@@ -324,20 +354,32 @@ def _initial_guess(guess: Any, sh: Shooting, target: np.ndarray | None, u_lo: np
     if guess is None:
         return S, U, H
     if not isinstance(guess, dict) and not hasattr(guess, "states"):
-        raise TypeError(f"`initial_guess` must be a solve_ocp result or a dict with 'states', "
-                        f"'controls', 'horizon', but got {describe(guess)}")
+        raise TypeError(f"`initial_guess` must be a solve_ocp result or a dict with "
+                        f"{', '.join(map(repr, GUESS_KEYS))}, but got {describe(guess)}")
+    if isinstance(guess, dict) and not isinstance(guess, OptimizeResult):
+        unknown = sorted(set(guess) - set(GUESS_KEYS), key=str)
+        if unknown:
+            raise ValueError(f"`initial_guess` has the unknown key(s) "
+                             f"{', '.join(map(repr, unknown))}; the keys are "
+                             f"{', '.join(map(repr, GUESS_KEYS))}")
     gH = _get(guess, "horizon")
     if gH is not None and sh.free_horizon:
         H = as_real(gH, "initial_guess['horizon']", positive=True)
     gS, gU = _get(guess, "states"), _get(guess, "controls")
     gt = _get(guess, "times")
+    if gt is not None:
+        gt = as_float_array(gt, "initial_guess['times']")
+        if gt.ndim != 1 or gt.size < 2 or not np.all(np.isfinite(gt)) or not np.all(
+                np.diff(gt) > 0):
+            raise ValueError(f"`initial_guess['times']` must be the guess's node times, "
+                             f"finite and strictly increasing, shape (K' + 1,), but got "
+                             f"{describe(gt)}")
     if gS is not None:
         gS = as_float_array(gS, "initial_guess['states']")
         if gS.ndim != 2 or gS.shape[1] != N or gS.shape[0] < 2:
             raise ValueError(f"`initial_guess['states']` must have shape (K' + 1, {N}), but got "
                              f"shape {gS.shape}")
-        gtau = (np.linspace(0, 1, gS.shape[0]) if gt is None
-                else (np.asarray(gt) - gt[0]) / (gt[-1] - gt[0]))
+        gtau = _guess_fractions(gt, gS.shape[0], gS.shape[0], sh, "states")
         S = np.stack([np.interp(sh.tau, gtau, gS[:, i]) for i in range(N)], axis=1)
     if gU is not None:
         gU = as_float_array(gU, "initial_guess['controls']")
@@ -346,8 +388,7 @@ def _initial_guess(guess: Any, sh: Shooting, target: np.ndarray | None, u_lo: np
         if gU.ndim != 2 or gU.shape[1] != M:
             raise ValueError(f"`initial_guess['controls']` must have shape (K', {M}), but got "
                              f"shape {gU.shape}")
-        gtau = (np.linspace(0, 1, gU.shape[0] + 1) if gt is None
-                else (np.asarray(gt) - gt[0]) / (gt[-1] - gt[0]))
+        gtau = _guess_fractions(gt, gU.shape[0] + 1, gU.shape[0], sh, "controls")
         mid = 0.5 * (sh.tau[:-1] + sh.tau[1:])
         idx = np.clip(np.searchsorted(gtau, mid, side="right") - 1, 0, gU.shape[0] - 1)
         U = np.clip(gU[idx], u_lo, u_hi)

@@ -146,6 +146,7 @@ class KKT:
     ok: bool
     scale_d: float = 1.0      # IPOPT's s_d
     scale_c: float = 1.0      # IPOPT's s_c
+    residual: np.ndarray | None = None    # grad J + A^T y + zb, per variable
 
 
 def kkt_check(nlp: ShootingNLP, w: np.ndarray, *, tol: float, constraint_tol: float,
@@ -197,7 +198,8 @@ def kkt_check(nlp: ShootingNLP, w: np.ndarray, *, tol: float, constraint_tol: fl
         zb[fixed] = -(g + Jc.T @ y)[fixed]
     else:
         y, zb = _fitted(nlp, w, g, c, Jc, eq, fixed, constraint_tol)
-    resid = float(np.max(np.abs(g + Jc.T @ y + zb), initial=0.0))
+    r = g + Jc.T @ y + zb
+    resid = float(np.max(np.abs(r), initial=0.0))
     slack = np.sum(np.abs(y[~eq])) + np.sum(np.abs(zb))      # the slacks' multipliers
     m_ineq = int(np.count_nonzero(~eq))
     s_d = max(S_MAX, (np.sum(np.abs(y)) + slack) / max(1, nlp.m + m_ineq + nlp.n)) / S_MAX
@@ -208,7 +210,7 @@ def kkt_check(nlp: ShootingNLP, w: np.ndarray, *, tol: float, constraint_tol: fl
     comp = max(comp_c, comp_w) / scale
     return KKT(stationarity=stat, complementarity=comp, violation=viol,
                ok=bool(stat <= tol and comp <= tol and viol <= constraint_tol),
-               scale_d=float(s_d), scale_c=float(s_c))
+               scale_d=float(s_d), scale_c=float(s_c), residual=r)
 
 
 def _sides(y: np.ndarray, v: np.ndarray, lo: np.ndarray, hi: np.ndarray, eq: np.ndarray,

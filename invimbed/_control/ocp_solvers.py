@@ -115,7 +115,15 @@ def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callbac
                 "mu_strategy": "adaptive"}
     settings.update(options)
     for key, value in settings.items():
-        prob.add_option(key, value)
+        try:
+            prob.add_option(key, value)
+        except TypeError as exc:            # cyipopt's "Error while assigning an option"
+            raise ValueError(
+                f"IPOPT refused the option {key!r} = {value!r}"
+                + (" of `solver_options`" if key in options else "")
+                + ": no option of that name, or a value of the wrong type or out of its "
+                  "range (IPOPT's options: https://coin-or.github.io/Ipopt/OPTIONS.html)"
+            ) from exc
     w, info = prob.solve(np.array(w0, dtype=float))
     status = int(info["status"])
     msg = info["status_msg"]
@@ -193,7 +201,7 @@ def _scipy(name, nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, c
                        bounds=bounds, constraints=constraints, options=opts, callback=cb)
     except SolverFailure as exc:
         return Run(w=last["w"], solver=name, solver_status=-1,
-                   message=f"{name}: stopped by a failed integration", nit=count[0],
+                   message=f"{name}: stopped by a failed evaluation", nit=count[0],
                    failure=str(exc), history=history)
     return Run(w=np.asarray(res.x, dtype=float), solver=name, solver_status=int(res.status),
                message=f"{name}: {res.message}", nit=int(getattr(res, "nit", count[0])),
