@@ -34,8 +34,9 @@ OCP_STATUS = {int(code): text for code, text in (
     (Status.NOT_CONVERGED, "not optimal: the NLP solver stopped (its status and message are "
                            "in `solver_status`, `solver_message`) at a point that fails our "
                            "KKT check; `kkt` and `constraint_violation` say by how much"),
-    (Status.FAILED, "an integration of a shooting interval failed (the message names the "
-                    "interval)"),
+    (Status.FAILED, "an evaluation failed: the integration of a shooting interval, or a "
+                    "constraint function not finite (the message names the interval or "
+                    "the node)"),
     (Status.STOPPED, "stopped: `callback` stopped the solver at a point that fails our KKT "
                      "check; `kkt` and `constraint_violation` say by how much"),
 )}

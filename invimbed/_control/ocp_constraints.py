@@ -250,8 +250,8 @@ def as_pair(value: Any, size: int, name: str) -> tuple[np.ndarray, np.ndarray]:
     """
     from scipy.optimize import Bounds
 
-    if isinstance(value, Bounds):
-        value = (value.lb, value.ub)
+    if isinstance(value, Bounds):              # scalars as scipy stores them: shape (1,)
+        value = tuple(b.item() if np.size(b) == 1 else b for b in (value.lb, value.ub))
     else:
         value = _per_variable(value, size, name)
     try:
