@@ -70,16 +70,21 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         The start time ``p < q`` and ``K`` equal intervals, or the node times to ``q``.
     n_controls : int, optional
         ``M``, the control size, where nothing else tells it.
-    control_bounds, state_bounds : (low, high), optional
-        Bounds on ``u``, and on the state at the nodes (and at ``path_points``).
+    control_bounds, state_bounds : (low, high), Bounds or array_like (M, 2), optional
+        Bounds on ``u``, and on the state at the nodes (and at ``path_points``): a
+        ``(low, high)`` pair, ``scipy.optimize.Bounds`` or one pair per variable; a
+        2 x 2 array for two variables whose two readings differ is refused.
     path_constraints, path_points : callable ``g(t, z, u) -> array``, int (default 0)
         ``g <= 0`` at the nodes and at ``path_points`` times inside each interval.
     final_state, terminal_equality, terminal_inequality : optional
-        ``z(q) = final_state`` (NaN entries free); ``h(z(q)) = 0``; ``h(z(q)) <= 0``.
+        ``z(q) = final_state`` (NaN entries free); ``h(z(q)) = 0``; ``h(z(q)) <= 0``
+        (residuals: a bool result is refused).
     free_horizon, horizon_bounds : bool (default False), (low, high)
         Make ``H = q - p`` a decision variable (a free final time), within bounds.
     initial_guess : OptimizeResult or dict, optional
-        A warm start: a previous result, or ``"states"``, ``"controls"``, ``"horizon"``.
+        A warm start: a previous result, or a dict of ``"states"``, ``"controls"``,
+        ``"horizon"``, ``"times"`` (the guess's node times; without them a guess with
+        ``K + 1`` nodes is taken node for node); other keys are refused.
     solver, hessian : str, default "auto", "limited-memory"
         ``"ipopt"`` (``cyipopt``, the default where installed), ``"trust-constr"`` or
         ``"slsqp"``; IPOPT's Hessian by L-BFGS or ``"finite-differences"``.
@@ -98,13 +103,16 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     OptimizeResult
         ``success`` (our KKT check passed, never the solver's word alone), ``status``
         (an `invimbed.Status`, one of `OCP_STATUS`: 0 optimal, -2 not optimal, -4
-        stopped by ``callback``, -1 an interval's integration failed), ``fun`` (``J``), ``times``, ``states``, ``controls``,
-        ``control``, ``horizon``, ``kkt``, ``constraint_violation``, ``trajectory``, ...
+        stopped by ``callback``, -1 an interval's integration or a constraint's value
+        failed), ``fun`` (``J``), ``times``, ``states``, ``controls``, ``control``,
+        ``horizon``, ``kkt`` (scaled as IPOPT's own check: docs/optimization.md),
+        ``constraint_violation``, ``trajectory``, ...
 
     Raises
     ------
     TypeError, ValueError
-        For invalid arguments, naming the argument.
+        For invalid arguments, naming the argument (an IPOPT option IPOPT refuses
+        included).
 
     Examples
     --------
@@ -152,9 +160,9 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     if solver_options is not None and not isinstance(solver_options, dict):
         raise TypeError(f"`solver_options` must be a dict, but got {describe(solver_options)}")
     if solver == "ipopt" and not have_ipopt():
-        raise ValueError("solver='ipopt' needs cyipopt (pip install cyipopt; it builds against "
-                         "the system IPOPT: apt-get install coinor-libipopt-dev liblapack-dev "
-                         "libblas-dev pkg-config); or use solver='slsqp' or 'trust-constr'")
+        raise ValueError("solver='ipopt' needs cyipopt: pip install \"invimbed[ipopt]\" "
+                         "(the cyipopt-wheels wheel, IPOPT bundled), or cyipopt built against "
+                         "a system IPOPT; or use solver='slsqp' or 'trust-constr'")
     name = ("ipopt" if have_ipopt() else "slsqp") if solver == "auto" else solver
 
     H0 = q - p0

@@ -245,8 +245,10 @@ def as_pair(value: Any, size: int, name: str) -> tuple[np.ndarray, np.ndarray]:
       ``minimize(bounds=...)`` style), for ``size != 2``.
 
     For ``size == 2`` a 2 x 2 array of numbers reads both ways (``[(-2, 2), (-2, 2)]``:
-    ``low = (-2, 2), high = (-2, 2)``, or ``-2 <= v_i <= 2`` for each variable); where the
-    two readings differ it is refused, with both readings and the way to say which.
+    ``low = (-2, 2), high = (-2, 2)``, or ``-2 <= v_i <= 2`` for each variable): where
+    the two readings differ and both are feasible (``low <= high``) it is refused, with
+    both readings and the way to say which (``Bounds``); where only one is feasible, that
+    one is taken.
     """
     from scipy.optimize import Bounds
 
@@ -299,6 +301,11 @@ def _per_variable(value: Any, size: int, name: str) -> Any:
         return arr[:, 0], arr[:, 1]
     if np.array_equal(arr, arr.T, equal_nan=True):
         return value                       # both readings agree
+    feasible = [not np.any(a[0] > a[1]) for a in (arr, arr.T)]
+    if feasible == [True, False]:
+        return value                       # low > high read per variable: (low, high)
+    if feasible == [False, True]:
+        return arr[:, 0], arr[:, 1]
     fmt = lambda a: str(a.tolist())  # noqa: E731
     raise ValueError(
         f"`{name}` = {fmt(arr)} is ambiguous for 2 variables: as a (low, high) pair it "

@@ -5,9 +5,10 @@ point, the solver's own status, message and iteration count, passed through as t
 solver reported them. Whether the point is optimal is decided afterwards by
 `invimbed._control.ocp_nlp.kkt_check`, never by the solver's word alone.
 
-IPOPT (Wachter & Biegler 2006) is reached through ``cyipopt`` (``pip install cyipopt``,
-which builds against the system IPOPT: ``apt-get install coinor-libipopt-dev
-liblapack-dev libblas-dev pkg-config`` on Debian). It gets the sparse Jacobian and a
+IPOPT (Wachter & Biegler 2006) is reached through ``cyipopt``: the ``ipopt`` extra
+installs the ``cyipopt-wheels`` wheel, which bundles IPOPT and MUMPS; a ``cyipopt`` built
+against a system IPOPT (``pip install cyipopt`` after ``apt-get install
+coinor-libipopt-dev liblapack-dev libblas-dev pkg-config``) serves alike. It gets the sparse Jacobian and a
 limited-memory quasi-Newton (L-BFGS) Hessian. Without it, ``scipy.optimize.minimize``
 runs ``"trust-constr"`` (sparse Jacobian, BFGS Hessian) or ``"SLSQP"`` (dense).
 """
