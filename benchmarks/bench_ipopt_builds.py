@@ -77,6 +77,7 @@ def main() -> int:
     print(f"interpreters: this = {sides['this']}, other = {sides['other']}")
     print(f"{'problem':15s} {'K':>4s}  {'iterations this / other':>24s}  {'J this':>13s}  "
           f"{'J other':>13s}  {'best s this':>11s}  {'best s other':>12s}  ratio")
+    seen = False
     for label, name, K in GALLERY:
         if args.only and args.only.lower() not in label.lower():
             continue
@@ -90,9 +91,10 @@ def main() -> int:
         print(f"{label:15s} {str(K or 164):>4s}  {a['nit']:>11d} / {b['nit']:<10d}  "
               f"{a['fun']:13.8f}  {b['fun']:13.8f}  {ta:11.2f}  {tb:12.2f}  {tb / ta:5.2f}"
               + ("" if a["success"] and b["success"] else "  (not success)"))
-        for side in sides:
+        for side in sides if not seen else ():
             print(f"    {side}: cyipopt {got[side][0]['version']} from "
                   f"{got[side][0]['cyipopt']}")
+        seen = True
     return 0
 
 

@@ -477,7 +477,7 @@ def test_warm_start_dict_on_a_nonuniform_grid_keeps_its_nodes():
     a = invimbed.solve_ocp(problem, [1.0, 0.0], grid=fine, **kw, initial_guess=shifted).x
     b = invimbed.solve_ocp(problem, [1.0, 0.0], grid=fine, **kw, initial_guess=OptimizeResult(
         states=states, controls=controls, times=t)).x
-    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)     # (t + 5) - 5: rounding
 
 
 def test_warm_start_refuses_unknown_keys_and_bad_times():
@@ -650,16 +650,18 @@ def test_bounds_shapes_read_and_ambiguous_form_refused():
     assert res.success and abs(res.fun - 1.0) <= 1e-8       # u = -1 throughout: J = 1
 
 
-@pytest.mark.parametrize("solver", ["slsqp", pytest.param("ipopt", marks=needs_ipopt)])
+@pytest.mark.parametrize("solver", ["slsqp", pytest.param(
+    "ipopt", marks=[needs_ipopt, pytest.mark.slow])])     # IPOPT: 52 iterations, 30 s
 def test_nonfinite_path_constraint_named_with_its_node(solver):
     """``sqrt`` of a negative number at an iterate: the message names the function, the
     node and the point (it was IPOPT's "invalid number" or a NaN KKT residual)."""
     problem = double_integrator()
-    res = invimbed.solve_ocp(problem, [0.0, 1.0], p=0.0, intervals=4, final_state=[0, -1],
-                             solver=solver, path_constraints=lambda t, z, u: np.array(
-                                 [np.sqrt(0.2 - z[0]) - 0.5]))
+    res = invimbed.solve_ocp(problem, [0.0, 1.0], p=0.0, intervals=8, final_state=[0, -1],
+                             solver=solver, max_iter=100, path_constraints=lambda t, z, u:
+                             np.array([np.sqrt(0.2 - z[0]) - 0.5]))
     assert not res.success and res.status == -1
-    assert re.search(r"`path_constraints` returned \[nan\] at node \d+, t = [\d.]+ \(z = \[",
+    assert re.search(r"`path_constraints` (returned \[nan\]|has a derivative \(central "
+                     r"differences\) that is not finite) at node \d+, t = [\d.]+ \(z = \[",
                      res.message), res.message
 
 
