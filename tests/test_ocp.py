@@ -504,7 +504,7 @@ def _recommended(text):
     for m in re.finditer(r"\b([a-z_][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|True|False|None|"
                          r"-?\d[\w.+-]*|\.\.\.|[A-Za-z_]\w*)((?:\s+or\s+'[^']*')*)", text):
         name, value, more = m.groups()
-        values = [value] + [v.strip()[3:].strip() for v in more.split(" or ")[1:]] if more else [value]
+        values = [value] + [v.strip() for v in more.split(" or ")[1:]]
         for v in values:
             literal = v[0] in "'\"-0123456789" or v in ("True", "False", "None")
             import ast as _ast

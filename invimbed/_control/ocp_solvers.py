@@ -8,9 +8,10 @@ solver reported them. Whether the point is optimal is decided afterwards by
 IPOPT (Wachter & Biegler 2006) is reached through ``cyipopt``: the ``ipopt`` extra
 installs the ``cyipopt-wheels`` wheel, which bundles IPOPT and MUMPS; a ``cyipopt`` built
 against a system IPOPT (``pip install cyipopt`` after ``apt-get install
-coinor-libipopt-dev liblapack-dev libblas-dev pkg-config``) serves alike. It gets the sparse Jacobian and a
-limited-memory quasi-Newton (L-BFGS) Hessian. Without it, ``scipy.optimize.minimize``
-runs ``"trust-constr"`` (sparse Jacobian, BFGS Hessian) or ``"SLSQP"`` (dense).
+coinor-libipopt-dev liblapack-dev libblas-dev pkg-config``) serves alike. It gets the
+sparse Jacobian and a limited-memory quasi-Newton (L-BFGS) Hessian. Without it,
+``scipy.optimize.minimize`` runs ``"trust-constr"`` (sparse Jacobian, BFGS Hessian) or
+``"SLSQP"`` (dense).
 """
 
 from __future__ import annotations
