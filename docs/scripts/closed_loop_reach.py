@@ -1,7 +1,8 @@
 """How far the sweep's feedback reaches on nonlinear problems: docs/optimal-control.md.
 
 For each problem, one `solve_optimal` call over depths spread up to the problem's
-horizon (jet order 2, default tolerances, the closed-loop check on, a time budget of
+horizon (jet order 2: ``--order``, default 2, where `solve_optimal`'s own default is 1;
+default tolerances, the closed-loop check on, a time budget of
 ``--max-time`` seconds) and a table per depth: the sweep's value ``V``, the true cost ``J``
 of its own feedback simulated from ``x`` (``closed_loop_value``), whether the depth is
 converged, and the deepest horizon reached. Problems (written from the literature):
@@ -11,9 +12,11 @@ converged, and the deepest horizon reached. Problems (written from the literatur
   published optimum 29.376 (horizon 2.5).
 * Van der Pol, tf = 5, ``-0.3 <= u <= 1``: ``x1' = x2``, ``x2' = -x1 + (1 - x1^2) x2 + u``,
   ``J = int x1^2 + x2^2 + u^2``, ``x0 = (1, 0)``; published optimum 2.8673.
-* hypersensitive (Rao & Mease), ``x' = -x^3 + u``, ``J = int (x^2 + u^2) / 2``,
-  ``x0 = 1.5``; the end condition ``x(tf) = 1`` as a terminal penalty ``50 (x - 1)^2``;
-  published optimum 3.3621 at tf = 10^4 (horizons up to 10 here).
+* hypersensitive (Rao & Mease, the ends swapped), ``x' = -x^3 + u``,
+  ``J = int (x^2 + u^2) / 2``, ``x0 = 1.5``; the end condition ``x(tf) = 1`` as a
+  terminal penalty ``50 (x - 1)^2`` (horizons up to 10 here). Rao & Mease run from
+  ``x(0) = 1`` to ``x(tf) = 1.5``, published optimum 3.3621 at tf = 10^4; with the ends as
+  here the optimum at tf = 10^4 is about 1.3308 (docs/scripts/hypersensitive_ends.py).
 
 Run from the repository root:  python docs/scripts/closed_loop_reach.py [--max-time 120]
 """

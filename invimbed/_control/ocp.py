@@ -20,7 +20,7 @@ from .._core.problem import BolzaProblem
 from .._core.status import Status
 from .._core.validation import (as_float_array, as_int, as_positive_int, as_real, check_callable,
                                 check_choice, describe)
-from .ocp_constraints import Defects, FinalState, Path, Terminal, as_pair
+from .ocp_constraints import Defects, FinalState, Path, Terminal, as_pair, bounds_size
 from .ocp_nlp import ShootingNLP, kkt_check
 from .ocp_solvers import HESSIANS, SOLVERS, have_ipopt, run_solver
 from .options import SolverFailure
@@ -34,8 +34,9 @@ OCP_STATUS = {int(code): text for code, text in (
     (Status.NOT_CONVERGED, "not optimal: the NLP solver stopped (its status and message are "
                            "in `solver_status`, `solver_message`) at a point that fails our "
                            "KKT check; `kkt` and `constraint_violation` say by how much"),
-    (Status.FAILED, "an integration of a shooting interval failed (the message names the "
-                    "interval)"),
+    (Status.FAILED, "an evaluation failed: the integration of a shooting interval, or a "
+                    "constraint function not finite (the message names the interval or "
+                    "the node)"),
     (Status.STOPPED, "stopped: `callback` stopped the solver at a point that fails our KKT "
                      "check; `kkt` and `constraint_violation` say by how much"),
 )}
@@ -69,16 +70,21 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         The start time ``p < q`` and ``K`` equal intervals, or the node times to ``q``.
     n_controls : int, optional
         ``M``, the control size, where nothing else tells it.
-    control_bounds, state_bounds : (low, high), optional
-        Bounds on ``u``, and on the state at the nodes (and at ``path_points``).
+    control_bounds, state_bounds : (low, high), Bounds or array_like (M, 2), optional
+        Bounds on ``u``, and on the state at the nodes (and at ``path_points``): a
+        ``(low, high)`` pair, ``scipy.optimize.Bounds`` or one pair per variable; a
+        2 x 2 array for two variables whose two readings differ is refused.
     path_constraints, path_points : callable ``g(t, z, u) -> array``, int (default 0)
         ``g <= 0`` at the nodes and at ``path_points`` times inside each interval.
     final_state, terminal_equality, terminal_inequality : optional
-        ``z(q) = final_state`` (NaN entries free); ``h(z(q)) = 0``; ``h(z(q)) <= 0``.
+        ``z(q) = final_state`` (NaN entries free); ``h(z(q)) = 0``; ``h(z(q)) <= 0``
+        (residuals: a bool result is refused).
     free_horizon, horizon_bounds : bool (default False), (low, high)
         Make ``H = q - p`` a decision variable (a free final time), within bounds.
     initial_guess : OptimizeResult or dict, optional
-        A warm start: a previous result, or ``"states"``, ``"controls"``, ``"horizon"``.
+        A warm start: a previous result, or a dict of ``"states"``, ``"controls"``,
+        ``"horizon"``, ``"times"`` (the guess's node times; without them a guess with
+        ``K + 1`` nodes is taken node for node); other keys are refused.
     solver, hessian : str, default "auto", "limited-memory"
         ``"ipopt"`` (``cyipopt``, the default where installed), ``"trust-constr"`` or
         ``"slsqp"``; IPOPT's Hessian by L-BFGS or ``"finite-differences"``.
@@ -97,13 +103,16 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     OptimizeResult
         ``success`` (our KKT check passed, never the solver's word alone), ``status``
         (an `invimbed.Status`, one of `OCP_STATUS`: 0 optimal, -2 not optimal, -4
-        stopped by ``callback``, -1 an interval's integration failed), ``fun`` (``J``), ``times``, ``states``, ``controls``,
-        ``control``, ``horizon``, ``kkt``, ``constraint_violation``, ``trajectory``, ...
+        stopped by ``callback``, -1 an interval's integration or a constraint's value
+        failed), ``fun`` (``J``), ``times``, ``states``, ``controls``, ``control``,
+        ``horizon``, ``kkt`` (scaled as IPOPT's own check: docs/optimization.md),
+        ``constraint_violation``, ``trajectory``, ...
 
     Raises
     ------
     TypeError, ValueError
-        For invalid arguments, naming the argument.
+        For invalid arguments, naming the argument (an IPOPT option IPOPT refuses
+        included).
 
     Examples
     --------
@@ -151,9 +160,9 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     if solver_options is not None and not isinstance(solver_options, dict):
         raise TypeError(f"`solver_options` must be a dict, but got {describe(solver_options)}")
     if solver == "ipopt" and not have_ipopt():
-        raise ValueError("solver='ipopt' needs cyipopt (pip install cyipopt; it builds against "
-                         "the system IPOPT: apt-get install coinor-libipopt-dev liblapack-dev "
-                         "libblas-dev pkg-config); or use solver='slsqp' or 'trust-constr'")
+        raise ValueError("solver='ipopt' needs cyipopt: pip install \"invimbed[ipopt]\" "
+                         "(the cyipopt-wheels wheel, IPOPT bundled), or cyipopt built against "
+                         "a system IPOPT; or use solver='slsqp' or 'trust-constr'")
     name = ("ipopt" if have_ipopt() else "slsqp") if solver == "auto" else solver
 
     H0 = q - p0
@@ -209,7 +218,24 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     run = run_solver(name, nlp, w0, tol=tol, constraint_tol=constraint_tol,
                      max_iter=max_iter, options=solver_options, callback=callback,
                      hessian=hessian)
-    return _result(nlp, run, tol, constraint_tol, trajectory_points)
+    res = _result(nlp, run, tol, constraint_tol, trajectory_points)
+    if free_horizon and horizon_bounds is None:
+        res["message"] += _runaway_horizon(res, H_guess, lb[-1])
+    return res
+
+
+def _runaway_horizon(res: OptimizeResult, start: float, low: float) -> str:
+    """A hint for a free horizon without `horizon_bounds` that ran away (ten times its
+    start, or down to its default lower bound): nothing in the problem prices time."""
+    H = float(res.horizon)
+    if not (H >= 10 * start or H <= 10 * low) or (res.success and H > 10 * low):
+        return ""
+    grew = H >= 10 * start
+    where = (f"grew from {start:.6g} to {H:.6g}" if grew else
+             f"shrank from {start:.6g} to {H:.3g}, at its default lower bound {low:.3g}")
+    return (f" The free horizon {where}: nothing in the problem prices time ("
+            f"{'stretching' if grew else 'shrinking'} the horizon keeps lowering J), so it "
+            f"runs to a bound; give `horizon_bounds=(low, high)`, or a cost of time.")
 
 
 def _result(nlp: ShootingNLP, run, tol: float, constraint_tol: float,
@@ -296,14 +322,8 @@ def _control_size(problem: BolzaProblem, n_controls: Any, bounds: Any, guess: An
         return int(prov.n_theta)
     if guess is not None and _get(guess, "controls") is not None:
         return int(np.shape(_get(guess, "controls"))[-1])
-    if bounds is not None:
-        try:
-            lo, hi = bounds
-            sizes = {np.size(b) for b in (lo, hi) if b is not None}
-        except (TypeError, ValueError):
-            sizes = set()
-        if len(sizes) == 1:
-            return int(sizes.pop())
+    if bounds is not None and bounds_size(bounds) is not None:
+        return bounds_size(bounds)
     raise ValueError("the control size M is unknown: pass `n_controls=M` (or "
                      "`control_bounds`, or an `initial_guess` with controls)")
 
@@ -314,8 +334,27 @@ def _get(guess: Any, key: str) -> Any:
     return getattr(guess, key, None)
 
 
+#: The keys of an `initial_guess` dict.
+GUESS_KEYS = ("states", "controls", "horizon", "times")
+
+
+def _guess_fractions(gt: Any, rows: int, nodes: int, sh: Shooting, what: str) -> np.ndarray:
+    """The node fractions of a guess of ``rows`` nodes: its ``times`` as fractions of
+    their span; without them this grid's own nodes where the guess has as many, and
+    equally spaced fractions otherwise."""
+    if gt is not None:
+        if gt.size != rows:
+            raise ValueError(f"`initial_guess['times']` has {gt.size} node times but "
+                             f"`initial_guess['{what}']` has {nodes} rows (needs "
+                             f"{rows} times)")
+        return (gt - gt[0]) / (gt[-1] - gt[0])
+    return sh.tau if rows == sh.K + 1 else np.linspace(0.0, 1.0, rows)
+
+
 def _initial_guess(guess: Any, sh: Shooting, target: np.ndarray | None, u_lo: np.ndarray,
                    u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """The start ``(S, U, H)``: the straight line to the target with controls 0 (clipped),
+    or the warm start ``guess`` (a result or a dict of `GUESS_KEYS`) on this grid."""
     K, N, M = sh.K, sh.n, sh.m
     H = sh.horizon
     end = sh.x if target is None else np.where(np.isnan(target), sh.x, target)
@@ -324,20 +363,32 @@ def _initial_guess(guess: Any, sh: Shooting, target: np.ndarray | None, u_lo: np
     if guess is None:
         return S, U, H
     if not isinstance(guess, dict) and not hasattr(guess, "states"):
-        raise TypeError(f"`initial_guess` must be a solve_ocp result or a dict with 'states', "
-                        f"'controls', 'horizon', but got {describe(guess)}")
+        raise TypeError(f"`initial_guess` must be a solve_ocp result or a dict with "
+                        f"{', '.join(map(repr, GUESS_KEYS))}, but got {describe(guess)}")
+    if isinstance(guess, dict) and not isinstance(guess, OptimizeResult):
+        unknown = sorted(set(guess) - set(GUESS_KEYS), key=str)
+        if unknown:
+            raise ValueError(f"`initial_guess` has the unknown key(s) "
+                             f"{', '.join(map(repr, unknown))}; the keys are "
+                             f"{', '.join(map(repr, GUESS_KEYS))}")
     gH = _get(guess, "horizon")
     if gH is not None and sh.free_horizon:
         H = as_real(gH, "initial_guess['horizon']", positive=True)
     gS, gU = _get(guess, "states"), _get(guess, "controls")
     gt = _get(guess, "times")
+    if gt is not None:
+        gt = as_float_array(gt, "initial_guess['times']")
+        if gt.ndim != 1 or gt.size < 2 or not np.all(np.isfinite(gt)) or not np.all(
+                np.diff(gt) > 0):
+            raise ValueError(f"`initial_guess['times']` must be the guess's node times, "
+                             f"finite and strictly increasing, shape (K' + 1,), but got "
+                             f"{describe(gt)}")
     if gS is not None:
         gS = as_float_array(gS, "initial_guess['states']")
         if gS.ndim != 2 or gS.shape[1] != N or gS.shape[0] < 2:
             raise ValueError(f"`initial_guess['states']` must have shape (K' + 1, {N}), but got "
                              f"shape {gS.shape}")
-        gtau = (np.linspace(0, 1, gS.shape[0]) if gt is None
-                else (np.asarray(gt) - gt[0]) / (gt[-1] - gt[0]))
+        gtau = _guess_fractions(gt, gS.shape[0], gS.shape[0], sh, "states")
         S = np.stack([np.interp(sh.tau, gtau, gS[:, i]) for i in range(N)], axis=1)
     if gU is not None:
         gU = as_float_array(gU, "initial_guess['controls']")
@@ -346,8 +397,7 @@ def _initial_guess(guess: Any, sh: Shooting, target: np.ndarray | None, u_lo: np
         if gU.ndim != 2 or gU.shape[1] != M:
             raise ValueError(f"`initial_guess['controls']` must have shape (K', {M}), but got "
                              f"shape {gU.shape}")
-        gtau = (np.linspace(0, 1, gU.shape[0] + 1) if gt is None
-                else (np.asarray(gt) - gt[0]) / (gt[-1] - gt[0]))
+        gtau = _guess_fractions(gt, gU.shape[0] + 1, gU.shape[0], sh, "controls")
         mid = 0.5 * (sh.tau[:-1] + sh.tau[1:])
         idx = np.clip(np.searchsorted(gtau, mid, side="right") - 1, 0, gU.shape[0] - 1)
         U = np.clip(gU[idx], u_lo, u_hi)

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._core.validation import describe, returned_reals
+from .options import SolverFailure
 from .shooting import IntervalSolve, Shooting
 
 _H_REL = np.finfo(float).eps ** (1.0 / 3.0)
@@ -81,6 +82,20 @@ def _call(fn: Callable, args: tuple, name: str, size: int | None) -> np.ndarray:
     return out
 
 
+def _finite(name: str, where: str, c: np.ndarray, jac: list[np.ndarray], args: tuple,
+            labels: str) -> None:
+    """A `SolverFailure` naming the constraint function and the point where it (or its
+    central-difference derivative) is not finite."""
+    if np.all(np.isfinite(c)) and all(np.all(np.isfinite(J)) for J in jac):
+        return
+    what = (f"returned {np.array2string(c, precision=6)}" if not np.all(np.isfinite(c))
+            else "has a derivative (central differences) that is not finite")
+    point = ", ".join(f"{lab} = {np.array2string(np.asarray(a, dtype=float), precision=6)}"
+                      for lab, a in zip(labels.split(), args))
+    raise SolverFailure(f"`{name}` {what} at {where} ({point}); it must be finite wherever "
+                        f"the solver may look (near the iterates)")
+
+
 def _jacobian(fn: Callable, args: list[np.ndarray], which: list[int], size: int,
               name: str) -> list[np.ndarray]:
     """Central-difference Jacobians of ``fn(*args)`` in the arguments ``which``."""
@@ -121,6 +136,7 @@ class Terminal(Block):
         z = np.asarray(w)[self.sh.s_index(self.sh.K)]
         c = _call(self.fn, (z,), self.name, self.k)
         (J,) = _jacobian(self.fn, [z], [0], self.k, self.name)
+        _finite(self.name, f"the last node (node {self.sh.K}, t = q)", c, [J], (z,), "z")
         return c, J.ravel()
 
 
@@ -206,6 +222,9 @@ class Path(Block):
                     zs = None
             c = _call(self.fn, (t, z, u), self.name, k_g)
             gt, gz, gu = _jacobian(self.fn, [t, z, u], [0, 1, 2], k_g, self.name)
+            _finite(self.name, (f"node {k + int(a == 1.0)}" if a in (0.0, 1.0) else
+                                f"a point inside interval {k}") + f", t = {t:.6g}",
+                    c, [gt, gz, gu], (z, u), "z u")
             parts = [gu + gz @ zu]
             if zs is not None:
                 parts.append(gz @ zs)
@@ -217,13 +236,33 @@ class Path(Block):
 
 
 def as_pair(value: Any, size: int, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(lo, hi)`` arrays of ``size`` from a ``(lo, hi)`` pair of scalars or arrays
-    (``None`` for no bound)."""
+    """``(lo, hi)`` arrays of ``size`` from the bounds ``value`` (``None`` or NaN: no
+    bound):
+
+    - ``scipy.optimize.Bounds(lb, ub)``;
+    - a ``(low, high)`` pair of scalars or arrays of length ``size``;
+    - one ``(low, high)`` pair per variable, shape ``(size, 2)`` (scipy's
+      ``minimize(bounds=...)`` style), for ``size != 2``.
+
+    For ``size == 2`` a 2 x 2 array of numbers reads both ways (``[(-2, 2), (-2, 2)]``:
+    ``low = (-2, 2), high = (-2, 2)``, or ``-2 <= v_i <= 2`` for each variable): where
+    the two readings differ and both are feasible (``low <= high``) it is refused, with
+    both readings and the way to say which (``Bounds``); where only one is feasible, that
+    one is taken.
+    """
+    from scipy.optimize import Bounds
+
+    if isinstance(value, Bounds):              # scalars as scipy stores them: shape (1,)
+        value = tuple(b.item() if np.size(b) == 1 else b for b in (value.lb, value.ub))
+    else:
+        value = _per_variable(value, size, name)
     try:
         lo, hi = value
     except (TypeError, ValueError) as exc:
         raise ValueError(f"`{name}` must be a (low, high) pair of scalars or arrays of "
-                         f"length {size} (None for no bound), but got {describe(value)}") from exc
+                         f"length {size} (None for no bound), one (low, high) pair per "
+                         f"variable, or scipy.optimize.Bounds(lb, ub), but got "
+                         f"{describe(value)}") from exc
     out = []
     for part, default in ((lo, -np.inf), (hi, np.inf)):
         if part is None:
@@ -247,3 +286,53 @@ def as_pair(value: Any, size: int, name: str) -> tuple[np.ndarray, np.ndarray]:
         i = int(bad[0])
         raise ValueError(f"`{name}` is infeasible: low > high for entry {i} ({lo[i]} > {hi[i]})")
     return lo, hi
+
+
+def _per_variable(value: Any, size: int, name: str) -> Any:
+    """``value`` as a ``(low, high)`` pair: one pair per variable (shape ``(size, 2)``,
+    ``size != 2``) transposed; a 2 x 2 whose two readings differ refused."""
+    try:
+        arr = np.array(value, dtype=float)
+    except (TypeError, ValueError):
+        return value                       # None entries or ragged: a (low, high) pair
+    if arr.shape != (size, 2):
+        return value
+    if size != 2:
+        return arr[:, 0], arr[:, 1]
+    if np.array_equal(arr, arr.T, equal_nan=True):
+        return value                       # both readings agree
+    feasible = [not np.any(a[0] > a[1]) for a in (arr, arr.T)]
+    if feasible == [True, False]:
+        return value                       # low > high read per variable: (low, high)
+    if feasible == [False, True]:
+        return arr[:, 0], arr[:, 1]
+    fmt = lambda a: str(a.tolist())  # noqa: E731
+    raise ValueError(
+        f"`{name}` = {fmt(arr)} is ambiguous for 2 variables: as a (low, high) pair it "
+        f"means low = {fmt(arr[0])}, high = {fmt(arr[1])}; as one (low, high) pair per "
+        f"variable it means low = {fmt(arr[:, 0])}, high = {fmt(arr[:, 1])}. Say which "
+        f"with scipy.optimize.Bounds(lb, ub): Bounds({fmt(arr[0])}, {fmt(arr[1])}) or "
+        f"Bounds({fmt(arr[:, 0])}, {fmt(arr[:, 1])})")
+
+
+def bounds_size(value: Any) -> int | None:
+    """The number of variables that the bounds ``value`` (as `as_pair` reads them) are
+    for (1 for scalars), or None where their parts disagree."""
+    from scipy.optimize import Bounds
+
+    if isinstance(value, Bounds):
+        sizes = {np.size(value.lb), np.size(value.ub)}
+    else:
+        try:
+            arr = np.array(value, dtype=float)
+        except (TypeError, ValueError):
+            arr = None
+        if arr is not None and arr.ndim == 2 and arr.shape[1] == 2 and arr.shape[0] != 2:
+            return int(arr.shape[0])                 # one (low, high) pair per variable
+        try:
+            lo, hi = value
+            sizes = {np.size(b) for b in (lo, hi) if b is not None}
+        except (TypeError, ValueError):
+            return None
+    sizes = sizes - {1} or sizes
+    return int(sizes.pop()) if len(sizes) == 1 else None

@@ -131,32 +131,58 @@ class ShootingNLP:
         return out
 
 
+#: IPOPT's ``s_max``: the multipliers' mean size beyond which the KKT residuals are
+#: scaled down (Wachter & Biegler 2006, eq. (5)).
+S_MAX = 100.0
+
+
 @dataclass
 class KKT:
     """Our check of a point: residuals and whether they are within the tolerances."""
 
-    stationarity: float       # ||grad J + J_c^T y + z||_inf / max(1, ||grad J||_inf)
-    complementarity: float    # max |multiplier * slack| over the active set
+    stationarity: float       # max(||grad J + A^T y + zb||_inf, sign errors) / (scale s_d)
+    complementarity: float    # max multiplier * distance / (s_c + s_d distance) / scale
     violation: float          # largest constraint or bound violation
     ok: bool
+    scale_d: float = 1.0      # IPOPT's s_d
+    scale_c: float = 1.0      # IPOPT's s_c
+    residual: np.ndarray | None = None    # grad J + A^T y + zb, per variable
 
 
 def kkt_check(nlp: ShootingNLP, w: np.ndarray, *, tol: float, constraint_tol: float,
               multipliers: tuple[np.ndarray, np.ndarray] | None = None) -> KKT:
-    """First-order optimality of ``w``, judged by us.
+    """First-order optimality of ``w``, judged by us, scaled as IPOPT scales its own.
 
-    With the Lagrangian ``J + y^T c + zb^T w`` (``y_i >= 0`` where ``c_i`` is at its
-    upper limit, ``<= 0`` at its lower limit, free for equalities; the same for the bound
-    multipliers ``zb``):
+    The Lagrangian is ``J + y^T c + zb^T w``: a multiplier ``> 0`` pushes on an upper
+    limit, ``< 0`` on a lower one, free for equalities and fixed variables. Each
+    inequality (a constraint, or a bound on a variable) is read as IPOPT reads it:
+    ``c - s = 0`` with a slack ``lo <= s <= hi`` at ``s = c``, whose own multiplier
+    ``mu >= 0`` on the limit that ``y`` pushes on should equal ``y``. Then
 
-    - ``stationarity = ||grad J + A^T y + zb||_inf / max(1, ||grad J||_inf)``,
-    - ``complementarity = max |y_i| slack_i`` (and the same for the bounds), scaled alike,
+    - ``stationarity = max(||grad J + A^T y + zb||_inf / s_d, e) / scale``, ``e`` the
+      largest part of a multiplier that pushes on a limit that does not exist (a sign
+      error: the slack's stationarity ``|y - mu|`` with ``mu = 0``), over ``s_d``;
+    - ``complementarity = max a d / (s_c + s_d d) / scale`` over the parts ``a`` of the
+      multipliers that push on a finite limit at distance ``d``: ``a`` shared between
+      the slack's stationarity and the complementarity ``mu d`` as evenly as the scales
+      allow, which reads ``a d / s_c`` at an active limit and ``a / s_d`` far from it;
 
-    and ``ok`` is both ``<= tol`` and ``violation <= constraint_tol``. The multipliers are
-    the solver's (``multipliers = (y, zb)``, IPOPT), with any entry of the wrong sign set
-    to zero, or, without them, fitted by us by bounded least squares
-    (`scipy.optimize.lsq_linear`) to the constraints and bounds within ``constraint_tol``
-    of their limits.
+    with ``scale = max(1, ||grad J||_inf)`` and IPOPT's multiplier scales (Wachter &
+    Biegler 2006, eq. (5), the "scaled NLP error" that IPOPT's option ``tol`` bounds),
+    ``s_d = max(s_max, (||y||_1 + ||y_ineq||_1 + ||zb||_1) / (m + m_ineq + n)) / s_max``
+    and ``s_c = max(s_max, (||y_ineq||_1 + ||zb||_1) / (m_ineq + n)) / s_max``, ``s_max
+    = 100``: the residuals are relative to the multipliers where those are large on
+    average, absolute up to a mean size of 100. ``ok`` is both ``<= tol`` and
+    ``violation <= constraint_tol``.
+
+    The multipliers are the solver's (``multipliers = (y, zb)``, IPOPT) as they come: an
+    interior-point method ends with small multipliers of either sign on inactive
+    inequalities, which are measured as above, not zeroed (zeroing them moves their sum
+    into ``A^T y``). A fixed variable (equal bounds), which IPOPT removes from the
+    problem and returns no multiplier for, takes the multiplier that its stationarity
+    row asks. Without them (the scipy solvers) the multipliers are fitted by us by
+    bounded least squares (`scipy.optimize.lsq_linear`) to the constraints and bounds
+    within ``constraint_tol`` of their limits, with the right signs.
     """
     w = np.asarray(w, dtype=float)
     g = nlp.gradient(w)
@@ -166,7 +192,53 @@ def kkt_check(nlp: ShootingNLP, w: np.ndarray, *, tol: float, constraint_tol: fl
     scale = max(1.0, float(np.max(np.abs(g), initial=0.0)))
     eq = nlp.cl == nlp.cu
     fixed = nlp.lb == nlp.ub
-    # the sign each multiplier may take: [lo, hi] per constraint and per bound
+    if multipliers is not None:
+        y = np.asarray(multipliers[0], dtype=float).copy()
+        zb = np.asarray(multipliers[1], dtype=float).copy()
+        zb[fixed] = -(g + Jc.T @ y)[fixed]
+    else:
+        y, zb = _fitted(nlp, w, g, c, Jc, eq, fixed, constraint_tol)
+    r = g + Jc.T @ y + zb
+    resid = float(np.max(np.abs(r), initial=0.0))
+    slack = np.sum(np.abs(y[~eq])) + np.sum(np.abs(zb))      # the slacks' multipliers
+    m_ineq = int(np.count_nonzero(~eq))
+    s_d = max(S_MAX, (np.sum(np.abs(y)) + slack) / max(1, nlp.m + m_ineq + nlp.n)) / S_MAX
+    s_c = max(S_MAX, slack / max(1, m_ineq + nlp.n)) / S_MAX
+    sign_c, comp_c = _sides(y, c, nlp.cl, nlp.cu, eq, s_d, s_c)
+    sign_w, comp_w = _sides(zb, w, nlp.lb, nlp.ub, fixed, s_d, s_c)
+    stat = max(resid / s_d, sign_c, sign_w) / scale
+    comp = max(comp_c, comp_w) / scale
+    return KKT(stationarity=stat, complementarity=comp, violation=viol,
+               ok=bool(stat <= tol and comp <= tol and viol <= constraint_tol),
+               scale_d=float(s_d), scale_c=float(s_c), residual=r)
+
+
+def _sides(y: np.ndarray, v: np.ndarray, lo: np.ndarray, hi: np.ndarray, eq: np.ndarray,
+           s_d: float, s_c: float) -> tuple[float, float]:
+    """``(sign error / s_d, complementarity)`` of the multipliers ``y`` of ``lo <= v <= hi``
+    (equalities ``eq`` excluded), each inequality written ``v - s = 0``, ``lo <= s <=
+    hi``, with the slack's own multiplier ``mu >= 0`` on the limit that ``y`` pushes on.
+
+    The positive part of ``y`` pushes on ``hi``, the negative part on ``lo``. A part
+    whose limit is infinite must be carried by the slack's stationarity row, ``|y - mu|``
+    with ``mu = 0``: a sign error. Otherwise the part ``a`` is shared between that row
+    and the complementarity ``mu d`` (``d`` the distance to the limit) as evenly as the
+    scales allow, ``mu = a s_c / (s_c + s_d d)``: both then read ``a d / (s_c + s_d d)``,
+    ``a d / s_c`` at an active limit and ``a / s_d`` far from it."""
+    up, down = np.maximum(y, 0.0), np.maximum(-y, 0.0)
+    has_hi, has_lo = np.isfinite(hi) & ~eq, np.isfinite(lo) & ~eq
+    sign = np.concatenate([up[~eq & ~has_hi], down[~eq & ~has_lo]]) / s_d
+    part = np.concatenate([up[has_hi], down[has_lo]])
+    dist = np.concatenate([np.abs(hi[has_hi] - v[has_hi]), np.abs(v[has_lo] - lo[has_lo])])
+    comp = part * dist / (s_c + s_d * dist)
+    return float(np.max(sign, initial=0.0)), float(np.max(comp, initial=0.0))
+
+
+def _fitted(nlp: ShootingNLP, w: np.ndarray, g: np.ndarray, c: np.ndarray, Jc,
+            eq: np.ndarray, fixed: np.ndarray, constraint_tol: float
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Multipliers ``(y, zb)`` fitted by bounded least squares to ``-grad J`` over the
+    constraints and bounds within ``constraint_tol`` of their limits, with their signs."""
     y_lo = np.where(eq | np.isfinite(nlp.cl), -np.inf, 0.0)
     y_hi = np.where(eq | np.isfinite(nlp.cu), np.inf, 0.0)
     z_lo = np.where(fixed | np.isfinite(nlp.lb), -np.inf, 0.0)
@@ -175,37 +247,21 @@ def kkt_check(nlp: ShootingNLP, w: np.ndarray, *, tol: float, constraint_tol: fl
                                            np.where(np.isfinite(nlp.cu), nlp.cu - c, np.inf)))
     w_slack = np.where(fixed, 0.0, np.minimum(np.where(np.isfinite(nlp.lb), w - nlp.lb, np.inf),
                                               np.where(np.isfinite(nlp.ub), nlp.ub - w, np.inf)))
-    c_slack, w_slack = np.abs(c_slack), np.abs(w_slack)
-    if multipliers is not None:
-        y = np.clip(multipliers[0], y_lo, y_hi)
-        zb = np.clip(multipliers[1], z_lo, z_hi)
-        # at a lower limit only a multiplier <= 0 is right, at an upper one >= 0
-        y = np.where(~eq & np.isfinite(nlp.cl) & np.isfinite(nlp.cu),
-                     np.where(c - nlp.cl < nlp.cu - c, np.minimum(y, 0), np.maximum(y, 0)), y)
-        zb = np.where(~fixed & np.isfinite(nlp.lb) & np.isfinite(nlp.ub),
-                      np.where(w - nlp.lb < nlp.ub - w, np.minimum(zb, 0), np.maximum(zb, 0)), zb)
-    else:
-        act_c = np.flatnonzero(c_slack <= constraint_tol)
-        act_w = np.flatnonzero(w_slack <= constraint_tol)
-        A = vstack([Jc[act_c], identity(nlp.n, format="csr")[act_w]]).tocsr()
-        lo = np.concatenate([y_lo[act_c], z_lo[act_w]])
-        hi = np.concatenate([y_hi[act_c], z_hi[act_w]])
-        y, zb = np.zeros(nlp.m), np.zeros(nlp.n)
-        if A.shape[0]:
-            bounds = _sided(lo, hi, act_c, act_w, c, nlp, w)
-            if A.shape[0] * A.shape[1] <= 4_000_000:     # dense: the exact active-set method
-                fit = lsq_linear(A.T.toarray(), -g, bounds=bounds, method="bvls", tol=1e-14)
-            else:
-                fit = lsq_linear(A.T.tocsr(), -g, bounds=bounds, lsmr_tol="auto", tol=1e-14,
-                                 max_iter=2000)
-            y[act_c], zb[act_w] = fit.x[:act_c.size], fit.x[act_c.size:]
-    resid = g + Jc.T @ y + zb
-    stat = float(np.max(np.abs(resid), initial=0.0)) / scale
-    comp = max(float(np.max(np.abs(y) * np.where(np.isfinite(c_slack), c_slack, 0.0), initial=0.0)),
-               float(np.max(np.abs(zb) * np.where(np.isfinite(w_slack), w_slack, 0.0),
-                            initial=0.0))) / scale
-    return KKT(stationarity=stat, complementarity=comp, violation=viol,
-               ok=bool(stat <= tol and comp <= tol and viol <= constraint_tol))
+    act_c = np.flatnonzero(np.abs(c_slack) <= constraint_tol)
+    act_w = np.flatnonzero(np.abs(w_slack) <= constraint_tol)
+    A = vstack([Jc[act_c], identity(nlp.n, format="csr")[act_w]]).tocsr()
+    lo = np.concatenate([y_lo[act_c], z_lo[act_w]])
+    hi = np.concatenate([y_hi[act_c], z_hi[act_w]])
+    y, zb = np.zeros(nlp.m), np.zeros(nlp.n)
+    if A.shape[0]:
+        bounds = _sided(lo, hi, act_c, act_w, c, nlp, w)
+        if A.shape[0] * A.shape[1] <= 4_000_000:     # dense: the exact active-set method
+            fit = lsq_linear(A.T.toarray(), -g, bounds=bounds, method="bvls", tol=1e-14)
+        else:
+            fit = lsq_linear(A.T.tocsr(), -g, bounds=bounds, lsmr_tol="auto", tol=1e-14,
+                             max_iter=2000)
+        y[act_c], zb[act_w] = fit.x[:act_c.size], fit.x[act_c.size:]
+    return y, zb
 
 
 def _sided(lo: np.ndarray, hi: np.ndarray, act_c: np.ndarray, act_w: np.ndarray,

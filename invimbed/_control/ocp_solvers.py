@@ -5,11 +5,13 @@ point, the solver's own status, message and iteration count, passed through as t
 solver reported them. Whether the point is optimal is decided afterwards by
 `invimbed._control.ocp_nlp.kkt_check`, never by the solver's word alone.
 
-IPOPT (Wachter & Biegler 2006) is reached through ``cyipopt`` (``pip install cyipopt``,
-which builds against the system IPOPT: ``apt-get install coinor-libipopt-dev
-liblapack-dev libblas-dev pkg-config`` on Debian). It gets the sparse Jacobian and a
-limited-memory quasi-Newton (L-BFGS) Hessian. Without it, ``scipy.optimize.minimize``
-runs ``"trust-constr"`` (sparse Jacobian, BFGS Hessian) or ``"SLSQP"`` (dense).
+IPOPT (Wachter & Biegler 2006) is reached through ``cyipopt``: the ``ipopt`` extra
+installs the ``cyipopt-wheels`` wheel, which bundles IPOPT and MUMPS; a ``cyipopt`` built
+against a system IPOPT (``pip install cyipopt`` after ``apt-get install
+coinor-libipopt-dev liblapack-dev libblas-dev pkg-config``) serves alike. It gets the
+sparse Jacobian and a limited-memory quasi-Newton (L-BFGS) Hessian. Without it,
+``scipy.optimize.minimize`` runs ``"trust-constr"`` (sparse Jacobian, BFGS Hessian) or
+``"SLSQP"`` (dense).
 """
 
 from __future__ import annotations
@@ -115,7 +117,15 @@ def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callbac
                 "mu_strategy": "adaptive"}
     settings.update(options)
     for key, value in settings.items():
-        prob.add_option(key, value)
+        try:
+            prob.add_option(key, value)
+        except TypeError as exc:            # cyipopt's "Error while assigning an option"
+            raise ValueError(
+                f"IPOPT refused the option {key!r} = {value!r}"
+                + (" of `solver_options`" if key in options else "")
+                + ": no option of that name, or a value of the wrong type or out of its "
+                  "range (IPOPT's options: https://coin-or.github.io/Ipopt/OPTIONS.html)"
+            ) from exc
     w, info = prob.solve(np.array(w0, dtype=float))
     status = int(info["status"])
     msg = info["status_msg"]
@@ -193,7 +203,7 @@ def _scipy(name, nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, c
                        bounds=bounds, constraints=constraints, options=opts, callback=cb)
     except SolverFailure as exc:
         return Run(w=last["w"], solver=name, solver_status=-1,
-                   message=f"{name}: stopped by a failed integration", nit=count[0],
+                   message=f"{name}: stopped by a failed evaluation", nit=count[0],
                    failure=str(exc), history=history)
     return Run(w=np.asarray(res.x, dtype=float), solver=name, solver_status=int(res.status),
                message=f"{name}: {res.message}", nit=int(getattr(res, "nit", count[0])),

@@ -29,6 +29,11 @@ from .feedback import FeedbackJetClosure, sweep_feedback
 from .policy import check_closed_loop, feedback_grid
 from .sweep import OptimalityError, SweepBudget, check_integrator_options
 
+#: What a not-converged `solve_optimal` recommends (it has no exact fallback: the exact
+#: optimum of one horizon is `solve_ocp`'s).
+REMEDY = ("raise `order` (or pass tol=... to let the sweep choose it) or request "
+          "shallower depths; for the exact optimum of one horizon use solve_ocp")
+
 
 def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int | None = None,
                   control_bounds: Any = None, closure: str = "jet", order: int = 1,
@@ -165,6 +170,7 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                          f"estimate_error={estimate_error!r}, order={order!r}")
     dummy = Constant(np.zeros(n_controls) if theta0 is None else theta0)
     setup = prepare(problem, x, depths, dummy, method, rtol, atol, step, ALL_METHODS)
+    setup.remedy = REMEDY
     rtol, atol = float(rtol), float(atol)
     step = None if step is None else float(step)
     p_min = float(setup.depths_desc[-1])

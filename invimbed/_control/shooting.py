@@ -30,6 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._core.failures import row_failure_reason
+
+#: What `solve_ocp` recommends for a stiff interval (its ensemble is explicit only).
+STIFF_REMEDY = ("split the interval (more `intervals`, or a finer `grid` there) or raise "
+                "`max_steps`")
 from .._core.integrators.ensemble import DONE, TABLEAUX, DenseRows, integrate_rows
 
 
@@ -198,9 +202,10 @@ class Shooting:
         bad = np.flatnonzero(status != DONE)
         if bad.size:
             k = int(bad[0])
+            why = row_failure_reason(int(status[k]), self.max_steps, out.h_lambda[r][k],
+                                     STIFF_REMEDY)
             failure = (f"the integration of shooting interval {k} ([{t[k]:.6g}, "
-                       f"{t[k + 1]:.6g}]) failed at t = {out.t[r][k]:.6g}: "
-                       f"{row_failure_reason(int(status[k]), self.max_steps, out.h_lambda[r][k])}"
+                       f"{t[k + 1]:.6g}]) failed at t = {out.t[r][k]:.6g}: {why}"
                        f" ({bad.size} of {K} intervals failed)")
         elif self.free_horizon:
             prov = self.prov

@@ -75,8 +75,15 @@ def _weighted(diff: dict, fields: dict, tol: Any, n: int, B: int) -> tuple[np.nd
     return total, per
 
 
+#: What a not-converged message recommends where the caller has `solve_imbedding`'s
+#: options (`Setup.remedy` names another).
+REMEDY = ("raise `order` (or pass tol=... to let the sweep choose it), request shallower "
+          "depths, or pass fallback='adjoint' for exact values there")
+
+
 def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
-           tol: tuple[float, float] | None, upper: dict | None = None) -> Verdict:
+           tol: tuple[float, float] | None, upper: dict | None = None,
+           remedy: str | None = None) -> Verdict:
     """Decide, per depth and input, whether the jet's answer is within the tolerance.
 
     The error estimate is ``d_K = |F_(K+1) - F_K|`` per field (the reported order is
@@ -94,7 +101,8 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
     converge there and ``d_K`` says nothing about the error. When it passes, the error
     of ``F_K`` is bounded by the geometric tail ``d_K + d_(K+1) / (1 - r)`` (or
     ``d_K / (1 - r)`` without ``upper``), ``r`` the largest ratio, which must be at
-    most 1. Depths not reached (NaN fields) are not converged.
+    most 1. Depths not reached (NaN fields) are not converged. The message of a depth
+    not converged recommends ``remedy`` (default `REMEDY`).
     """
     n = depths.size
     first = next(iter(fields.values()))
@@ -152,9 +160,8 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
             why = (f"the closure's error estimate of `{worst}` is {bound[i, b]:.2g} times "
                    f"{what}")
         message = (f"Not converged from depth p = {p:.6g} on ({count} of {bad.size} "
-                   f"(depth, input) pairs): {why}. The fields there are approximate; raise "
-                   f"`order` (or pass tol=... to let the sweep choose it), request shallower "
-                   f"depths, or pass fallback='adjoint' for exact values there.")
+                   f"(depth, input) pairs): {why}. The fields there are approximate; "
+                   f"{remedy or REMEDY}.")
         warnings.append(_warning(code, message, p))
     return Verdict(converged, bound, ratio, refused, warnings, message, more)
 

@@ -35,6 +35,9 @@ class Setup:
     provider: DerivativeProvider
     #: why ``rtol`` cannot be reached through the functions' precision (`probe`), or None
     unreachable: str | None = None
+    #: what a not-converged message recommends, where the caller's options differ from
+    #: `solve_imbedding`'s (`invimbed._core.accuracy.REMEDY`), or None
+    remedy: str | None = None
 
     @property
     def q(self) -> float:

@@ -284,7 +284,7 @@ def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
     status = Status.SUCCESS if success else Status.FAILED
     converged = ratio = None
     if errors is not None:
-        verdict = assess(setup.depths_desc, stacked, errors, lower, tol, upper)
+        verdict = assess(setup.depths_desc, stacked, errors, lower, tol, upper, setup.remedy)
         converged = verdict.converged
         ratio = verdict.ratio if (lower is not None or upper is not None) else None
         warnings += verdict.warnings

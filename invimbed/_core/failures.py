@@ -105,13 +105,19 @@ def solver_failed(p: float, message: str) -> str:
     return f"Integration failed at depth p = {p:.10g}: {message}"
 
 
-def row_failure_reason(code: int, max_steps: int, h_lambda: float) -> str:
-    """What a per-row failure code of the ensemble means, with the remedy."""
+#: The remedy for a stiff problem where the caller takes scipy's implicit methods.
+IMPLICIT_REMEDY = "use method='Radau' or 'BDF'"
+
+
+def row_failure_reason(code: int, max_steps: int, h_lambda: float,
+                       stiff_remedy: str = IMPLICIT_REMEDY) -> str:
+    """What a per-row failure code of the ensemble means, with the remedy; a caller
+    without the implicit methods (`solve_ocp`) names its own ``stiff_remedy``."""
     if code == MAX_STEPS:
         if h_lambda > STIFF_H_LAMBDA:
             return (f"more than max_steps = {max_steps} steps; the problem looks stiff "
                     f"(h|lambda| = {h_lambda:.2g} at the last step, the explicit method's "
-                    f"stability limit): use method='Radau' or 'BDF'")
+                    f"stability limit): {stiff_remedy}")
         return f"more than max_steps = {max_steps} steps; increase `max_steps`"
     if code == NONFINITE:
         return "the dynamics or the running loss is not finite there"

@@ -62,10 +62,18 @@ def as_float_array(value: Any, name: str) -> np.ndarray:
 
 def returned_reals(raw: Any, who: str, shape_hint: str = "") -> np.ndarray:
     """What a user's function returned, as a float array; a TypeError naming ``who``
-    (e.g. "`dynamics`") when it is complex or not numbers at all."""
+    (e.g. "`dynamics`") when it is complex, a bool (a comparison, such as ``z[0] ==
+    1.0``, where a residual ``z[0] - 1.0`` was meant: read as 0 and 1 it would be
+    silently wrong) or not numbers at all."""
     if np.iscomplexobj(raw):
         raise TypeError(f"{who} must return real numbers, but returned complex values "
                         f"({describe(raw)})")
+    if isinstance(raw, (bool, np.bool_)) or getattr(raw, "dtype", None) == bool or (
+            isinstance(raw, (list, tuple)) and raw
+            and all(isinstance(r, (bool, np.bool_)) for r in raw)):
+        raise TypeError(f"{who} must return real numbers, but returned a bool "
+                        f"({describe(raw)}): a comparison such as `z[0] == 1.0`? Return "
+                        f"the residual, such as `z[0] - 1.0`")
     try:
         return np.asarray(raw, dtype=float)
     except (TypeError, ValueError) as exc:
