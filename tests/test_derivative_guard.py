@@ -314,8 +314,9 @@ def test_check_derivatives_control_errors_name_the_arguments():
         check_derivatives(problem.provider(2, 2), [0.3, 0.1], control=invimbed.Constant([1.0]))
 
 
-def test_a_derivative_of_the_wrong_shape_is_left_to_the_solver():
+def test_a_derivative_of_the_wrong_shape_is_named_at_the_first_call():
     problem = linear(f_z=lambda t, z, th: z.copy())
-    with pytest.raises(ValueError, match=r"must have shape \(1, 2, 2\)") as info:
+    with pytest.raises(ValueError, match=r"`derivatives\['f_z'\]` must return shape \(B, 2, 2\) "
+                                         r"\(vectorized=True: .*but it returned shape \(1, 2\)") as info:
         invimbed.solve_adjoint(problem, X0, DEPTHS, control=CTRL)
     assert "does not match" not in str(info.value)

@@ -148,7 +148,31 @@ def _compile_user(fn: Callable, key: tuple[str, int, int]) -> Any:
             f"backend='numba': `{name}` ({_fn_name(fn)}) compiled, but returns {ret} where "
             f"{shape} is needed; return e.g. np.array([...], dtype=np.float64) (or "
             f"np.ascontiguousarray of a view), or use backend='numpy'")
-    return disp
+    return _on_copies(disp, key)
+
+
+_COPYING: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _on_copies(disp: Any, key: tuple[str, int, int]) -> Any:
+    """A compiled function that calls the user's ``disp`` on copies of its arguments,
+    compiled for the signature of ``key``: the kernels pass their stage buffers and
+    difference points, which a function writing into ``z`` or ``theta`` would change
+    (`invimbed._core.probe`)."""
+    st = _types()
+    wrapper = _COPYING.get(disp)
+    if wrapper is None:
+        if key[0] == "T":
+            def on_copies(z):
+                return disp(z.copy())
+        else:
+            def on_copies(t, z, theta):
+                return disp(t, z.copy(), theta.copy())
+        wrapper = _COPYING[disp] = st["numba"].njit(on_copies)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
+        wrapper.compile(st["sigs"][key].args)
+    return wrapper
 
 
 def _weakrefable(fn: Any) -> bool:

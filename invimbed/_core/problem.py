@@ -197,6 +197,9 @@ class BolzaProblem:
                 return fn(z)
             return fn(t, z, theta)
 
+        def on_copies(t, z, theta):   # the solvers' arrays stay theirs (`probe`)
+            return call(t, z.copy(), theta.copy())
+
         if vectorized:
             autonomous = self.autonomous or which == "T"
             name = _FUNCTION_NAMES.get(key, f"derivatives[{_key_name(key)!r}]")
@@ -208,14 +211,15 @@ class BolzaProblem:
                     t = np.asarray(t, dtype=float)
                     if autonomous or t.size == 0 or np.all(t == t[0]):
                         t = float(t[0]) if t.size else self.q
-                    elif not contract.accepts_array(name, call, t, z, theta, xp):
-                        return per_distinct_time(call, t, z, theta, xp)
+                    elif not contract.accepts_array(name, on_copies, t, z, theta, xp):
+                        return per_distinct_time(on_copies, t, z, theta, xp)
                     else:
                         t = xp.asarray(t)
-                return xp.asarray(call(t, z, theta), dtype=xp.float64)
+                return xp.asarray(on_copies(t, z, theta), dtype=xp.float64)
         else:
             def g(t, z, theta):
                 ts = np.broadcast_to(t, (z.shape[0],))      # a time per row
+                z, theta = z.copy(), theta.copy()           # one copy per batch (`probe`)
                 rows = [np.asarray(call(float(ts[b]), z[b], theta[b]), dtype=float)
                         for b in range(z.shape[0])]
                 if not rows:
@@ -394,8 +398,40 @@ class BolzaProblem:
                     f"`{name}` must return {what}{batch}, i.e. shape {expected}, but returned "
                     f"shape {out.shape}"
                 )
+        self._check_derivative_shapes(t, z0, th0)
         if self.autonomous:
             self._check_autonomous(t, x[:1], theta[None, :])
+
+    def _check_derivative_shapes(self, t: float, z: np.ndarray, theta: np.ndarray) -> None:
+        """The shape each derivative callable of ``derivatives=`` returns at the first point
+        (``z`` (1, N), ``theta`` (1, M)): a ValueError naming the key the user wrote, the
+        shape expected of one sample (its axes) and the shape returned. A call that
+        raises is left to the solver, which reports it."""
+        N, M = z.shape[1], theta.shape[1]
+        sizes = {"f": f"f (N = {N})", "z": f"z (N = {N})", "theta": f"theta (M = {M})"}
+        for key, fn in self._known.items():
+            which, dz, dth = key
+            try:
+                with np.errstate(all="ignore"):
+                    out = np.shape(self._batched(fn, which, key)(self.q if which == "T" else t,
+                                                                  z, theta))
+            except Exception:   # noqa: BLE001 - the solver reports it, as before
+                continue
+            one = (N,) * ((which == "f") + dz) + (M,) * dth
+            if out == (1,) + one:
+                continue
+            axes = ([sizes["f"]] if which == "f" else []) + [sizes["z"]] * dz \
+                + [sizes["theta"]] * dth
+            came = out if self.vectorized else out[1:]
+            if self.vectorized:
+                want = "(B, " + ", ".join(map(str, one)) + ")"
+                axes_text = (f"vectorized=True: the batch axis, then {', '.join(axes)}; B = 1 "
+                             f"at this call")
+            else:
+                want, axes_text = str(one), f"one sample: {', '.join(axes)}"
+            raise ValueError(
+                f"`derivatives[{_key_name(key)!r}]` must return shape {want} ({axes_text}), "
+                f"but it returned shape {came}")
 
     def solver_warnings(self) -> list[SolverWarning]:
         """What every result of this problem reports about its functions: a scalar-``t``
@@ -410,7 +446,8 @@ class BolzaProblem:
             if fn is None:
                 continue
             args = (z, theta) if self.vectorized else (z[0], theta[0])
-            values = [np.asarray(fn(s, *args), dtype=float) for s in (t, t - 0.731, t + 1.913)]
+            values = [np.asarray(fn(s, *(a.copy() for a in args)), dtype=float)
+                      for s in (t, t - 0.731, t + 1.913)]
             if not all(np.array_equal(values[0], v) for v in values[1:]):
                 raise ValueError(
                     f"`autonomous=True` was declared, but `{name}` depends on t: it returns "
