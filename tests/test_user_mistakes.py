@@ -597,3 +597,167 @@ def test_stencil_on_stiff_kinetics_never_leaks_a_scipy_error(method):
                               max_steps=5000)
     if not res.success:
         says_where(res)
+
+
+# -- functions that write into their arguments (issue 31) ------------------------------
+# The issue's case: the pendulum's dynamics scale z[1] in place before returning. At the
+# first point z[1] = 0, so the write changes nothing there; before, the first call's
+# check passed it, tracing failed, finite differences ran on the solver's own state and
+# solve_adjoint returned success=True with z off by 0.4.
+PENDULUM_AT_REST = [0.5, 0.0]
+
+
+def scaling_in_place(t, z, th):
+    z[1] = 0.9 * z[1]
+    return np.array([z[1], -np.sin(z[0]) + th[0]])
+
+
+def scaled(t, z, th):
+    """What `scaling_in_place` returns, without the write."""
+    return np.array([0.9 * z[1], -np.sin(z[0]) + th[0]])
+
+
+def _pendulum(dynamics, running=None, terminal=None, **kw):
+    return BolzaProblem(dynamics, running or (lambda t, z, th: 0.5 * th[0] ** 2),
+                        terminal or (lambda z: 0.5 * z[0] ** 2), q=1.0, **kw)
+
+
+def _halving_z(t, z, th):
+    z[1] = 0.5 * z[1]
+    return 0.5 * th[0] ** 2 + z[1] ** 2
+
+
+def _halving_terminal(z):
+    z[1] = 0.5 * z[1]
+    return 0.5 * z[0] ** 2
+
+
+def _solve_dask(problem, **kw):
+    pytest.importorskip("dask")
+    import invimbed.dask as idask
+
+    return idask.solve_batch(problem, np.array([PENDULUM_AT_REST]), [0.0], client=None,
+                             control=Constant([0.2]), **kw)
+
+
+def _user_derivatives():
+    return dict(f_z=lambda t, z, th: np.array([[0.0, 0.9], [-np.cos(z[0]), 0.0]]),
+                f_theta=lambda t, z, th: np.array([[0.0], [1.0]]))
+
+
+WRITERS = [
+    pytest.param(lambda: solve_adjoint(_pendulum(scaling_in_place), PENDULUM_AT_REST, [0.0],
+                                       control=Constant([0.2])), "dynamics", id="adjoint-auto"),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaling_in_place, derivatives="trace"),
+                                       PENDULUM_AT_REST, [0.0],
+                                       control=Constant([0.2])), "dynamics", id="adjoint-trace"),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaling_in_place,
+                                                 derivatives="finite-differences"),
+                                       PENDULUM_AT_REST, [0.0], control=Constant([0.2])),
+                 "dynamics", id="adjoint-finite-differences"),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaling_in_place,
+                                                 derivatives=_user_derivatives()),
+                                       PENDULUM_AT_REST, [0.0], control=Constant([0.2])),
+                 "dynamics", id="adjoint-user-derivatives"),
+    pytest.param(lambda: solve_imbedding(_pendulum(scaling_in_place), PENDULUM_AT_REST, [0.0],
+                                         control=Constant([0.2])), "dynamics", id="imbedding"),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaled, running=_halving_z),
+                                       PENDULUM_AT_REST, [0.0], control=Constant([0.2])),
+                 "running_loss", id="running_loss"),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaled, terminal=_halving_terminal),
+                                       PENDULUM_AT_REST, [0.0], control=Constant([0.2])),
+                 "terminal_loss", id="terminal_loss"),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaled, derivatives=dict(
+        _user_derivatives(), f_z=lambda t, z, th: (z.__setitem__(1, 0.5 * z[1]),
+                                                   np.array([[0.0, 0.9],
+                                                             [-np.cos(z[0]), 0.0]]))[1])),
+        PENDULUM_AT_REST, [0.0], control=Constant([0.2])), r"derivatives\['f_z'\]",
+        id="user-derivative"),
+    pytest.param(lambda: _solve_dask(_pendulum(scaling_in_place)), "dynamics", id="dask"),
+]
+
+
+@pytest.mark.parametrize("solve, name", WRITERS)
+def test_a_write_into_the_arguments_is_refused_whatever_the_first_point(solve, name):
+    """The write changes nothing at the first point (z[1] = 0); the seeded test points of
+    the first call show it, on every path: refused, naming the function."""
+    with pytest.raises(ValueError, match=rf"`{name}` modified its argument `z` in place "
+                                         r"\(z\[1\] was .* at the test point"):
+        solve()
+
+
+def _clamping(t, z, th):
+    """Writes into z only above 2, where neither the first point nor a test point is."""
+    if z[0] > 2.0:
+        z[0] = 2.0
+    return np.array([z[0]]) + th[0]
+
+
+def _clamped(t, z, th):
+    return np.array([min(z[0], 2.0)]) + th[0]
+
+
+def _clamping_vectorized(t, z, th):
+    z[:, 0] = np.minimum(z[:, 0], 2.0)
+    return z + th
+
+
+def _clamped_vectorized(t, z, th):
+    return np.minimum(z, 2.0) + th
+
+
+def _growth_fields(dynamics, solve, **kw):
+    """dz/dt = min(z, 2) + 0.1 from x = 1 over [-1, 0]: the state passes 2 at depth
+    about -0.3 of the way, so a write into it above 2 would change the solution."""
+    problem = BolzaProblem(dynamics, lambda t, z, th: 0.5 * z[..., 0] ** 2,
+                           lambda z: 0.5 * z[..., 0] ** 2, **kw)
+    res = solve(problem)
+    assert res.success, res.message
+    return np.concatenate([res.z.ravel(), res.value.ravel(), res.adjoint.ravel(),
+                           res.param_grad.ravel()])
+
+
+def _adjoint(**kw):
+    return lambda pb: solve_adjoint(pb, [1.0], [-1.0], control=Constant([0.1]), rtol=1e-9,
+                                    atol=1e-11, **kw)
+
+
+def _numba_pair():
+    numba = pytest.importorskip("numba")
+    return numba.njit(_clamping), numba.njit(_clamped)
+
+
+WRITES_MISSED = [
+    pytest.param(lambda: (_clamping, _clamped), _adjoint(), {}, id="per-sample"),
+    pytest.param(lambda: (_clamping_vectorized, _clamped_vectorized), _adjoint(),
+                 dict(vectorized=True), id="vectorized"),
+    pytest.param(lambda: (_clamping, _clamped), _adjoint(),
+                 dict(derivatives=dict(f_theta=lambda t, z, th: np.ones((1, 1)))),
+                 id="user-derivatives"),
+    pytest.param(lambda: (_clamping, _clamped),
+                 lambda pb: solve_imbedding(pb, [1.0], [-1.0], control=Constant([0.1]),
+                                            rtol=1e-9, atol=1e-11), {}, id="imbedding"),
+    pytest.param(_numba_pair, _adjoint(backend="numba"), {}, id="numba"),
+    pytest.param(lambda: (_clamping, _clamped),
+                 lambda pb: _solve_dask_growth(pb), {}, id="dask"),
+]
+
+
+def _solve_dask_growth(problem):
+    pytest.importorskip("dask")
+    import invimbed.dask as idask
+
+    return idask.solve_batch(problem, np.array([[1.0], [1.0]]), [-1.0], client=None,
+                             solver="adjoint", control=Constant([0.1]), rtol=1e-9,
+                             atol=1e-11, chunk_size=1)
+
+
+@pytest.mark.parametrize("pair, solve, kw", WRITES_MISSED)
+def test_a_write_the_checks_miss_cannot_change_the_solution(pair, solve, kw):
+    """Every solver calls the functions on copies: a write into z that no check sees
+    (above 2 only) gives the solution of what the function returns, the same as the
+    function written without it, to the last bits of the same solve."""
+    writing, pure = pair()
+    got = _growth_fields(writing, solve, **kw)
+    want = _growth_fields(pure, solve, **kw)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)

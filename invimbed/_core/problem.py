@@ -16,7 +16,8 @@ from .derivatives import DerivativeProvider, FiniteDifferences, derivative_name,
 from .derivatives.symbolic import SympyProvider
 from .derivatives.traced import MODES, PENDING, traced_provider
 from .namespace import array_namespace
-from .probe import first_call, per_sample_error, precision_warning
+from .probe import (first_call, per_sample_error, precision_warning,
+                    writes_at_test_points)
 from .results import SolverWarning
 from .row_times import TimeContract, per_distinct_time
 from .size_errors import index_error, theta_size_that_fits
@@ -371,6 +372,7 @@ class BolzaProblem:
                 if wrong is None:
                     raise
                 raise wrong from exc
+            writes_at_test_points(fn, name, which, t, z, th)
             if narrow is not None:
                 self.low_precision[name] = narrow
             out = returned_reals(out, f"`{name}`")
@@ -403,35 +405,40 @@ class BolzaProblem:
             self._check_autonomous(t, x[:1], theta[None, :])
 
     def _check_derivative_shapes(self, t: float, z: np.ndarray, theta: np.ndarray) -> None:
-        """The shape each derivative callable of ``derivatives=`` returns at the first point
-        (``z`` (1, N), ``theta`` (1, M)): a ValueError naming the key the user wrote, the
+        """Each derivative callable of ``derivatives=`` at the first point (``z`` (1, N),
+        ``theta`` (1, M)): a write into its arguments is refused as the functions' are
+        (`probe`), and a wrong shape is a ValueError naming the key the user wrote, the
         shape expected of one sample (its axes) and the shape returned. A call that
         raises is left to the solver, which reports it."""
         N, M = z.shape[1], theta.shape[1]
         sizes = {"f": f"f (N = {N})", "z": f"z (N = {N})", "theta": f"theta (M = {M})"}
+        zu, thu = (z, theta) if self.vectorized else (z[0], theta[0])
         for key, fn in self._known.items():
             which, dz, dth = key
+            name = f"derivatives[{_key_name(key)!r}]"
+            tk = self.q if which == "T" else t
             try:
                 with np.errstate(all="ignore"):
-                    out = np.shape(self._batched(fn, which, key)(self.q if which == "T" else t,
-                                                                  z, theta))
-            except Exception:   # noqa: BLE001 - the solver reports it, as before
+                    out, _ = first_call(fn, name, which, tk, zu, thu)
+            except Exception as exc:   # noqa: BLE001 - the solver reports it, as before
+                if getattr(exc, "from_first_call", False):
+                    raise
                 continue
+            writes_at_test_points(fn, name, which, tk, zu, thu)
             one = (N,) * ((which == "f") + dz) + (M,) * dth
-            if out == (1,) + one:
+            came = np.shape(out)
+            if came == ((1,) + one if self.vectorized else one):
                 continue
             axes = ([sizes["f"]] if which == "f" else []) + [sizes["z"]] * dz \
                 + [sizes["theta"]] * dth
-            came = out if self.vectorized else out[1:]
             if self.vectorized:
                 want = "(B, " + ", ".join(map(str, one)) + ")"
                 axes_text = (f"vectorized=True: the batch axis, then {', '.join(axes)}; B = 1 "
                              f"at this call")
             else:
                 want, axes_text = str(one), f"one sample: {', '.join(axes)}"
-            raise ValueError(
-                f"`derivatives[{_key_name(key)!r}]` must return shape {want} ({axes_text}), "
-                f"but it returned shape {came}")
+            raise ValueError(f"`{name}` must return shape {want} ({axes_text}), but it "
+                             f"returned shape {came}")
 
     def solver_warnings(self) -> list[SolverWarning]:
         """What every result of this problem reports about its functions: a scalar-``t``
