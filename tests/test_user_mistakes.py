@@ -210,6 +210,11 @@ IMBEDDING = [
     case(lambda P: solve_imbedding(BolzaProblem(decay, terminal_loss=lambda z: z), X2, DEPTHS), ValueError, r"`terminal_loss` must return a scalar", "terminal_loss-vector"),
     case(lambda P: solve_imbedding(BolzaProblem(decay, running_loss=lambda t, z, th: "R"), X1, DEPTHS), TypeError, r"`running_loss` must return real numbers", "running_loss-str"),
     case(lambda P: solve_imbedding(BolzaProblem(lambda t, z, th: np.ones((2, 2))), X2, DEPTHS), ValueError, r"`dynamics` must return an array of shape \(N,\)", "dynamics-2d"),
+    # what the user's derivatives return: the key written, the shape of one sample
+    case(lambda P: solve_imbedding(BolzaProblem(oscillator, derivatives={"f_z": lambda t, z, th: np.array([[0.0, 1.0]])}), X2, DEPTHS), ValueError, r"`derivatives\['f_z'\]` must return shape \(2, 2\) \(one sample: f \(N = 2\), z \(N = 2\)\), but it returned shape \(1, 2\)", "derivative-shape"),
+    case(lambda P: solve_imbedding(BolzaProblem(lambda t, z, th: -z + th, derivatives={"f_theta": lambda t, z, th: np.ones((len(z), 1))}, vectorized=True), X1, DEPTHS, control=Constant([0.5])), ValueError, r"`derivatives\['f_theta'\]` must return shape \(B, 1, 1\) \(vectorized=True: the batch axis, then f \(N = 1\), theta \(M = 1\); B = 1 at this call\), but it returned shape \(1, 1\)", "derivative-shape-vectorized"),
+    # contradictory options
+    case(imb(order=9, max_order=6, tol=1e-3), ValueError, r"`order` \(9\) is above `max_order` \(6\).*pass max_order=9", "order-above-max_order"),
 ]
 
 
@@ -351,8 +356,18 @@ def batch(x=((1.0,), (0.5,)), depths=DEPTHS, problem="decay", **kw):
 
         prob = P(problem) if isinstance(problem, str) else problem
         return idask.solve_batch(prob, np.asarray(x) if not isinstance(x, str) else x,
-                                 depths, client=None, **kw)
+                                 depths, **{"client": None, **kw})
     return call
+
+
+def _closed_client():
+    """A distributed client, closed (distributed failed inside with an AttributeError
+    on its missing scheduler, or "IOLoop is closed")."""
+    distributed = pytest.importorskip("distributed")
+    client = distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
+                                dashboard_address=None)
+    client.close()
+    return client
 
 
 DASK = [
@@ -367,6 +382,7 @@ DASK = [
     case(batch(as_dask="yes"), TypeError, r"`as_dask` must be True or False", "as_dask-str"),
     case(batch(problem=decay), TypeError, r"`problem` must be an invimbed.BolzaProblem", "problem-function"),
     case(batch(depths=[-1.0, -0.5, -0.7]), ValueError, r"`depths` must be strictly monotone", "depths-not-monotone"),
+    case(lambda P: batch(client=_closed_client())(P), ValueError, r"`client` is closed.*pass an open client.*or client=None", "client-closed"),
 ]
 
 
@@ -402,6 +418,9 @@ NN = [
     case(nn_call(lambda torch, inn: inn.InImNet(2)(torch.zeros(3, 4))), ValueError, r"`x` must have shape \(B, 2\)", "x-wrong-dim"),
     case(nn_call(lambda torch, inn: inn.imbedded_adjoint(inn.InImNet(2, p_min=-2.0), torch.zeros(3, 2, dtype=torch.float64), torch.zeros(3, 5))), ValueError, r"`grad_T` must be a tensor of shape", "grad_T-shape"),
     case(nn_call(lambda torch, inn: inn.imbedded_adjoint(inn.InImNet(2), torch.zeros(3, 2), torch.zeros(3, 2), form="printed")), ValueError, r"`form` must be one of", "form-unknown"),
+    # torch's "mat1 and mat2 must have the same dtype" from inside the first layer before
+    case(nn_call(lambda torch, inn: inn.InImNet(2).float()(torch.zeros(3, 2, dtype=torch.float64))), TypeError, r"`x` has dtype torch.float64, but the model's parameters are torch.float32: convert the input, x.to\(torch.float32\), or the model, model.to\(torch.float64\) \(model.double\(\)\)", "x-float64-model-float32"),
+    case(nn_call(lambda torch, inn: inn.imbedded_adjoint(inn.InImNet(2).float(), torch.zeros(3, 2, dtype=torch.float64), torch.zeros(3, 2))), TypeError, r"`x` has dtype torch.float64, but the model's parameters are torch.float32", "adjoint-x-float64-model-float32"),
 ]
 
 
@@ -761,3 +780,16 @@ def test_a_write_the_checks_miss_cannot_change_the_solution(pair, solve, kw):
     got = _growth_fields(writing, solve, **kw)
     want = _growth_fields(pure, solve, **kw)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+# -- results: a field the solve did not keep -------------------------------------------
+def test_sol_without_dense_output_says_how_to_get_it():
+    res = solve_imbedding(Problems().decay, X1, DEPTHS)
+    assert not hasattr(res, "sol") and getattr(res, "sol", None) is None
+    with pytest.raises(AttributeError, match=r"no `sol`: .* only with dense_output=True; "
+                                             r"solve again with solve_imbedding\(\.\.\., "
+                                             r"dense_output=True\)"):
+        res.sol(-0.7)
+    with pytest.raises(AttributeError, match=r"no field 'zz' \(did you mean 'z'\?\); its "
+                                             r"fields are adjoint, "):
+        res.zz

@@ -33,7 +33,7 @@ PRECISION_MARGIN = 10.0
 
 WARNING_CODE = "low_precision"
 #: Seeded points besides the first at which `writes_at_test_points` calls each function.
-TEST_POINTS = 4
+TEST_POINTS = 2
 
 
 def first_call(fn: Callable, name: str, which: str, t: float, z: np.ndarray,
