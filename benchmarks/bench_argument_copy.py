@@ -11,10 +11,15 @@ the driven pendulum (``N = 2``, ``M = 1``: ``f = [z1, -sin z0 + theta0]``) at
 * ``copy + compare``: called on copies, which are then compared with the originals
   (what refusing every write at every call would cost).
 
+On numba the kernels call a per-sample function bare where it also compiles with
+read-only ``z`` and ``theta`` (numba then proves it writes into neither), else through a
+compiled wrapper that copies them: the row prints the wrapper's cost per call and the
+time of the read-only compilation (the proof's one-off cost) next to the function's own.
+
 Rows: a vectorised function (one call per batch), a per-sample function (one Python
 call per row: the copy is made once per batch), and a per-sample ``numba.njit``
 function called from a compiled loop over the rows (the ``backend="numba"`` kernels'
-way, through the copying wrapper of `invimbed._backends._numba`), if numba is
+way), bare and through the copying wrapper of `invimbed._backends._numba`, if numba is
 installed. Each cell: the best of ``--repeats`` timings of ``--calls`` calls, the three
 sides timed in alternation in one process; the ratios to ``bare`` are printed. Last, the
 share of a whole solve: ``solve_adjoint`` (ensemble, finite differences, vectorised) at
@@ -95,10 +100,22 @@ def _numba_row(calls: int, repeats: int) -> None:
     except ImportError:
         print("numba per-sample: numba is not installed")
         return
-    from invimbed._backends._numba import _compile_user
+    from invimbed._backends._numba import _copying, _types
 
+    key = ("f", 0, 0)
+    sig = _types()["sigs"][key]
     user = numba.njit(f_one)
-    wrapped = _compile_user(user, ("f", 0, 0))      # the copying wrapper the kernels get
+    start = time.perf_counter()
+    user.compile(sig.args)
+    own = time.perf_counter() - start
+    from numba import types
+    readonly = tuple(types.Array(a.dtype, a.ndim, a.layout, readonly=True)
+                     if isinstance(a, types.Array) else a for a in sig.args)
+    start = time.perf_counter()
+    user.compile(readonly)                           # the proof that it cannot write
+    proof = time.perf_counter() - start
+    wrapped = _copying(user, key)                    # what a function that writes gets
+    wrapped.compile(sig.args)
 
     @numba.njit
     def rows(fn, Z, TH, out):
@@ -115,7 +132,9 @@ def _numba_row(calls: int, repeats: int) -> None:
     best = _best({k: (lambda g=g: g()) for k, g in sides.items()}, (), calls, repeats)
     _row(f"numba per-sample, B={B}", best)
     print(f"{'':<28} per call of the function: copy adds "
-          f"{(best['copy'] - best['bare']) / B * 1e9:.0f} ns")
+          f"{(best['copy'] - best['bare']) / B * 1e9:.0f} ns (a function that cannot write "
+          f"is called bare: its read-only compilation took {proof:.2f} s, its own "
+          f"{own:.2f} s)")
 
 
 def _solve_share(repeats: int) -> None:

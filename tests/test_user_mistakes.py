@@ -793,3 +793,17 @@ def test_sol_without_dense_output_says_how_to_get_it():
     with pytest.raises(AttributeError, match=r"no field 'zz' \(did you mean 'z'\?\); its "
                                              r"fields are adjoint, "):
         res.zz
+
+
+def test_numba_calls_a_function_that_cannot_write_as_it_is():
+    """A per-sample function that compiles with read-only arguments cannot write: the
+    kernels call it bare (no copies per call); one that writes gets the copying wrapper."""
+    numba = pytest.importorskip("numba")
+    from invimbed._backends._numba import _compile_user
+
+    pure, writing = numba.njit(_clamped), numba.njit(_clamping)
+    assert _compile_user(pure, ("f", 0, 0)) is pure
+    wrapped = _compile_user(writing, ("f", 0, 0))
+    assert wrapped is not writing
+    z, th = np.array([3.0]), np.array([0.1])
+    assert wrapped(0.0, z, th)[0] == pytest.approx(2.1) and z[0] == 3.0

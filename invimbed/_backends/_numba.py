@@ -151,28 +151,45 @@ def _compile_user(fn: Callable, key: tuple[str, int, int]) -> Any:
     return _on_copies(disp, key)
 
 
-_COPYING: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_GUARDED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 
 def _on_copies(disp: Any, key: tuple[str, int, int]) -> Any:
-    """A compiled function that calls the user's ``disp`` on copies of its arguments,
-    compiled for the signature of ``key``: the kernels pass their stage buffers and
-    difference points, which a function writing into ``z`` or ``theta`` would change
-    (`invimbed._core.probe`)."""
+    """What the kernels call for the user's ``disp`` (compiled for the signature of
+    ``key``): ``disp`` itself where it also compiles with read-only ``z`` and ``theta``
+    (numba then proves that it writes into neither), else a compiled wrapper that calls
+    it on copies of them. The kernels pass their stage buffers and difference points,
+    which a function writing into its arguments would change (`invimbed._core.probe`);
+    the wrapper's two copies cost an allocation each per call, the proof one more
+    compilation of ``disp`` (bench_argument_copy.py)."""
     st = _types()
-    wrapper = _COPYING.get(disp)
-    if wrapper is None:
-        if key[0] == "T":
-            def on_copies(z):
-                return disp(z.copy())
-        else:
-            def on_copies(t, z, theta):
-                return disp(t, z.copy(), theta.copy())
-        wrapper = _COPYING[disp] = st["numba"].njit(on_copies)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
-        wrapper.compile(st["sigs"][key].args)
-    return wrapper
+    from numba import types
+
+    sig = st["sigs"][key]
+    seen = _GUARDED.setdefault(disp, {})
+    if key not in seen:
+        readonly = tuple(types.Array(a.dtype, a.ndim, a.layout, readonly=True)
+                         if isinstance(a, types.Array) else a for a in sig.args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                disp.compile(readonly)
+                seen[key] = None                    # disp itself (no reference to it)
+            except Exception:  # noqa: BLE001 - it writes (or numba cannot tell): copies
+                seen[key] = _copying(disp, key)
+                seen[key].compile(sig.args)
+    return disp if seen[key] is None else seen[key]
+
+
+def _copying(disp: Any, key: tuple[str, int, int]) -> Any:
+    """A numba function calling ``disp`` on copies of its array arguments."""
+    if key[0] == "T":
+        def on_copies(z):
+            return disp(z.copy())
+    else:
+        def on_copies(t, z, theta):
+            return disp(t, z.copy(), theta.copy())
+    return _types()["numba"].njit(on_copies)
 
 
 def _weakrefable(fn: Any) -> bool:
