@@ -68,6 +68,13 @@ class BolzaProblem:
     ValueError
         If ``q`` is not finite or a derivative name is unknown.
 
+    Notes
+    -----
+    The solvers call every function (and derivative callable) on copies of their state,
+    so a function cannot change the solution by writing into ``z`` or ``theta``; such a
+    write is refused at the first solve where the first point or a seeded test point
+    shows it (docs/tutorial.md, section 9).
+
     Examples
     --------
     >>> import numpy as np, invimbed
@@ -329,8 +336,11 @@ class BolzaProblem:
             If the dynamics return an array of another length than ``x`` (naming ``x``
             first), a function reads an entry of ``theta`` or ``z`` beyond their size
             (its IndexError, naming ``control`` or ``x`` and the index read), a loss is
-            not a scalar, or (``derivatives``) a user derivative does not match finite differences,
-            naming it.
+            not a scalar, a function or derivative callable writes into its arguments (at
+            the first point or a seeded test point, `invimbed._core.probe`), a derivative
+            callable returns another shape than one sample's (naming its key, e.g.
+            ``derivatives['f_z']``), or (``derivatives``) a user derivative does not match
+            finite differences, naming it.
         """
         n_state, n_theta = x.shape[1], theta.size
         key = (n_state, n_theta)
