@@ -21,7 +21,9 @@ call per row: the copy is made once per batch), and a per-sample ``numba.njit``
 function called from a compiled loop over the rows (the ``backend="numba"`` kernels'
 way), bare and through the copying wrapper of `invimbed._backends._numba`, if numba is
 installed. Each cell: the best of ``--repeats`` timings of ``--calls`` calls, the three
-sides timed in alternation in one process; the ratios to ``bare`` are printed. Last, the
+sides timed in alternation in one process; the ratios to ``bare`` are printed. On a
+loaded machine the differences of whole calls are within the noise; the ``alone`` row
+times the copies and the comparison by themselves. Last, the
 share of a whole solve: ``solve_adjoint`` (ensemble, finite differences, vectorised) at
 ``B = 1024`` and one depth, with the number of batched calls it makes and the copy's
 measured cost per call.
@@ -178,6 +180,13 @@ def main(argv: list[str] | None = None) -> None:
         sides = {"bare": make(False, False), "copy": make(True, False),
                  "copy + compare": make(True, True)}
         _row(name, _best(sides, (0.0, z, th), calls, args.repeats))
+    zc, tc = z.copy(), th.copy()
+    alone = _best({"copies": lambda: (z.copy(), th.copy()),
+                   "compare": lambda: _same(zc, z) and _same(tc, th)}, (), 20 * args.calls,
+                  args.repeats)
+    print(f"{'alone, B=1024':<28} the two copies {alone['copies'] * 1e6:.2f} us, the "
+          f"comparison {alone['compare'] * 1e6:.2f} us per batched call (the least "
+          f"noisy measure of each side's extra cost)")
     _numba_row(args.calls, args.repeats)
     _solve_share(args.repeats)
 
