@@ -799,11 +799,14 @@ def test_numba_calls_a_function_that_cannot_write_as_it_is():
     """A per-sample function that compiles with read-only arguments cannot write: the
     kernels call it bare (no copies per call); one that writes gets the copying wrapper."""
     numba = pytest.importorskip("numba")
-    from invimbed._backends._numba import _compile_user
+    from invimbed._backends._numba import _compile_user, _on_copies
+
+    def kernels_get(fn):      # what `function_tuple` passes the kernels for a user function
+        return _on_copies(_compile_user(fn, ("f", 0, 0)), ("f", 0, 0))
 
     pure, writing = numba.njit(_clamped), numba.njit(_clamping)
-    assert _compile_user(pure, ("f", 0, 0)) is pure
-    wrapped = _compile_user(writing, ("f", 0, 0))
+    assert kernels_get(pure) is pure
+    wrapped = kernels_get(writing)
     assert wrapped is not writing
     z, th = np.array([3.0]), np.array([0.1])
     assert wrapped(0.0, z, th)[0] == pytest.approx(2.1) and z[0] == 3.0

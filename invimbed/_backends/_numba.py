@@ -148,7 +148,7 @@ def _compile_user(fn: Callable, key: tuple[str, int, int]) -> Any:
             f"backend='numba': `{name}` ({_fn_name(fn)}) compiled, but returns {ret} where "
             f"{shape} is needed; return e.g. np.array([...], dtype=np.float64) (or "
             f"np.ascontiguousarray of a view), or use backend='numpy'")
-    return _on_copies(disp, key)
+    return disp
 
 
 _GUARDED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
@@ -232,9 +232,10 @@ def function_tuple(setup: Setup, used: frozenset) -> tuple:
     for key in BASE_KEYS:
         fn = source.get(key)
         if key in used and fn is not None:
-            if isinstance(fn, _SymbolicSource):
-                fn = fn.compile()
-            out.append(_compile_user(fn, key))
+            if isinstance(fn, _SymbolicSource):     # generated code: writes into nothing
+                out.append(_compile_user(fn.compile(), key))
+            else:
+                out.append(_on_copies(_compile_user(fn, key), key))
         else:
             out.append(st["dummies"][key])
     return tuple(out)
