@@ -641,7 +641,7 @@ def _pendulum(dynamics, running=None, terminal=None, **kw):
                         terminal or (lambda z: 0.5 * z[0] ** 2), q=1.0, **kw)
 
 
-def _halving_z(t, z, th):
+def _running_halving_z(t, z, th):
     z[1] = 0.5 * z[1]
     return 0.5 * th[0] ** 2 + z[1] ** 2
 
@@ -649,6 +649,11 @@ def _halving_z(t, z, th):
 def _halving_terminal(z):
     z[1] = 0.5 * z[1]
     return 0.5 * z[0] ** 2
+
+
+def _jacobian_halving_z(t, z, th):
+    z[1] = 0.5 * z[1]
+    return np.array([[0.0, 0.9], [-np.cos(z[0]), 0.0]])
 
 
 def _solve_dask(problem, **kw):
@@ -680,20 +685,24 @@ WRITERS = [
                  "dynamics", id="adjoint-user-derivatives"),
     pytest.param(lambda: solve_imbedding(_pendulum(scaling_in_place), PENDULUM_AT_REST, [0.0],
                                          control=Constant([0.2])), "dynamics", id="imbedding"),
-    pytest.param(lambda: solve_adjoint(_pendulum(scaled, running=_halving_z),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaled, running=_running_halving_z),
                                        PENDULUM_AT_REST, [0.0], control=Constant([0.2])),
                  "running_loss", id="running_loss"),
     pytest.param(lambda: solve_adjoint(_pendulum(scaled, terminal=_halving_terminal),
                                        PENDULUM_AT_REST, [0.0], control=Constant([0.2])),
                  "terminal_loss", id="terminal_loss"),
     pytest.param(lambda: solve_adjoint(_pendulum(scaled, derivatives=dict(
-        _user_derivatives(), f_z=lambda t, z, th: (z.__setitem__(1, 0.5 * z[1]),
-                                                   np.array([[0.0, 0.9],
-                                                             [-np.cos(z[0]), 0.0]]))[1])),
-        PENDULUM_AT_REST, [0.0], control=Constant([0.2])), r"derivatives\['f_z'\]",
-        id="user-derivative"),
+        _user_derivatives(), f_z=_jacobian_halving_z)), PENDULUM_AT_REST, [0.0],
+        control=Constant([0.2])), r"derivatives\['f_z'\]", id="user-derivative"),
     pytest.param(lambda: _solve_dask(_pendulum(scaling_in_place)), "dynamics", id="dask"),
+    pytest.param(lambda: solve_adjoint(_pendulum(_njit(scaling_in_place)), PENDULUM_AT_REST,
+                                       [0.0], control=Constant([0.2]), backend="numba"),
+                 "dynamics", id="numba"),
 ]
+
+
+def _njit(fn):
+    return pytest.importorskip("numba").njit(fn)
 
 
 @pytest.mark.parametrize("solve, name", WRITERS)
