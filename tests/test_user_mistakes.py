@@ -766,6 +766,10 @@ WRITES_MISSED = [
                  lambda pb: solve_imbedding(pb, [1.0], [-1.0], control=Constant([0.1]),
                                             rtol=1e-9, atol=1e-11), {}, id="imbedding"),
     pytest.param(_numba_pair, _adjoint(backend="numba"), {}, id="numba"),
+    pytest.param(_numba_pair,
+                 lambda pb: solve_imbedding(pb, [1.0], [-1.0], control=Constant([0.1]),
+                                            rtol=1e-9, atol=1e-11, backend="numba"),
+                 {}, id="numba-imbedding"),
     pytest.param(lambda: (_clamping, _clamped),
                  lambda pb: _solve_dask_growth(pb), {}, id="dask"),
 ]
