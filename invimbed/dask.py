@@ -91,6 +91,10 @@ def _import_dask() -> tuple[Any, Any]:
     return dask, da
 
 
+#: The statuses of a distributed Client that can no longer run anything.
+_CLOSED = ("closing", "closed", "failed")
+
+
 def _default_client(client: Any) -> Any:
     if client is not None:
         if not all(callable(getattr(client, m, None)) for m in ("scatter", "submit", "gather")):
@@ -98,6 +102,11 @@ def _default_client(client: Any) -> Any:
                     f"client=distributed.Client({client!r})" if isinstance(client, str) else "")
             raise TypeError(f"`client` must be a dask.distributed Client (with scatter, "
                             f"submit and gather), but got {describe(client)}{hint}")
+        status = getattr(client, "status", None)
+        if status in _CLOSED:      # distributed fails deep inside (no scheduler, no loop)
+            raise ValueError(f"`client` is {status} (client.status == {status!r}): pass an "
+                             f"open client (a new distributed.Client(...)), or client=None "
+                             f"for dask's local scheduler")
         return client
     try:
         from distributed import get_client
@@ -259,7 +268,7 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
         If dask is not installed (``pip install invimbed[dask]``).
     ValueError
         For an invalid ``x`` (shape, non-finite values), ``depths``, ``chunk_size`` or
-        ``solver``, before any chunk is submitted; if every chunk raised an exception,
+        ``solver``, or a ``client`` already closed, before any chunk is submitted; if every chunk raised an exception,
         the first chunk's exception is raised again (an invalid argument, most likely).
     TypeError
         For a ``problem`` that is not a `BolzaProblem`, a complex or non-numeric ``x``,

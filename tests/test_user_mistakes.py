@@ -210,6 +210,11 @@ IMBEDDING = [
     case(lambda P: solve_imbedding(BolzaProblem(decay, terminal_loss=lambda z: z), X2, DEPTHS), ValueError, r"`terminal_loss` must return a scalar", "terminal_loss-vector"),
     case(lambda P: solve_imbedding(BolzaProblem(decay, running_loss=lambda t, z, th: "R"), X1, DEPTHS), TypeError, r"`running_loss` must return real numbers", "running_loss-str"),
     case(lambda P: solve_imbedding(BolzaProblem(lambda t, z, th: np.ones((2, 2))), X2, DEPTHS), ValueError, r"`dynamics` must return an array of shape \(N,\)", "dynamics-2d"),
+    # what the user's derivatives return: the key written, the shape of one sample
+    case(lambda P: solve_imbedding(BolzaProblem(oscillator, derivatives={"f_z": lambda t, z, th: np.array([[0.0, 1.0]])}), X2, DEPTHS), ValueError, r"`derivatives\['f_z'\]` must return shape \(2, 2\) \(one sample: f \(N = 2\), z \(N = 2\)\), but it returned shape \(1, 2\)", "derivative-shape"),
+    case(lambda P: solve_imbedding(BolzaProblem(lambda t, z, th: -z + th, derivatives={"f_theta": lambda t, z, th: np.ones((len(z), 1))}, vectorized=True), X1, DEPTHS, control=Constant([0.5])), ValueError, r"`derivatives\['f_theta'\]` must return shape \(B, 1, 1\) \(vectorized=True: the batch axis, then f \(N = 1\), theta \(M = 1\); B = 1 at this call\), but it returned shape \(1, 1\)", "derivative-shape-vectorized"),
+    # contradictory options
+    case(imb(order=9, max_order=6, tol=1e-3), ValueError, r"`order` \(9\) is above `max_order` \(6\).*pass max_order=9", "order-above-max_order"),
 ]
 
 
@@ -351,8 +356,18 @@ def batch(x=((1.0,), (0.5,)), depths=DEPTHS, problem="decay", **kw):
 
         prob = P(problem) if isinstance(problem, str) else problem
         return idask.solve_batch(prob, np.asarray(x) if not isinstance(x, str) else x,
-                                 depths, client=None, **kw)
+                                 depths, **{"client": None, **kw})
     return call
+
+
+def _closed_client():
+    """A distributed client, closed (distributed failed inside with an AttributeError
+    on its missing scheduler, or "IOLoop is closed")."""
+    distributed = pytest.importorskip("distributed")
+    client = distributed.Client(processes=False, n_workers=1, threads_per_worker=1,
+                                dashboard_address=None)
+    client.close()
+    return client
 
 
 DASK = [
@@ -367,6 +382,7 @@ DASK = [
     case(batch(as_dask="yes"), TypeError, r"`as_dask` must be True or False", "as_dask-str"),
     case(batch(problem=decay), TypeError, r"`problem` must be an invimbed.BolzaProblem", "problem-function"),
     case(batch(depths=[-1.0, -0.5, -0.7]), ValueError, r"`depths` must be strictly monotone", "depths-not-monotone"),
+    case(lambda P: batch(client=_closed_client())(P), ValueError, r"`client` is closed.*pass an open client.*or client=None", "client-closed"),
 ]
 
 
@@ -402,6 +418,9 @@ NN = [
     case(nn_call(lambda torch, inn: inn.InImNet(2)(torch.zeros(3, 4))), ValueError, r"`x` must have shape \(B, 2\)", "x-wrong-dim"),
     case(nn_call(lambda torch, inn: inn.imbedded_adjoint(inn.InImNet(2, p_min=-2.0), torch.zeros(3, 2, dtype=torch.float64), torch.zeros(3, 5))), ValueError, r"`grad_T` must be a tensor of shape", "grad_T-shape"),
     case(nn_call(lambda torch, inn: inn.imbedded_adjoint(inn.InImNet(2), torch.zeros(3, 2), torch.zeros(3, 2), form="printed")), ValueError, r"`form` must be one of", "form-unknown"),
+    # torch's "mat1 and mat2 must have the same dtype" from inside the first layer before
+    case(nn_call(lambda torch, inn: inn.InImNet(2).float()(torch.zeros(3, 2, dtype=torch.float64))), TypeError, r"`x` has dtype torch.float64, but the model's parameters are torch.float32: convert the input, x.to\(torch.float32\), or the model, model.to\(torch.float64\) \(model.double\(\)\)", "x-float64-model-float32"),
+    case(nn_call(lambda torch, inn: inn.imbedded_adjoint(inn.InImNet(2).float(), torch.zeros(3, 2, dtype=torch.float64), torch.zeros(3, 2))), TypeError, r"`x` has dtype torch.float64, but the model's parameters are torch.float32", "adjoint-x-float64-model-float32"),
 ]
 
 
@@ -597,3 +616,210 @@ def test_stencil_on_stiff_kinetics_never_leaks_a_scipy_error(method):
                               max_steps=5000)
     if not res.success:
         says_where(res)
+
+
+# -- functions that write into their arguments (issue 31) ------------------------------
+# The issue's case: the pendulum's dynamics scale z[1] in place before returning. At the
+# first point z[1] = 0, so the write changes nothing there; before, the first call's
+# check passed it, tracing failed, finite differences ran on the solver's own state and
+# solve_adjoint returned success=True with z off by 0.4.
+PENDULUM_AT_REST = [0.5, 0.0]
+
+
+def scaling_in_place(t, z, th):
+    z[1] = 0.9 * z[1]
+    return np.array([z[1], -np.sin(z[0]) + th[0]])
+
+
+def scaled(t, z, th):
+    """What `scaling_in_place` returns, without the write."""
+    return np.array([0.9 * z[1], -np.sin(z[0]) + th[0]])
+
+
+def _pendulum(dynamics, running=None, terminal=None, **kw):
+    return BolzaProblem(dynamics, running or (lambda t, z, th: 0.5 * th[0] ** 2),
+                        terminal or (lambda z: 0.5 * z[0] ** 2), q=1.0, **kw)
+
+
+def _running_halving_z(t, z, th):
+    z[1] = 0.5 * z[1]
+    return 0.5 * th[0] ** 2 + z[1] ** 2
+
+
+def _halving_terminal(z):
+    z[1] = 0.5 * z[1]
+    return 0.5 * z[0] ** 2
+
+
+def _jacobian_halving_z(t, z, th):
+    z[1] = 0.5 * z[1]
+    return np.array([[0.0, 0.9], [-np.cos(z[0]), 0.0]])
+
+
+def _solve_dask(problem, **kw):
+    pytest.importorskip("dask")
+    import invimbed.dask as idask
+
+    return idask.solve_batch(problem, np.array([PENDULUM_AT_REST]), [0.0], client=None,
+                             control=Constant([0.2]), **kw)
+
+
+def _user_derivatives():
+    return dict(f_z=lambda t, z, th: np.array([[0.0, 0.9], [-np.cos(z[0]), 0.0]]),
+                f_theta=lambda t, z, th: np.array([[0.0], [1.0]]))
+
+
+WRITERS = [
+    pytest.param(lambda: solve_adjoint(_pendulum(scaling_in_place), PENDULUM_AT_REST, [0.0],
+                                       control=Constant([0.2])), "dynamics", id="adjoint-auto"),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaling_in_place, derivatives="trace"),
+                                       PENDULUM_AT_REST, [0.0],
+                                       control=Constant([0.2])), "dynamics", id="adjoint-trace"),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaling_in_place,
+                                                 derivatives="finite-differences"),
+                                       PENDULUM_AT_REST, [0.0], control=Constant([0.2])),
+                 "dynamics", id="adjoint-finite-differences"),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaling_in_place,
+                                                 derivatives=_user_derivatives()),
+                                       PENDULUM_AT_REST, [0.0], control=Constant([0.2])),
+                 "dynamics", id="adjoint-user-derivatives"),
+    pytest.param(lambda: solve_imbedding(_pendulum(scaling_in_place), PENDULUM_AT_REST, [0.0],
+                                         control=Constant([0.2])), "dynamics", id="imbedding"),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaled, running=_running_halving_z),
+                                       PENDULUM_AT_REST, [0.0], control=Constant([0.2])),
+                 "running_loss", id="running_loss"),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaled, terminal=_halving_terminal),
+                                       PENDULUM_AT_REST, [0.0], control=Constant([0.2])),
+                 "terminal_loss", id="terminal_loss"),
+    pytest.param(lambda: solve_adjoint(_pendulum(scaled, derivatives=dict(
+        _user_derivatives(), f_z=_jacobian_halving_z)), PENDULUM_AT_REST, [0.0],
+        control=Constant([0.2])), r"derivatives\['f_z'\]", id="user-derivative"),
+    pytest.param(lambda: _solve_dask(_pendulum(scaling_in_place)), "dynamics", id="dask"),
+    pytest.param(lambda: solve_adjoint(_pendulum(_njit(scaling_in_place)), PENDULUM_AT_REST,
+                                       [0.0], control=Constant([0.2]), backend="numba"),
+                 "dynamics", id="numba"),
+]
+
+
+def _njit(fn):
+    return pytest.importorskip("numba").njit(fn)
+
+
+@pytest.mark.parametrize("solve, name", WRITERS)
+def test_a_write_into_the_arguments_is_refused_whatever_the_first_point(solve, name):
+    """The write changes nothing at the first point (z[1] = 0); the seeded test points of
+    the first call show it, on every path: refused, naming the function."""
+    with pytest.raises(ValueError, match=rf"`{name}` modified its argument `z` in place "
+                                         r"\(z\[1\] was .* at the test point"):
+        solve()
+
+
+def _clamping(t, z, th):
+    """Writes into z only above 2, where neither the first point nor a test point is."""
+    if z[0] > 2.0:
+        z[0] = 2.0
+    return np.array([z[0]]) + th[0]
+
+
+def _clamped(t, z, th):
+    return np.array([min(z[0], 2.0)]) + th[0]
+
+
+def _clamping_vectorized(t, z, th):
+    z[:, 0] = np.minimum(z[:, 0], 2.0)
+    return z + th
+
+
+def _clamped_vectorized(t, z, th):
+    return np.minimum(z, 2.0) + th
+
+
+def _growth_fields(dynamics, solve, **kw):
+    """dz/dt = min(z, 2) + 0.1 from x = 1 over [-1, 0]: the state passes 2 at depth
+    about -0.3 of the way, so a write into it above 2 would change the solution."""
+    problem = BolzaProblem(dynamics, lambda t, z, th: 0.5 * z[..., 0] ** 2,
+                           lambda z: 0.5 * z[..., 0] ** 2, **kw)
+    res = solve(problem)
+    assert res.success, res.message
+    return np.concatenate([res.z.ravel(), res.value.ravel(), res.adjoint.ravel(),
+                           res.param_grad.ravel()])
+
+
+def _adjoint(**kw):
+    return lambda pb: solve_adjoint(pb, [1.0], [-1.0], control=Constant([0.1]), rtol=1e-9,
+                                    atol=1e-11, **kw)
+
+
+def _numba_pair():
+    numba = pytest.importorskip("numba")
+    return numba.njit(_clamping), numba.njit(_clamped)
+
+
+WRITES_MISSED = [
+    pytest.param(lambda: (_clamping, _clamped), _adjoint(), {}, id="per-sample"),
+    pytest.param(lambda: (_clamping_vectorized, _clamped_vectorized), _adjoint(),
+                 dict(vectorized=True), id="vectorized"),
+    pytest.param(lambda: (_clamping, _clamped), _adjoint(),
+                 dict(derivatives=dict(f_theta=lambda t, z, th: np.ones((1, 1)))),
+                 id="user-derivatives"),
+    pytest.param(lambda: (_clamping, _clamped),
+                 lambda pb: solve_imbedding(pb, [1.0], [-1.0], control=Constant([0.1]),
+                                            rtol=1e-9, atol=1e-11), {}, id="imbedding"),
+    pytest.param(_numba_pair, _adjoint(backend="numba"), {}, id="numba"),
+    pytest.param(_numba_pair,
+                 lambda pb: solve_imbedding(pb, [1.0], [-1.0], control=Constant([0.1]),
+                                            rtol=1e-9, atol=1e-11, backend="numba"),
+                 {}, id="numba-imbedding"),
+    pytest.param(lambda: (_clamping, _clamped),
+                 lambda pb: _solve_dask_growth(pb), {}, id="dask"),
+]
+
+
+def _solve_dask_growth(problem):
+    pytest.importorskip("dask")
+    import invimbed.dask as idask
+
+    return idask.solve_batch(problem, np.array([[1.0], [1.0]]), [-1.0], client=None,
+                             solver="adjoint", control=Constant([0.1]), rtol=1e-9,
+                             atol=1e-11, chunk_size=1)
+
+
+@pytest.mark.parametrize("pair, solve, kw", WRITES_MISSED)
+def test_a_write_the_checks_miss_cannot_change_the_solution(pair, solve, kw):
+    """Every solver calls the functions on copies: a write into z that no check sees
+    (above 2 only) gives the solution of what the function returns, the same as the
+    function written without it, to the last bits of the same solve."""
+    writing, pure = pair()
+    got = _growth_fields(writing, solve, **kw)
+    want = _growth_fields(pure, solve, **kw)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+# -- results: a field the solve did not keep -------------------------------------------
+def test_sol_without_dense_output_says_how_to_get_it():
+    res = solve_imbedding(Problems().decay, X1, DEPTHS)
+    assert not hasattr(res, "sol") and getattr(res, "sol", None) is None
+    with pytest.raises(AttributeError, match=r"no `sol`: .* only with dense_output=True; "
+                                             r"solve again with solve_imbedding\(\.\.\., "
+                                             r"dense_output=True\)"):
+        res.sol(-0.7)
+    with pytest.raises(AttributeError, match=r"no field 'zz' \(did you mean 'z'\?\); its "
+                                             r"fields are adjoint, "):
+        res.zz
+
+
+def test_numba_calls_a_function_that_cannot_write_as_it_is():
+    """A per-sample function that compiles with read-only arguments cannot write: the
+    kernels call it bare (no copies per call); one that writes gets the copying wrapper."""
+    numba = pytest.importorskip("numba")
+    from invimbed._backends._numba import _compile_user, _on_copies
+
+    def kernels_get(fn):      # what `function_tuple` passes the kernels for a user function
+        return _on_copies(_compile_user(fn, ("f", 0, 0)), ("f", 0, 0))
+
+    pure, writing = numba.njit(_clamped), numba.njit(_clamping)
+    assert kernels_get(pure) is pure
+    wrapped = kernels_get(writing)
+    assert wrapped is not writing
+    z, th = np.array([3.0]), np.array([0.1])
+    assert wrapped(0.0, z, th)[0] == pytest.approx(2.1) and z[0] == 3.0

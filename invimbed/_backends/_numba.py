@@ -156,6 +156,47 @@ def _compile_user(fn: Callable, key: tuple[str, int, int]) -> Any:
     return disp
 
 
+_GUARDED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _on_copies(disp: Any, key: tuple[str, int, int]) -> Any:
+    """What the kernels call for the user's ``disp`` (compiled for the signature of
+    ``key``): ``disp`` itself where it also compiles with read-only ``z`` and ``theta``
+    (numba then proves that it writes into neither), else a compiled wrapper that calls
+    it on copies of them. The kernels pass their stage buffers and difference points,
+    which a function writing into its arguments would change (`invimbed._core.probe`);
+    the wrapper's two copies cost an allocation each per call, the proof one more
+    compilation of ``disp`` (bench_argument_copy.py)."""
+    st = _types()
+    from numba import types
+
+    sig = st["sigs"][key]
+    seen = _GUARDED.setdefault(disp, {})
+    if key not in seen:
+        readonly = tuple(types.Array(a.dtype, a.ndim, a.layout, readonly=True)
+                         if isinstance(a, types.Array) else a for a in sig.args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                disp.compile(readonly)
+                seen[key] = None                    # disp itself (no reference to it)
+            except Exception:  # noqa: BLE001 - it writes (or numba cannot tell): copies
+                seen[key] = _copying(disp, key)
+                seen[key].compile(sig.args)
+    return disp if seen[key] is None else seen[key]
+
+
+def _copying(disp: Any, key: tuple[str, int, int]) -> Any:
+    """A numba function calling ``disp`` on copies of its array arguments."""
+    if key[0] == "T":
+        def on_copies(z):
+            return disp(z.copy())
+    else:
+        def on_copies(t, z, theta):
+            return disp(t, z.copy(), theta.copy())
+    return _types()["numba"].njit(on_copies)
+
+
 def _weakrefable(fn: Any) -> bool:
     try:
         weakref.ref(fn)
@@ -203,9 +244,10 @@ def function_tuple(setup: Setup, used: frozenset) -> tuple:
     for key in BASE_KEYS:
         fn = source.get(key)
         if key in used and fn is not None:
-            if isinstance(fn, _SymbolicSource):
-                fn = fn.compile()
-            out.append(_compile_user(fn, key))
+            if isinstance(fn, _SymbolicSource):     # generated code: writes into nothing
+                out.append(_compile_user(fn.compile(), key))
+            else:
+                out.append(_on_copies(_compile_user(fn, key), key))
         else:
             out.append(st["dummies"][key])
     return tuple(out)

@@ -77,6 +77,9 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     fallback : {None, "adjoint"}
         Recompute what did not converge with the exact `solve_adjoint`.
     max_order : int, default 6
+        With ``tol``: the highest jet order the sweep may raise ``order`` to; an
+        ``order`` above it is refused (ValueError naming both). Without ``tol`` the order
+        is ``order`` and ``max_order`` is not used.
     ratio_test : bool, default True
         Refuse depths whose jet series does not visibly converge, with ``tol`` and without
         it (the 10% rule); carries the jets of orders ``K - 1`` and ``K + 2``
@@ -127,6 +130,12 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     check_positive(rtol, "rtol", allow_none=True)
     check_positive(atol, "atol", allow_none=True)
     tol_pair = parse_tol(tol)
+    if tol_pair is not None and order > max_order:
+        raise ValueError(
+            f"`order` ({order}) is above `max_order` ({max_order}): with `tol` the sweep "
+            f"starts at `order` and raises it up to `max_order`, so the start cannot be above "
+            f"the ceiling; pass max_order={order} (or more) to allow order {order}, or an "
+            f"order of at most {max_order}")
     if check_dense_output(dense_output, **dense_conflicts(method, backend, tol, fallback)):
         options["dense_output"] = True
     budget = resolve_budget(memory_budget)

@@ -4,11 +4,12 @@
 solve's first point through `first_call`. Two mistakes that would otherwise pass in
 silence are caught there:
 
-- **Arguments modified in place** (``z *= 0.5``, ``z[0] = ...``). The solvers hand their
-  own state to the functions (the numpy ensemble a view of its batch, the compiled
-  kernels their stage buffers), so a function that writes into ``z`` or ``theta``
-  changes the solution it is asked to differentiate. This raises ``ValueError`` naming
-  the function, the argument and the first entry changed.
+- **Arguments modified in place** (``z *= 0.5``, ``z[0] = ...``). Every solver calls
+  the functions on copies of its state (`BolzaProblem` on numpy and cupy, a compiled
+  copying wrapper on numba), so a write cannot change the solution; it cannot do what
+  it was meant to either (change the state), so it is refused: a ``ValueError`` naming
+  the function, the argument and the first entry changed, where the first point or one
+  of `TEST_POINTS` seeded points shows it (`writes_at_test_points`).
 - **Lower precision** (a float32 or float16 result). The solvers compute in float64; a
   function rounded to float32 carries relative noise of about 1.2e-7 into every step,
   which no error estimate sees. It is reported by a `SolverWarning` (code
@@ -31,6 +32,8 @@ from .results import SolverWarning
 PRECISION_MARGIN = 10.0
 
 WARNING_CODE = "low_precision"
+#: Seeded points besides the first at which `writes_at_test_points` calls each function.
+TEST_POINTS = 2
 
 
 def first_call(fn: Callable, name: str, which: str, t: float, z: np.ndarray,
@@ -46,23 +49,61 @@ def first_call(fn: Callable, name: str, which: str, t: float, z: np.ndarray,
         if wrong is None:
             raise
         raise _ours(wrong) from exc
+    _refuse_writes(name, which, z, theta, z_in, th_in)
+    dtype = getattr(out, "dtype", None)
+    if isinstance(dtype, np.dtype) and dtype.kind == "f" and dtype.itemsize < 8:
+        return out, dtype
+    return out, None
+
+
+def writes_at_test_points(fn: Callable, name: str, which: str, t: float, z: np.ndarray,
+                          theta: np.ndarray) -> None:
+    """Call ``fn`` on copies of `TEST_POINTS` seeded points shaped as ``z`` and ``theta``
+    (the point of `first_call`), and raise as `first_call` where it wrote into them: a
+    write that depends on the values (``z[1] = 0.9 * z[1]`` at ``z[1] = 0``) is then
+    refused whatever the first point. A point where ``fn`` raises is skipped (outside
+    its domain); the solvers call it on copies in any case, so a write the points miss
+    cannot change the solution."""
+    rng = np.random.default_rng(7)
+    for k in range(TEST_POINTS):
+        draw = rng.uniform(0.2, 1.3, size=2) if k % 2 == 0 else rng.normal(size=2)
+        zk = np.full(np.shape(z), draw[0]) + 0.1 * rng.normal(size=np.shape(z))
+        thk = np.full(np.shape(theta), draw[1]) + 0.1 * rng.normal(size=np.shape(theta))
+        z_in, th_in = zk.copy(), thk.copy()
+        try:
+            with np.errstate(all="ignore"):
+                fn(z_in) if which == "T" else fn(t, z_in, th_in)
+        except Exception:   # noqa: BLE001 - outside the function's domain: no verdict
+            continue
+        at = f", at the test point t = {t:.6g}, z = {_fmt(zk)}" + (
+            f", theta = {_fmt(thk)}" if which != "T" and np.size(thk) else "")
+        _refuse_writes(name, which, zk, thk, z_in, th_in, at)
+
+
+def _refuse_writes(name: str, which: str, z: np.ndarray, theta: np.ndarray,
+                   z_in: np.ndarray, th_in: np.ndarray, at: str = "") -> None:
+    """The ValueError of a function ``name`` that changed ``z_in`` or ``th_in``, copies
+    of ``z`` and ``theta`` it was called on (``at``: where, for the message)."""
     for arg, given, seen in (("z", z, z_in), ("theta", theta, th_in)):
         if which == "T" and arg == "theta":
             continue
+        given = np.asarray(given, dtype=float)
         changed = ~((given == seen) | (np.isnan(given) & np.isnan(seen)))
         if np.any(changed):
             i = np.unravel_index(int(np.flatnonzero(changed)[0]), given.shape)
             where = ", ".join(map(str, i))
             raise _ours(ValueError(
                 f"`{name}` modified its argument `{arg}` in place ({arg}[{where}] was "
-                f"{float(given[i])!r} and became {float(seen[i])!r} after the call): the "
-                f"solvers pass their own state, so this changes the solution. Compute "
-                f"on a new array instead (`{arg} = {arg} * c`, not `{arg} *= c`; "
-                f"`{arg} = {arg}.copy()` before assigning into it)"))
-    dtype = getattr(out, "dtype", None)
-    if isinstance(dtype, np.dtype) and dtype.kind == "f" and dtype.itemsize < 8:
-        return out, dtype
-    return out, None
+                f"{float(given[i])!r} and became {float(seen[i])!r} after the call{at}): the "
+                f"solvers call it on copies, so the write cannot change the state it was "
+                f"meant for, and it is refused. Compute on a new array instead "
+                f"(`{arg} = {arg} * c`, not `{arg} *= c`; `{arg} = {arg}.copy()` before "
+                f"assigning into it)"))
+
+
+def _fmt(a: np.ndarray) -> str:
+    return np.array2string(np.asarray(a, dtype=float).ravel(), precision=4, threshold=6,
+                           separator=", ")
 
 
 def _ours(exc: Exception) -> Exception:

@@ -16,7 +16,8 @@ from .derivatives import DerivativeProvider, FiniteDifferences, derivative_name,
 from .derivatives.symbolic import SympyProvider
 from .derivatives.traced import MODES, PENDING, traced_provider, user_names
 from .namespace import array_namespace
-from .probe import first_call, per_sample_error, precision_warning
+from .probe import (first_call, per_sample_error, precision_warning,
+                    writes_at_test_points)
 from .results import SolverWarning
 from .row_times import TimeContract, per_distinct_time
 from .size_errors import index_error, theta_size_that_fits
@@ -66,6 +67,13 @@ class BolzaProblem:
         ``vectorized``, ``autonomous`` or ``check_derivatives`` is not a bool.
     ValueError
         If ``q`` is not finite or a derivative name is unknown.
+
+    Notes
+    -----
+    The solvers call every function (and derivative callable) on copies of their state,
+    so a function cannot change the solution by writing into ``z`` or ``theta``; such a
+    write is refused at the first solve where the first point or a seeded test point
+    shows it (docs/tutorial.md, section 9).
 
     Examples
     --------
@@ -197,6 +205,9 @@ class BolzaProblem:
                 return fn(z)
             return fn(t, z, theta)
 
+        def on_copies(t, z, theta):   # the solvers' arrays stay theirs (`probe`)
+            return call(t, z.copy(), theta.copy())
+
         if vectorized:
             autonomous = self.autonomous or which == "T"
             name = _FUNCTION_NAMES.get(key, f"derivatives[{_key_name(key)!r}]")
@@ -208,14 +219,15 @@ class BolzaProblem:
                     t = np.asarray(t, dtype=float)
                     if autonomous or t.size == 0 or np.all(t == t[0]):
                         t = float(t[0]) if t.size else self.q
-                    elif not contract.accepts_array(name, call, t, z, theta, xp):
-                        return per_distinct_time(call, t, z, theta, xp)
+                    elif not contract.accepts_array(name, on_copies, t, z, theta, xp):
+                        return per_distinct_time(on_copies, t, z, theta, xp)
                     else:
                         t = xp.asarray(t)
-                return xp.asarray(call(t, z, theta), dtype=xp.float64)
+                return xp.asarray(on_copies(t, z, theta), dtype=xp.float64)
         else:
             def g(t, z, theta):
                 ts = np.broadcast_to(t, (z.shape[0],))      # a time per row
+                z, theta = z.copy(), theta.copy()           # one copy per batch (`probe`)
                 rows = [np.asarray(call(float(ts[b]), z[b], theta[b]), dtype=float)
                         for b in range(z.shape[0])]
                 if not rows:
@@ -324,8 +336,11 @@ class BolzaProblem:
             If the dynamics return an array of another length than ``x`` (naming ``x``
             first), a function reads an entry of ``theta`` or ``z`` beyond their size
             (its IndexError, naming ``control`` or ``x`` and the index read), a loss is
-            not a scalar, or (``derivatives``) a user derivative does not match finite differences,
-            naming it.
+            not a scalar, a function or derivative callable writes into its arguments (at
+            the first point or a seeded test point, `invimbed._core.probe`), a derivative
+            callable returns another shape than one sample's (naming its key, e.g.
+            ``derivatives['f_z']``), or (``derivatives``) a user derivative does not match
+            finite differences, naming it.
         """
         n_state, n_theta = x.shape[1], theta.size
         key = (n_state, n_theta)
@@ -367,6 +382,7 @@ class BolzaProblem:
                 if wrong is None:
                     raise
                 raise wrong from exc
+            writes_at_test_points(fn, name, which, t, z, th)
             if narrow is not None:
                 self.low_precision[name] = narrow
             out = returned_reals(out, f"`{name}`")
@@ -394,8 +410,45 @@ class BolzaProblem:
                     f"`{name}` must return {what}{batch}, i.e. shape {expected}, but returned "
                     f"shape {out.shape}"
                 )
+        self._check_derivative_shapes(t, z0, th0)
         if self.autonomous:
             self._check_autonomous(t, x[:1], theta[None, :])
+
+    def _check_derivative_shapes(self, t: float, z: np.ndarray, theta: np.ndarray) -> None:
+        """Each derivative callable of ``derivatives=`` at the first point (``z`` (1, N),
+        ``theta`` (1, M)): a write into its arguments is refused as the functions' are
+        (`probe`), and a wrong shape is a ValueError naming the key the user wrote, the
+        shape expected of one sample (its axes) and the shape returned. A call that
+        raises is left to the solver, which reports it."""
+        N, M = z.shape[1], theta.shape[1]
+        sizes = {"f": f"f (N = {N})", "z": f"z (N = {N})", "theta": f"theta (M = {M})"}
+        zu, thu = (z, theta) if self.vectorized else (z[0], theta[0])
+        for key, fn in self._known.items():
+            which, dz, dth = key
+            name = f"derivatives[{_key_name(key)!r}]"
+            tk = self.q if which == "T" else t
+            try:
+                with np.errstate(all="ignore"):
+                    out, _ = first_call(fn, name, which, tk, zu, thu)
+            except Exception as exc:   # noqa: BLE001 - the solver reports it, as before
+                if getattr(exc, "from_first_call", False):
+                    raise
+                continue
+            writes_at_test_points(fn, name, which, tk, zu, thu)
+            one = (N,) * ((which == "f") + dz) + (M,) * dth
+            came = np.shape(out)
+            if came == ((1,) + one if self.vectorized else one):
+                continue
+            axes = ([sizes["f"]] if which == "f" else []) + [sizes["z"]] * dz \
+                + [sizes["theta"]] * dth
+            if self.vectorized:
+                want = "(B, " + ", ".join(map(str, one)) + ")"
+                axes_text = (f"vectorized=True: the batch axis, then {', '.join(axes)}; B = 1 "
+                             f"at this call")
+            else:
+                want, axes_text = str(one), f"one sample: {', '.join(axes)}"
+            raise ValueError(f"`{name}` must return shape {want} ({axes_text}), but it "
+                             f"returned shape {came}")
 
     def solver_warnings(self) -> list[SolverWarning]:
         """What every result of this problem reports about its functions: a scalar-``t``
@@ -410,7 +463,8 @@ class BolzaProblem:
             if fn is None:
                 continue
             args = (z, theta) if self.vectorized else (z[0], theta[0])
-            values = [np.asarray(fn(s, *args), dtype=float) for s in (t, t - 0.731, t + 1.913)]
+            values = [np.asarray(fn(s, *(a.copy() for a in args)), dtype=float)
+                      for s in (t, t - 0.731, t + 1.913)]
             if not all(np.array_equal(values[0], v) for v in values[1:]):
                 raise ValueError(
                     f"`autonomous=True` was declared, but `{name}` depends on t: it returns "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -95,6 +96,25 @@ def _deprecated_set(key: str) -> None:
     warnings.warn(f"setting a field of an ImbeddingResult ({key!r}) is deprecated: a result "
                   f"is built once by its solver; copy it into a dict of your own to change it",
                   DeprecationWarning, stacklevel=3)
+
+
+def _missing_field(result: dict, name: str) -> str:
+    """The message of the AttributeError of ``result.name`` where the result has no such
+    field: what gives it (``sol``: ``dense_output=True``), else the fields it has."""
+    if name == "sol":
+        return ("this result has no `sol`: the continuous extension is kept only with "
+                "dense_output=True; solve again with solve_imbedding(..., "
+                "dense_output=True) (or solve_optimal(..., dense_output=True)) and call "
+                "res.sol(p)")
+    if name.startswith("_"):      # copy, pickle, IPython probing: the bare name, as scipy
+        return name
+    if name in FIELDS:
+        head = f"this result has no field {name!r}"
+    else:
+        close = difflib.get_close_matches(name, sorted(result), n=1)
+        head = (f"ImbeddingResult has no field {name!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return f"{head}; its fields are {', '.join(sorted(result))}"
 
 
 class ImbeddingResult(OptimizeResult):
@@ -211,6 +231,12 @@ class ImbeddingResult(OptimizeResult):
         if key not in self:
             _deprecated_set(key)
         return dict.setdefault(self, key, default)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(_missing_field(self, name)) from None
 
     def __reduce__(self) -> tuple:
         return type(self), (dict(self),)

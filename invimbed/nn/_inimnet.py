@@ -245,6 +245,18 @@ class InImNet(nn.Module):
             raise ValueError(f"`x` must be finite, but {len(rows)} of its {x.shape[0]} rows "
                              f"hold a NaN or an infinity (row(s) {shown})")
 
+    def _check_dtype(self, x: torch.Tensor) -> None:
+        """A TypeError where ``x``'s dtype is not the parameters' (torch would fail inside
+        the first layer with "mat1 and mat2 must have the same dtype"); no silent cast,
+        as torch's own modules do not cast."""
+        dtype = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
+        if dtype is not None and x.dtype != dtype:
+            raise TypeError(
+                f"`x` has dtype {x.dtype}, but the model's parameters are {dtype}: convert "
+                f"the input, x.to({dtype}), or the model, model.to({x.dtype})"
+                + (" (model.double())" if x.dtype == torch.float64 else
+                   " (model.float())" if x.dtype == torch.float32 else ""))
+
     def _sweep(self, x: torch.Tensor, update_stats: bool = True) -> tuple:
         """The outputs ``(Z_0, ..., Z_L)`` by the chosen closure."""
         phis = [self.layer(i) for i in range(self.n_layers)]
@@ -273,10 +285,13 @@ class InImNet(nn.Module):
         Raises
         ------
         TypeError, ValueError
-            For an ``x`` that is not a floating-point tensor of shape (B, dim), or that
-            holds a NaN or an infinity (naming the rows).
+            For an ``x`` that is not a floating-point tensor of shape (B, dim), that
+            holds a NaN or an infinity (naming the rows), or whose dtype is not the
+            parameters' (TypeError: convert ``x`` with ``x.to(dtype)``, or the model with
+            ``model.double()`` / ``model.float()``; nothing is cast silently).
         """
         self._check_input(x)
+        self._check_dtype(x)
         if self.backward_mode == "adjoint" and torch.is_grad_enabled():
             params = list(self.parameters())
             if x.requires_grad or any(p.requires_grad for p in params):
@@ -419,6 +434,7 @@ def imbedded_adjoint(model: InImNet, x: torch.Tensor, grad_T: torch.Tensor, *,
         got = tuple(grad_T.shape) if isinstance(grad_T, torch.Tensor) else type(grad_T).__name__
         raise ValueError(f"`grad_T` must be a tensor of shape {(B, N)} or {(n, B, N)}, but "
                          f"got {got}")
+    model._check_dtype(x)
     named = list(model.named_parameters())
     params = [p for _, p in named]
     per_depth = grad_T.ndim == 3

@@ -108,8 +108,9 @@ class DerivativeProvider:
         expected = (B,) + self.out_shape(which) + (self.n_state,) * dz + (self.n_theta,) * dth
         if tuple(out.shape) != expected:
             raise ValueError(
-                f"{self.name}: derivative of {which} (dz={dz}, dth={dth}) must have shape "
-                f"{expected}, but has shape {out.shape}"
+                f"{self.name}: the derivative {derivative_name(which, dz, dth)!r} must have "
+                f"shape {expected[1:]} per sample, {expected} with the batch axis of these "
+                f"{B} sample(s), but has shape {tuple(out.shape)}"
             )
         return out
 
