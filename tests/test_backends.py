@@ -566,7 +566,8 @@ def test_numba_rounds_like_numpy_for_the_same_functions(estimate_error, compiled
     kw = dict(control=PiecewiseConstant([-1.0, -0.5, 0.0], [[0.2, -0.1], [0.1, 0.3]]),
               closure=closure, difference=difference, method="rk4", step=1 / 32,
               estimate_error=estimate_error)
-    ref = solve_imbedding(problem, x, depths, **kw)
+    # numba's fixed-step sweep carries no lower order, so no ratio test: numpy without it
+    ref = solve_imbedding(problem, x, depths, ratio_test=False, **kw)
     res = solve_imbedding(problem, x, depths, backend="numba", **kw)
     assert_honest(ref)
     assert (res.success, res.status) == (ref.success, ref.status)
@@ -650,14 +651,15 @@ def test_numba_completes_given_derivatives_by_the_traced_ones():
 
 
 def assert_honest(res):
-    """Success unless the jet's estimate exceeds 10% of max(1, |field|) somewhere: then
+    """Success unless the jet's estimate of a field (any of them) exceeds 10% of
+    max(1, |field|) somewhere (the estimate alone: a result without the ratio test): then
     status -2 (not converged), the fields still returned, and the `converged` mask says
     where."""
     if res.error_estimate is None:
         assert res.success and res.status == 1, res.message       # reached, not checked
         return
     big = np.zeros(np.shape(res.value), bool)
-    for k in ("z", "value", "adjoint"):
+    for k in res.error_estimate:        # every field, the depth gradient included
         rel = res.error_estimate[k] / np.maximum(1.0, np.abs(res[k]))
         big |= rel.reshape(big.shape + (-1,)).max(-1) > 0.1
     assert np.array_equal(res.converged, ~big)
@@ -679,7 +681,7 @@ def test_numba_runs_from_sympy_problems(compile, closure, rtol):
     problem = sympy_pendulum(compile)
     ctrl = PiecewiseConstant([-1.0, -0.4, 0.0], [[0.2, 0.1], [-0.3, 0.05]])
     kw = dict(control=ctrl, closure=closure, method="rk4", step=0.05)
-    ref = solve_imbedding(problem, X, DEPTHS, **kw)
+    ref = solve_imbedding(problem, X, DEPTHS, ratio_test=False, **kw)   # numba's rk4: none
     res = solve_imbedding(problem, X, DEPTHS, backend="numba", **kw)
     assert_honest(ref)
     assert (res.success, res.status) == (ref.success, ref.status)

@@ -46,7 +46,9 @@ PROBLEM = BolzaProblem(f, R, T, vectorized=True)
 X = np.random.default_rng(7).normal(size=(23, 2))
 # depths where jet 1 is within its 10% accuracy rule for every input (deeper, some rows
 # of this pendulum are not, and the sweep honestly says so with status -2)
-DEPTHS = np.array([0.0, -0.2, -0.4, -0.6])
+# (to -0.3: at -0.6 three of the 23 inputs are refused by the default rule's ratio test,
+# whose series there grows from order to order, and the batch is not a success)
+DEPTHS = np.array([0.0, -0.1, -0.2, -0.3])
 KW = dict(control=Constant([0.2]), method="rk4", step=0.1)
 
 

@@ -310,9 +310,9 @@ def test_depth_gradient_of_an_autonomous_problem_comes_from_the_kernel(monkeypat
     rows = []
     real = sweep_adaptive._depth_gradients
 
-    def counted(setup, adjoint):
+    def counted(setup, adjoint, *rest):
         rows.append(int(np.all(np.isfinite(adjoint), axis=-1).sum()))
-        return real(setup, adjoint)
+        return real(setup, adjoint, *rest)
 
     monkeypatch.setattr(sweep_adaptive, "_depth_gradients", counted)
     pb = sympy_pendulum(forcing=forcing)
