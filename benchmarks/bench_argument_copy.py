@@ -102,7 +102,7 @@ def _numba_row(calls: int, repeats: int) -> None:
     except ImportError:
         print("numba per-sample: numba is not installed")
         return
-    from invimbed._backends._numba import _copying, _types
+    from invimbed._backends._numba_functions import _copying, _types
 
     key = ("f", 0, 0)
     sig = _types()["sigs"][key]

@@ -7,7 +7,7 @@ output, loss, adjoint, parameter gradient and depth gradient of every depth
 """
 
 from . import _backends  # noqa: F401  registers the backends (invimbed._core.backends)
-from ._backends._numba import BackendCompileError as BackendCompileError
+from ._backends._numba_functions import BackendCompileError as BackendCompileError
 from ._core.adjoint import solve_adjoint as solve_adjoint
 from ._core.check import DerivativeCheck as DerivativeCheck
 from ._core.check import check_derivatives as check_derivatives

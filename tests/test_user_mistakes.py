@@ -812,7 +812,7 @@ def test_numba_calls_a_function_that_cannot_write_as_it_is():
     """A per-sample function that compiles with read-only arguments cannot write: the
     kernels call it bare (no copies per call); one that writes gets the copying wrapper."""
     numba = pytest.importorskip("numba")
-    from invimbed._backends._numba import _compile_user, _on_copies
+    from invimbed._backends._numba_functions import _compile_user, _on_copies
 
     def kernels_get(fn):      # what `function_tuple` passes the kernels for a user function
         return _on_copies(_compile_user(fn, ("f", 0, 0)), ("f", 0, 0))

@@ -111,7 +111,7 @@ register_backend("numba", "ensemble", _ensemble)
 
 def __getattr__(name: str) -> Any:
     if name == "BackendCompileError":
-        from ._numba import BackendCompileError
+        from ._numba_functions import BackendCompileError
 
         return BackendCompileError
     raise AttributeError(name)

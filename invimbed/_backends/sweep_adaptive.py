@@ -22,10 +22,9 @@ problem); other per-sample ``numba.njit`` functions (``derivatives=`` as for the
 fixed-step numba sweep, tracing failed) on a derivative plan
 (`invimbed._backends._plans`: the user's derivatives, finite differences beyond them),
 as far as the plan serves the order.
-Controls: ``None``, `Constant`, `PiecewiseConstant`. ``nfev`` is the largest number of
-right-hand-side evaluations of any input. ``memory_budget`` bounds the kernel's arrays
-(`memory_bytes`). The kernel is compiled once per machine (minutes), announced on
-stderr first (`invimbed._core.compile_cost.compiling`).
+Controls: ``None``, `Constant`, `PiecewiseConstant`. ``nfev``: the most right-hand-side
+evaluations of any input. ``memory_budget`` bounds the kernel's arrays (`memory_bytes`).
+Compiled once per machine (minutes), announced first (`_core.compile_cost.compiling`).
 """
 
 from __future__ import annotations
@@ -46,8 +45,8 @@ from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcom
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
 from .._core.results import set_fields
 from .._core.sweep_memory import check_compiled
-from ._numba import (_jet_tables, _types, compile_loop, eval_signature, function_tuple,
-                     import_numba)
+from ._numba import _jet_tables, compile_loop, eval_signature
+from ._numba_functions import _types, function_tuple, import_numba
 from ._plans import Request, build_plan
 from . import _sweep_kernels as kern
 
