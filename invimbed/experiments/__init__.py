@@ -53,7 +53,9 @@ def run(name: str, **options: Any) -> dict:
         ``seeds`` (list of int), ``out``, ``resume``, ``n_train``, ``n_test``,
         ``batch_size``, ``lr``, ``p_min`` (list), ``layers`` (list), ``jacobian``,
         ``dataset`` (list), ``frames_per_step``, ``max_batches``, ``eval_every``, ``mat``,
-        ``cache_dir``, ``device``, ``threads``, ``figures``, ``progress``.
+        ``cache_dir``, ``device``, ``threads``, ``figures``, ``progress``, ``mask``
+        (``"held-out"``, the default, or ``"notebook"``: rotating MNIST's training mask),
+        ``budget_s`` (seconds from the call after which no epoch starts).
 
     Returns
     -------

@@ -47,6 +47,16 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, help="torch.set_num_threads")
     ap.add_argument("--no-figures", dest="figures", action="store_false",
                     help="draw no figures (and need no matplotlib)")
+    ap.add_argument("--mask", choices=["held-out", "notebook"],
+                    help="rotating MNIST: the training mask; held-out (default: the 5th frame "
+                         "and 3 random frames per sequence out of the loss) or notebook (the "
+                         "paper's published notebook's effective protocol: every frame in "
+                         "the loss)")
+    ap.add_argument("--budget-s", type=float,
+                    help="stop training after the epoch in which this many seconds have "
+                         "passed since the command began; each run is then evaluated at "
+                         "the epoch it reached and results.json written (--resume "
+                         "continues it)")
     ap.add_argument("--progress", dest="progress", action="store_true", default=None,
                     help="always show progress bars (default: only on a terminal)")
     return ap

@@ -15,7 +15,7 @@ from ._runner import Options, RunResult, device_of, out_dir, predict_samples, ru
     write_results
 from ._tasks import Task, balls_task, mnist_task
 
-__all__ = ["inimnet_variants", "run_variants", "task_for", "variant_name"]
+__all__ = ["inimnet_variants", "mask_suffix", "run_variants", "task_for", "variant_name"]
 
 
 def task_for(dataset: str, cfg: dict, opts: Options) -> tuple[Task, Callable, Callable]:
@@ -26,11 +26,19 @@ def task_for(dataset: str, cfg: dict, opts: Options) -> tuple[Task, Callable, Ca
     if dataset == "mnist":
         if opts.mat and opts.n_train is None:
             cfg["n_train"] = 500
-        task = mnist_task(cfg["n_train"], cfg["n_test"], mat=opts.mat, cache_dir=opts.cache_dir)
+        task = mnist_task(cfg["n_train"], cfg["n_test"], mat=opts.mat, cache_dir=opts.cache_dir,
+                          mask=cfg.get("mask", "held-out"))
         cfg["n_train"], cfg["n_test"] = len(task.x0_train), len(task.x0_test)
         return task, mnist_encoder, mnist_decoder
     task = balls_task(cfg["n_train"], cfg["n_test"], cache_dir=opts.cache_dir)
     return task, balls_encoder, balls_decoder
+
+
+def mask_suffix(cfg: dict) -> str:
+    """``"-notebook"`` for runs under the published notebook's mask (``--mask notebook``),
+    ``""`` for ours: the two protocols' runs get their own variants and folders, so a
+    ``--resume`` never continues one protocol's checkpoint under the other."""
+    return "-notebook" if cfg.get("mask", "held-out") == "notebook" else ""
 
 
 def variant_name(p_min: float, layers: int) -> str:
@@ -49,7 +57,8 @@ def inimnet_variants(cfg: dict, encoder: Callable, decoder: Callable) -> list:
                                      decoder(latent, cfg["n_filt"]), latent,
                                      p_min=p, hidden_layers=n, inflation=cfg["inflation"],
                                      dropout=cfg["dropout"], closure=cfg["jacobian"])
-            variants.append((variant_name(p, n), {"p_min": p, "layers": n}, build))
+            variants.append((variant_name(p, n) + mask_suffix(cfg), {"p_min": p, "layers": n},
+                             build))
     return variants
 
 

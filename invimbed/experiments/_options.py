@@ -11,15 +11,20 @@ import importlib
 import math
 import numbers
 import os
-from dataclasses import dataclass, fields
+import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from ..data._masks import MASK_PROTOCOLS
 
 __all__ = ["Options", "check_device", "check_options", "check_requirements", "requirements"]
 
 #: Largest seed: ``numpy.random.seed`` takes seeds in ``[0, 2**32 - 1]``.
 MAX_SEED = 2 ** 32 - 1
 JACOBIANS = ("crop", "jet", "exact")
+#: The rotating-MNIST training masks.
+MASKS = MASK_PROTOCOLS
 DATASETS = ("mnist", "balls")
 #: The data sets of each experiment; ``None``: those of ``--dataset`` (default both).
 _EXPERIMENT_DATA = {"rotating-mnist": ("mnist",), "bouncing-balls": ("balls",),
@@ -58,6 +63,17 @@ class Options:
     threads: int | None = None
     figures: bool = True
     progress: bool | None = None
+    mask: str | None = None
+    budget_s: float | None = None
+    #: ``time.monotonic()`` when the options were made (the command's start), from which
+    #: ``budget_s`` counts.
+    started: float = field(default_factory=time.monotonic, init=False, repr=False,
+                           compare=False)
+
+    @property
+    def deadline(self) -> float | None:
+        """``started + budget_s`` (``time.monotonic()`` seconds), or ``None``."""
+        return None if self.budget_s is None else self.started + float(self.budget_s)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> "Options":
@@ -68,7 +84,7 @@ class Options:
         TypeError
             For a keyword that is not a field.
         """
-        names = {f.name for f in fields(cls)}
+        names = {f.name for f in fields(cls) if f.init}
         unknown = set(kwargs) - names
         if unknown:
             raise TypeError(f"unknown option(s) {sorted(unknown)}; known: {sorted(names)}")
@@ -119,7 +135,8 @@ def check_options(opts: Options, *, cli: bool = False) -> Options:
         positive number, seeds outside ``[0, 2**32 - 1]``, depths ``p_min`` that are not
         finite and negative, ``layers`` below 1, an unknown ``jacobian`` or ``dataset``,
         a ``mat`` file that does not exist, an ``out`` or ``cache_dir`` that is a file or
-        lies under a file.
+        lies under a file, an unknown ``mask``, a ``budget_s`` that is not a finite
+        positive number.
     """
     def fail(field: str, what: str, got: Any) -> None:
         raise ValueError(f"{_name(field, cli)} must be {what}, but got {got!r}.")
@@ -145,6 +162,12 @@ def check_options(opts: Options, *, cli: bool = False) -> Options:
         layers = _as_list(opts.layers)
         if layers is None or not all(_is_int(n) and n >= 1 for n in layers):
             fail("layers", "a non-empty list of integers >= 1", opts.layers)
+    if opts.mask is not None and opts.mask not in MASKS:
+        fail("mask", f"one of {', '.join(map(repr, MASKS))}", opts.mask)
+    if opts.budget_s is not None and not (_is_real(opts.budget_s)
+                                          and math.isfinite(opts.budget_s)
+                                          and opts.budget_s > 0):
+        fail("budget_s", "a finite number of seconds > 0", opts.budget_s)
     if opts.jacobian is not None and opts.jacobian not in JACOBIANS:
         fail("jacobian", f"one of {', '.join(map(repr, JACOBIANS))}", opts.jacobian)
     if opts.dataset is not None:
