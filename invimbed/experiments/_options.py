@@ -29,7 +29,7 @@ DATASETS = ("mnist", "balls")
 #: The data sets of each experiment; ``None``: those of ``--dataset`` (default both).
 _EXPERIMENT_DATA = {"rotating-mnist": ("mnist",), "bouncing-balls": ("balls",),
                     "bouncing-balls-conv": ("balls",), "extrapolation": None,
-                    "latent-ode-baseline": None}
+                    "latent-ode-baseline": None, "paper-runs": None}
 
 
 @dataclass
@@ -65,6 +65,7 @@ class Options:
     progress: bool | None = None
     mask: str | None = None
     budget_s: float | None = None
+    train_s: float | None = None
     #: ``time.monotonic()`` when the options were made (the command's start), from which
     #: ``budget_s`` counts.
     started: float = field(default_factory=time.monotonic, init=False, repr=False,
@@ -135,8 +136,8 @@ def check_options(opts: Options, *, cli: bool = False) -> Options:
         positive number, seeds outside ``[0, 2**32 - 1]``, depths ``p_min`` that are not
         finite and negative, ``layers`` below 1, an unknown ``jacobian`` or ``dataset``,
         a ``mat`` file that does not exist, an ``out`` or ``cache_dir`` that is a file or
-        lies under a file, an unknown ``mask``, a ``budget_s`` that is not a finite
-        positive number.
+        lies under a file, an unknown ``mask``, a ``budget_s`` or ``train_s`` that is not
+        a finite positive number.
     """
     def fail(field: str, what: str, got: Any) -> None:
         raise ValueError(f"{_name(field, cli)} must be {what}, but got {got!r}.")
@@ -164,10 +165,10 @@ def check_options(opts: Options, *, cli: bool = False) -> Options:
             fail("layers", "a non-empty list of integers >= 1", opts.layers)
     if opts.mask is not None and opts.mask not in MASKS:
         fail("mask", f"one of {', '.join(map(repr, MASKS))}", opts.mask)
-    if opts.budget_s is not None and not (_is_real(opts.budget_s)
-                                          and math.isfinite(opts.budget_s)
-                                          and opts.budget_s > 0):
-        fail("budget_s", "a finite number of seconds > 0", opts.budget_s)
+    for field_ in ("budget_s", "train_s"):
+        v = getattr(opts, field_)
+        if v is not None and not (_is_real(v) and math.isfinite(v) and v > 0):
+            fail(field_, "a finite number of seconds > 0", v)
     if opts.jacobian is not None and opts.jacobian not in JACOBIANS:
         fail("jacobian", f"one of {', '.join(map(repr, JACOBIANS))}", opts.jacobian)
     if opts.dataset is not None:
@@ -292,8 +293,8 @@ def requirements(name: str, opts: Options, *, cli: bool = False) -> list[str]:
     if _missing("tqdm"):
         messages.append("the experiments need tqdm (progress bars), which is not installed: "
                         "`pip install tqdm`, or `pip install invimbed[experiments]`.")
-    if name == "latent-ode-baseline" and _missing("torchdiffeq"):
-        messages.append("latent-ode-baseline needs torchdiffeq (odeint_adjoint), which is not "
+    if name in ("latent-ode-baseline", "paper-runs") and _missing("torchdiffeq"):
+        messages.append(f"{name} needs torchdiffeq (odeint_adjoint), which is not "
                         "installed: `pip install torchdiffeq`, or "
                         "`pip install invimbed[experiments]`.")
     if opts.figures and _missing("matplotlib"):

@@ -135,7 +135,8 @@ def objective(model: nn.Module, task: Task, idx: torch.Tensor, device: torch.dev
 
 def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
           resume: bool, device: torch.device, desc: str = "",
-          progress: bool | None = None, deadline: float | None = None) -> dict:
+          progress: bool | None = None, deadline: float | None = None,
+          train_s: float | None = None) -> dict:
     """Adam (``cfg["lr"]``), halving the rate every ``cfg["decay_every"]`` epochs if set,
     minibatches of ``cfg["batch_size"]`` sequences, ``cfg["epochs"]`` epochs; a
     checkpoint after every epoch. Returns the history: ``loss`` (mean training loss per
@@ -147,8 +148,11 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
     ``test_mse`` (the reported number, :meth:`Task.score`) and ``test_mse_all_frames``
     (the mean over every frame). A checkpoint written without them resumes; the epochs
     before it have no test score. With ``deadline`` (a ``time.monotonic()`` value), no
-    epoch starts after it: the run stops at an epoch boundary, with its checkpoint, and
-    ``history["stopped_by_budget"]`` says so (``--budget-s``; ``--resume`` continues)."""
+    epoch starts after it (``--budget-s``); with ``train_s``, no epoch starts once the
+    summed training seconds of ``history["epoch_time"]``, resumed epochs included, reach
+    it (``--train-s``: the same wall time as another run). The run then stops at an epoch
+    boundary, with its checkpoint, and ``history["stopped"]`` says why; ``--resume``
+    continues it."""
     from tqdm.auto import tqdm
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -175,12 +179,16 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
         history["objective_before"] = objective(model, task, probe, device, cfg["batch_size"])
     n = len(task.x0_train)
     times = task.times.to(device)
-    history.pop("stopped_by_budget", None)
+    history.pop("stopped", None)
     for epoch in range(start, cfg["epochs"]):
-        if deadline is not None and time.monotonic() >= deadline:
-            history["stopped_by_budget"] = True
-            tqdm.write(f"{desc}: the time budget is spent; stopped after epoch {epoch} of "
-                       f"{cfg['epochs']} (resume with --resume)")
+        why = ("the time budget (--budget-s) is spent"
+               if deadline is not None and time.monotonic() >= deadline else
+               f"the training seconds reached {train_s:g} (--train-s)"
+               if train_s is not None and sum(history["epoch_time"]) >= train_s else None)
+        if why:
+            history["stopped"] = why
+            tqdm.write(f"{desc}: {why}; stopped after epoch {epoch} of {cfg['epochs']} "
+                       f"(resume with --resume)")
             break
         model.train()
         batches = _batches(n, cfg["batch_size"], gen)
@@ -218,6 +226,7 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
             "model": model.state_dict(), "optimizer": opt.state_dict(),
             "scheduler": sched.state_dict() if sched is not None else None,
             "epoch": epoch + 1, "history": history, "generator": gen.get_state(),
+            "task": task.name, "config": json.loads(json.dumps(cfg, default=_jsonable)),
             "torch_rng": torch.get_rng_state()})
     if "objective_after" not in history or start < len(history["loss"]):
         history["objective_after"] = objective(model, task, probe, device, cfg["batch_size"])
@@ -303,7 +312,7 @@ def run_one(experiment: str, variant: str, seed: int, build: Callable[[], nn.Mod
     run_dir = out / variant / f"seed-{seed}"
     history = train(model, task, cfg, run_dir, seed=seed, resume=opts.resume, device=device,
                     desc=f"{experiment} {variant} seed {seed}", progress=opts.progress,
-                    deadline=opts.deadline)
+                    deadline=opts.deadline, train_s=opts.train_s)
     test = evaluate(model, task, device, cfg.get("eval_batch_size", cfg["batch_size"]))
     times = history["epoch_time"]
     res = RunResult(experiment, variant, seed, {k: v for k, v in cfg.items() if k != "seeds"},
