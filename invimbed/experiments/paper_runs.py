@@ -80,10 +80,12 @@ def _state(path: Path) -> dict | None:
     ``train_seconds``, ``mse`` (of its one variant and seed), or ``None``."""
     if not path.is_file():
         return None
-    row = json.loads(path.read_text())["summary"][0]
-    return {"epochs": row["epochs"], "epochs_done": min(row["epochs_done"]),
-            "train_seconds": float(sum(row["train_seconds"]) / len(row["train_seconds"])),
-            "mse": row["mse_mean"], "results": str(path)}
+    doc = json.loads(path.read_text())
+    hist = [r["history"] for r in doc["runs"]]
+    return {"epochs": doc["summary"][0]["epochs"],
+            "epochs_done": min(len(h["loss"]) for h in hist),
+            "train_seconds": float(sum(sum(h["epoch_time"]) for h in hist) / len(hist)),
+            "mse": doc["summary"][0]["mse_mean"], "results": str(path)}
 
 
 def run(opts: Options) -> dict:
