@@ -352,6 +352,11 @@ def test_paper_runs_runs_the_plan_in_order_and_skips_what_is_done(tmp_path, cach
 
     img = imread(png)
     assert img.ndim == 3 and img.shape[0] > 200 and np.ptp(img) > 0
+    ode = next((tmp_path / "balls-ode").rglob("checkpoint.pt"))
+    with pytest.raises(SystemExit) as exc:
+        main(["latent-ode-baseline", "--samples-from", str(ode), "--cache-dir", cache])
+    assert exc.value.code == 2
+    assert "must be a latent InImNet's" in capsys.readouterr().err
 
 
 def test_samples_figure_needs_a_checkpoint(tmp_path, capsys):

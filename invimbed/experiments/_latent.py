@@ -148,7 +148,8 @@ def depth_samples_figure(checkpoint: str | os.PathLike, path: str | os.PathLike 
                              f"result.json beside it to read one from.")
         saved = json.loads(beside.read_text())
         cfg, task_name = saved["config"], saved["experiment"]
-    if "p_min" not in cfg or "shared" in str(ckpt.parent.parent.name):
+    if not (any(k.startswith("inimnet.") for k in state["model"])
+            and isinstance(cfg.get("p_min"), (int, float))):     # one depth: not shared
         raise ValueError(f"`checkpoint` must be a latent InImNet's (rotating-mnist, "
                          f"bouncing-balls), but {str(ckpt)!r} is not.")
     if "balls" in task_name:
