@@ -326,6 +326,7 @@ def test_paper_runs_runs_the_plan_in_order_and_skips_what_is_done(tmp_path, cach
     assert docs["mnist-notebook-s0"]["config"]["mask"] == "notebook"
     assert docs["mnist-heldout-s2"]["summary"][0]["seeds"] == [2]
     assert docs["balls-p3"]["config"]["p_min"] == [-3]
+    assert docs["balls-p3"]["runs"][0]["history"]["test_epoch"] == [1]     # --eval-every 5
     # the baselines ran for the InImNets' summed training seconds
     assert report["runs"][3]["wall_time_of"] == ["mnist-heldout-s1", "mnist-heldout-s2"]
     # a second call finds every run finished and trains nothing

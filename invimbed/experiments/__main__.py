@@ -40,8 +40,9 @@ def parser() -> argparse.ArgumentParser:
                     help="train each step on K random frames per sequence (default all)")
     ap.add_argument("--max-batches", type=int, help="at most this many batches per epoch")
     ap.add_argument("--eval-every", type=int,
-                    help="rotating MNIST, latent-ode-baseline: the test MSE every K epochs "
-                         "into the history (default 5)")
+                    help="the test MSE every K epochs into the history (rotating MNIST and "
+                         "its baseline: default 5; bouncing balls and its baseline: only at "
+                         "the end by default)")
     ap.add_argument("--mat", help="path to the original rot-mnist-3s.mat (rotating MNIST)")
     ap.add_argument("--cache-dir", help="data cache (default $INVIMBED_DATA or "
                                         "~/.cache/invimbed/data)")

@@ -62,9 +62,10 @@ PLAN = [
     ("mnist-ode-heldout", "latent-ode-baseline",
      dict(dataset=["mnist"], mask="held-out", layers=[2], seeds=[0], eval_every=10),
      ("mnist-heldout-s1", "mnist-heldout-s2")),
-    ("balls-p3", "bouncing-balls", dict(p_min=[-3], layers=[3], seeds=[0]), None),
-    ("balls-ode", "latent-ode-baseline", dict(dataset=["balls"], layers=[3], seeds=[0]),
-     ("balls-p3",)),
+    ("balls-p3", "bouncing-balls", dict(p_min=[-3], layers=[3], seeds=[0], eval_every=5),
+     None),
+    ("balls-ode", "latent-ode-baseline",
+     dict(dataset=["balls"], layers=[3], seeds=[0], eval_every=5), ("balls-p3",)),
 ]
 
 
