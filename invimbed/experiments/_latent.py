@@ -139,7 +139,7 @@ def depth_samples_figure(checkpoint: str | os.PathLike, path: str | os.PathLike 
     if not ckpt.is_file():
         raise ValueError(f"`checkpoint` must be a run's checkpoint.pt or its folder, but got "
                          f"{str(checkpoint)!r} (no such file).")
-    state = torch.load(ckpt, map_location=device, weights_only=True)
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
     cfg, task_name = state.get("config"), state.get("task")
     if cfg is None:
         beside = ckpt.parent / "result.json"

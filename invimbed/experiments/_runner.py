@@ -166,7 +166,10 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
     history: dict = {"loss": [], "epoch_time": [], "batches_per_epoch": None}
     start = 0
     if resume and ckpt.exists():
-        state = torch.load(ckpt, map_location=device, weights_only=True)
+        # on the CPU: the random states must be CPU byte tensors (a checkpoint loaded onto
+        # CUDA could not resume); the model's and the optimiser's load_state_dict copy
+        # their tensors to the parameters' device
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         if sched is not None and state.get("scheduler") is not None:
