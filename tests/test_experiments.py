@@ -256,15 +256,16 @@ def test_bad_budget_and_mask_are_argparse_errors(args, message, tmp_path, capsys
 
 # -- budgets: cut at an epoch boundary, resumed exactly -------------------------------------
 class _Clock:
-    """``time`` for the runner with a ``monotonic`` that advances 1 s per call."""
+    """``time`` for the runner with a ``monotonic`` that advances 100 s per call (far
+    more than a tiny epoch takes by ``perf_counter``)."""
 
     def __init__(self):
         import time
 
-        self.perf_counter, self.t = time.perf_counter, -1.0
+        self.perf_counter, self.t = time.perf_counter, -100.0
 
     def monotonic(self):
-        self.t += 1.0
+        self.t += 100.0
         return self.t
 
 
@@ -290,7 +291,7 @@ def test_a_cut_run_resumes_to_the_uncut_run(tmp_path, cache, monkeypatch):
                           device=cpu, progress=False)
     monkeypatch.setattr(_runner, "time", _Clock())     # the deadline passes after 2 epochs
     cut = _runner.train(fresh(), task, cfg, tmp_path / "cut", seed=0, resume=False,
-                        device=cpu, progress=False, deadline=1.5)
+                        device=cpu, progress=False, deadline=150.0)
     assert len(cut["loss"]) == 2 and "--budget-s" in cut["stopped"]
     assert torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=True)["epoch"] == 2
     monkeypatch.undo()
@@ -298,6 +299,12 @@ def test_a_cut_run_resumes_to_the_uncut_run(tmp_path, cache, monkeypatch):
                             device=cpu, progress=False)
     assert "stopped" not in resumed
     assert resumed["loss"] == whole["loss"] and resumed["test_mse"] == whole["test_mse"]
+    # no epoch starts that would end after the deadline at the last epoch's pace
+    monkeypatch.setattr(_runner, "time", _Clock())
+    paced = _runner.train(fresh(), task, cfg, tmp_path / "paced", seed=0, resume=False,
+                          device=cpu, progress=False, deadline=100.0 + 1e-6)
+    assert len(paced["loss"]) == 1 and "--budget-s" in paced["stopped"]
+    monkeypatch.undo()
     # --train-s: no epoch starts once the summed training seconds reach it
     capped = _runner.train(fresh(), task, cfg, tmp_path / "capped", seed=0, resume=False,
                            device=cpu, progress=False, train_s=1e-9)

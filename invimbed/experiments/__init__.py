@@ -57,7 +57,8 @@ def run(name: str, **options: Any) -> dict:
         ``dataset`` (list), ``frames_per_step``, ``max_batches``, ``eval_every``, ``mat``,
         ``cache_dir``, ``device``, ``threads``, ``figures``, ``progress``, ``mask``
         (``"held-out"``, the default, or ``"notebook"``: rotating MNIST's training mask),
-        ``budget_s`` (seconds from the call after which no epoch starts), ``train_s``
+        ``budget_s`` (seconds from the call; no epoch starts that would end after them
+        at the pace of the last epoch), ``train_s``
         (summed training seconds of a run after which no epoch starts).
 
     Returns

@@ -56,10 +56,10 @@ def parser() -> argparse.ArgumentParser:
                          "paper's published notebook's effective protocol: every frame in "
                          "the loss)")
     ap.add_argument("--budget-s", type=float,
-                    help="stop training after the epoch in which this many seconds have "
-                         "passed since the command began; each run is then evaluated at "
-                         "the epoch it reached and results.json written (--resume "
-                         "continues it)")
+                    help="start no epoch that would end (at the pace of the last one) "
+                         "more than this many seconds after the command began; each run is "
+                         "then evaluated at the epoch it reached and results.json written "
+                         "(--resume continues it)")
     ap.add_argument("--train-s", type=float,
                     help="stop training after the epoch in which a run's summed training "
                          "seconds (resumed epochs included) reach this: the same wall time "

@@ -148,7 +148,8 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
     ``test_mse`` (the reported number, :meth:`Task.score`) and ``test_mse_all_frames``
     (the mean over every frame). A checkpoint written without them resumes; the epochs
     before it have no test score. With ``deadline`` (a ``time.monotonic()`` value), no
-    epoch starts after it (``--budget-s``); with ``train_s``, no epoch starts once the
+    epoch starts that would end after it at the pace of the last epoch (``--budget-s``);
+    with ``train_s``, no epoch starts once the
     summed training seconds of ``history["epoch_time"]``, resumed epochs included, reach
     it (``--train-s``: the same wall time as another run). The run then stops at an epoch
     boundary, with its checkpoint, and ``history["stopped"]`` says why; ``--resume``
@@ -184,8 +185,9 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
     times = task.times.to(device)
     history.pop("stopped", None)
     for epoch in range(start, cfg["epochs"]):
-        why = ("the time budget (--budget-s) is spent"
-               if deadline is not None and time.monotonic() >= deadline else
+        last = history["epoch_time"][-1] if history["epoch_time"] else 0.0
+        why = ("the time budget (--budget-s) would be spent before another epoch ended"
+               if deadline is not None and time.monotonic() + last >= deadline else
                f"the training seconds reached {train_s:g} (--train-s)"
                if train_s is not None and sum(history["epoch_time"]) >= train_s else None)
         if why:
