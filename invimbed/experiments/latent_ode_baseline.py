@@ -12,7 +12,7 @@ InImNet's on the same machine, is the comparison of the paper's claim.
 
 from __future__ import annotations
 
-from ._latent import run_variants, task_for
+from ._latent import mask_suffix, run_variants, task_for
 from ._models import LatentODE
 from ._runner import Options, out_dir, resolve
 from . import bouncing_balls as _bb
@@ -45,6 +45,6 @@ def run(opts: Options) -> dict:
                 return LatentODE(enc(latent, cfg["n_filt"]), dec(latent, cfg["n_filt"]), latent,
                                  hidden_layers=n,
                                  inflation=cfg["inflation"], rtol=cfg["rtol"], atol=cfg["atol"])
-            variants.append((f"latent-ode-n{n}", {"layers": n}, build))
+            variants.append((f"latent-ode-n{n}{mask_suffix(cfg)}", {"layers": n}, build))
         docs[ds] = run_variants(f"{NAME}/{ds}", task, cfg, opts, variants, out=root / ds)
     return docs
