@@ -405,8 +405,17 @@ def test_wrong_return_type_is_reported():
     def scalar_dynamics(t, z, th):
         return z[0]
 
+    # a wrong shape is named at the first call, on every backend (docs/derivatives.md)
     problem = BolzaProblem(pend_f, pend_R, pend_T, derivatives={"f_z": scalar_dynamics})
-    with pytest.raises(BackendCompileError, match=r"`f_z`.*2-D float64 array"):
+    with pytest.raises(ValueError, match=r"derivatives\['f_z'\]. must return shape \(2, 2\)"):
+        solve_imbedding(problem, X, DEPTHS, control=CTRL, method="rk4", step=0.1, backend="numba")
+
+    @njit
+    def transposed_jacobian(t, z, th):    # the right values and shape, Fortran order
+        return pend_f_z(t, z, th).T.copy().T
+
+    problem = BolzaProblem(pend_f, pend_R, pend_T, derivatives={"f_z": transposed_jacobian})
+    with pytest.raises(BackendCompileError, match=r"`f_z`.*C-contiguous 2-D float64 array"):
         solve_imbedding(problem, X, DEPTHS, control=CTRL, method="rk4", step=0.1, backend="numba")
 
 

@@ -323,7 +323,7 @@ def test_paper_runs_runs_the_plan_in_order_and_skips_what_is_done(tmp_path, cach
     labels = [r["label"] for r in report["runs"]]
     assert labels == [p[0] for p in paper_runs.PLAN]
     for r, (label, *_rest) in zip(report["runs"], paper_runs.PLAN):
-        assert r["status"] == "done" and r["epochs_done"] == 1, r
+        assert r["progress"] == "done" and r["epochs_done"] == 1, r
         assert label in out
         results = Path(r["results"])
         assert results.is_file() and results.parent.parent.name == label or \
@@ -340,12 +340,12 @@ def test_paper_runs_runs_the_plan_in_order_and_skips_what_is_done(tmp_path, cach
     before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("checkpoint.pt")}
     again = run("paper-runs", quick=True, epochs=1, figures=False, out=str(tmp_path),
                 cache_dir=cache)
-    assert [r["status"] for r in again["runs"]] == ["done"] * len(paper_runs.PLAN)
+    assert [r["progress"] for r in again["runs"]] == ["done"] * len(paper_runs.PLAN)
     assert before == {p: p.stat().st_mtime_ns for p in tmp_path.rglob("checkpoint.pt")}
     # a budget too short for any run starts none, and says so
     short = run("paper-runs", quick=True, figures=False, out=str(tmp_path / "short"),
                 cache_dir=cache, budget_s=1.0)
-    assert [r["status"] for r in short["runs"]] == ["not started"] * len(paper_runs.PLAN)
+    assert [r["progress"] for r in short["runs"]] == ["not started"] * len(paper_runs.PLAN)
     with pytest.raises(ValueError, match="paper-runs sets seeds itself"):
         run("paper-runs", quick=True, seeds=[3], out=str(tmp_path))
 

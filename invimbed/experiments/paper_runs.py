@@ -106,7 +106,7 @@ def run(opts: Options) -> dict:
     Returns
     -------
     dict
-        What ``DIR/paper-runs.json`` holds: per run its ``status`` (``"done"``,
+        What ``DIR/paper-runs.json`` holds: per run its ``progress`` (``"done"``,
         ``"cut"`` at ``epochs_done`` of ``epochs``, ``"not started"``), its MSE and
         summed training seconds, and the path of its ``results.json``.
 
@@ -134,7 +134,7 @@ def run(opts: Options) -> dict:
         entry = {"label": label, "experiment": experiment, "options": options}
         if state is not None and state["epochs_done"] >= state["epochs"]:
             states[label] = state
-            report["runs"].append(dict(entry, status="done", **state))
+            report["runs"].append(dict(entry, progress="done", **state))
             continue
         left = None if budget is None else budget - (time.monotonic() - opts.started) - RESERVE_S
         cap = None
@@ -150,7 +150,7 @@ def run(opts: Options) -> dict:
                else None)
         if why:
             states[label] = state
-            report["runs"].append(dict(entry, status="not started" if state is None else "cut",
+            report["runs"].append(dict(entry, progress="not started" if state is None else "cut",
                                        why=why, **(state or {})))
             continue
         kwargs = dict(common, **options, out=str(root / label), resume=True)
@@ -161,7 +161,7 @@ def run(opts: Options) -> dict:
         run_experiment(experiment, **kwargs)
         state = _state(path)
         states[label] = state
-        report["runs"].append(dict(entry, status="done" if state["epochs_done"] >= state["epochs"]
+        report["runs"].append(dict(entry, progress="done" if state["epochs_done"] >= state["epochs"]
                                    else "cut", **state))
         save_json(root / "paper-runs.json", report)
     save_json(root / "paper-runs.json", report)
@@ -172,10 +172,10 @@ def summary_lines(report: dict) -> list[str]:
     """One line per run of :func:`run`'s report, for the command line."""
     lines = []
     for r in report["runs"]:
-        if r["status"] == "not started":
+        if r["progress"] == "not started":
             lines.append(f"  {r['label']:<20} not started ({r['why']})")
             continue
-        lines.append(f"  {r['label']:<20} {r['status']:<5} {r['epochs_done']}/{r['epochs']} "
+        lines.append(f"  {r['label']:<20} {r['progress']:<5} {r['epochs_done']}/{r['epochs']} "
                      f"epochs, MSE {r['mse']:.5f}, {r['train_seconds']:.1f} s of training")
     return lines
 
