@@ -1,7 +1,7 @@
 """What it costs to pass the user's functions copies of their arguments.
 
 The solvers call the user's ``dynamics``, losses and derivatives on copies of ``z`` and
-``theta`` (`invimbed._core.probe`), so that a function writing into its arguments cannot
+``theta`` (`invimbed._core.inputs.probe`), so that a function writing into its arguments cannot
 change the solution. This script measures that copy against the two alternatives, on
 the driven pendulum (``N = 2``, ``M = 1``: ``f = [z1, -sin z0 + theta0]``) at
 ``B = 1024`` rows:

@@ -21,7 +21,7 @@ under no limit (``ulimit -v`` counts reserved address space, not memory used).
 ``python benchmarks/bench_memory.py peaks``: the numpy ensemble's `tracemalloc` peak
 against ``memory_budget`` (1 MB and 4 MB; 1200 rows of an N = 2 pendulum with a
 four-piece control, and of ``_pendulums.py``, N = 4, at rtol 1e-9), and the peak of one
-chunk of every row against the cost model of `invimbed._core.adjoint._row_cost`.
+chunk of every row against the cost model of `invimbed._core.reference.adjoint._row_cost`.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def vm(key: str) -> int:
 def child(R: int, backend: str, out: str) -> None:
     """Run under the limit: one solve_adjoint of every row, default memory_budget."""
     import invimbed
-    from invimbed._core.budget import default_memory_budget
+    from invimbed._core.reference.row_chunks import default_memory_budget
 
     problem = oscillator()
     X, depths = rows_of(R)
@@ -117,7 +117,7 @@ def bare_imports() -> None:
 
 
 def ensemble(R: int, backend: str, limit: str, check: str) -> None:
-    from invimbed._core.validation import as_memory_budget
+    from invimbed._core.inputs.validation import as_memory_budget
 
     import invimbed
 
@@ -165,8 +165,8 @@ def peaks() -> None:
 
     import _pendulums as P
     import invimbed
-    from invimbed._core.adjoint import _row_cost
-    from invimbed._core.arguments import prepare
+    from invimbed._core.reference.adjoint import _row_cost
+    from invimbed._core.inputs.arguments import prepare
     from invimbed._core.integrators import SCIPY_METHODS
 
     t = sp.Symbol("t")

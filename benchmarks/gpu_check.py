@@ -56,7 +56,7 @@ import invimbed
 # the public name (invimbed.array_namespace) once the package exports it
 array_namespace = getattr(invimbed, "array_namespace", None)
 if array_namespace is None:
-    from invimbed._core.namespace import array_namespace
+    from invimbed._core.runtime.namespace import array_namespace
 
 TOL = 1e-10
 A, EPS_F, OMEGA = 1.0, 0.3, 1.3

@@ -6,23 +6,23 @@ output, loss, adjoint, parameter gradient and depth gradient of every depth
 (Corbett & Kangin, "Imbedding Deep Neural Networks", ICLR 2022).
 """
 
-from . import _backends  # noqa: F401  registers the backends (invimbed._core.backends)
+from . import _backends  # noqa: F401  registers the backends (invimbed._core.runtime.backends)
 from ._backends._numba_functions import BackendCompileError as BackendCompileError
-from ._core.adjoint import solve_adjoint as solve_adjoint
-from ._core.check import DerivativeCheck as DerivativeCheck
-from ._core.check import check_derivatives as check_derivatives
-from ._core.open_loop import Constant as Constant
-from ._core.open_loop import Control as Control
-from ._core.open_loop import OpenLoopControl as OpenLoopControl
-from ._core.open_loop import PiecewiseConstant as PiecewiseConstant
-from ._core.dense import DenseSolution as DenseSolution
+from ._core.reference.adjoint import solve_adjoint as solve_adjoint
+from ._core.problem.check import DerivativeCheck as DerivativeCheck
+from ._core.problem.check import check_derivatives as check_derivatives
+from ._core.problem.open_loop import Constant as Constant
+from ._core.problem.open_loop import Control as Control
+from ._core.problem.open_loop import OpenLoopControl as OpenLoopControl
+from ._core.problem.open_loop import PiecewiseConstant as PiecewiseConstant
+from ._core.sweep.dense import DenseSolution as DenseSolution
 from ._core.derivatives import DerivativeOrderError as DerivativeOrderError
 from ._core.derivatives import DerivativeProvider as DerivativeProvider
 from ._core.derivatives import FiniteDifferences as FiniteDifferences
 from ._core.derivatives.symbolic import SympyProvider as SympyProvider
-from ._core.imbedding import solve_imbedding as solve_imbedding
+from ._core.sweep.imbedding import solve_imbedding as solve_imbedding
 from ._learning.model import MLPDynamics as MLPDynamics
-from ._core.namespace import array_namespace as array_namespace
+from ._core.runtime.namespace import array_namespace as array_namespace
 from ._learning.regression import endpoint_loss as endpoint_loss
 from ._learning.training import fit_endpoint_dynamics as fit_endpoint_dynamics
 from ._control.residual import optimality_residual as optimality_residual
@@ -30,18 +30,18 @@ from ._control.optimal import solve_optimal as solve_optimal
 from ._control.policy import SweepFeedback as SweepFeedback
 from ._control.simulate import SimulationResult as SimulationResult
 from ._control.simulate import simulate as simulate
-from ._control.sweep import OptimalityError as OptimalityError
+from ._control.closed_loop import OptimalityError as OptimalityError
 from ._control.depth import DepthResult as DepthResult
 from ._control.depth import optimal_depth as optimal_depth
 from ._control.optimize import optimize_control as optimize_control
-from ._control.ocp import OCP_STATUS as OCP_STATUS
-from ._control.ocp import solve_ocp as solve_ocp
-from ._core.problem import BolzaProblem as BolzaProblem
-from ._core.results import STATUS as STATUS
-from ._core.results import ImbeddingResult as ImbeddingResult
-from ._core.results import SolverWarning as SolverWarning
-from ._core.status import Status as Status
-from ._core.sympy_problem import from_sympy as from_sympy
+from ._control.ocp.solve import OCP_STATUS as OCP_STATUS
+from ._control.ocp.solve import solve_ocp as solve_ocp
+from ._core.problem.bolza import BolzaProblem as BolzaProblem
+from ._core.results.results import STATUS as STATUS
+from ._core.results.results import ImbeddingResult as ImbeddingResult
+from ._core.results.results import SolverWarning as SolverWarning
+from ._core.results.status import Status as Status
+from ._core.problem.sympy_problem import from_sympy as from_sympy
 
 __version__ = "0.1.0"
 

@@ -158,7 +158,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _add_compile(commands: argparse._SubParsersAction) -> None:
-    from ._core.compile_cost import KERNELS
+    from ._core.runtime.compile_cost import KERNELS
 
     comp = commands.add_parser(
         "compile",
@@ -188,7 +188,7 @@ def _run_compile(args: argparse.Namespace) -> int:
         return _fail(prog, "the kernels are numba's, which is not installed; install it with "
                            "`pip install invimbed[numba]`")
     from ._backends._warm import representative, warm
-    from ._core.compile_cost import KERNELS, cache_directory, expected_seconds, ready
+    from ._core.runtime.compile_cost import KERNELS, cache_directory, expected_seconds, ready
 
     names = args.kernel or list(KERNELS)
     width = max(map(len, names))

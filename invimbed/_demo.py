@@ -33,10 +33,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._core.adjoint import solve_adjoint
-from ._core.imbedding import solve_imbedding
-from ._core.problem import BolzaProblem
-from ._core.results import ImbeddingResult
+from ._core.reference.adjoint import solve_adjoint
+from ._core.sweep.imbedding import solve_imbedding
+from ._core.problem.bolza import BolzaProblem
+from ._core.results.results import ImbeddingResult
 
 GRAVITY = 9.81
 """``g`` in m/s^2, as in the paper's Appendix F.2."""

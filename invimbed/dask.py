@@ -26,14 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from ._core.adjoint import OPTIONS as _ADJOINT_OPTIONS
-from ._core.adjoint import solve_adjoint
-from ._core.imbedding import solve_imbedding
-from ._core.problem import BolzaProblem
-from ._core.results import ImbeddingResult
-from ._core.status import Status, as_status
-from ._core.validation import (SOLVE_IVP_OPTIONS, STEP_BUDGET, as_bool, as_depths,
-                               as_float_array, check_choice, describe, require_finite)
+from ._core.reference.adjoint import OPTIONS as _ADJOINT_OPTIONS
+from ._core.reference.adjoint import solve_adjoint
+from ._core.sweep.imbedding import solve_imbedding
+from ._core.problem.bolza import BolzaProblem
+from ._core.results.results import ImbeddingResult
+from ._core.results.status import Status, as_status
+from ._core.inputs.validation import (SOLVE_IVP_OPTIONS, STEP_BUDGET, as_bool, as_depths,
+                                      as_float_array, check_choice, describe,
+                                      require_finite)
 
 #: What ``solver`` may be.
 SOLVERS = ("imbedding", "adjoint")

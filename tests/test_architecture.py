@@ -142,7 +142,7 @@ def test_no_import_cycles():
 
 def test_every_layer_imports_only_below_itself():
     """The core knows no backend, optimal control, learning or application (it asks the
-    registry `invimbed._core.backends` for a backend); nothing imports upwards, at module
+    registry `invimbed._core.runtime.backends` for a backend); nothing imports upwards, at module
     level or inside a function."""
     assert layer_violations(PACKAGE, LAYERS) == []
     assert {_part(name) for name in MODULES} == set(LAYERS)

@@ -1,6 +1,6 @@
 """Vectorised functions at per-row times: ``t`` of shape (B,) in one call, checked at the
 first call against one call per time; functions that take a scalar ``t`` only run per
-distinct time and every result says so (`invimbed._core.row_times`)."""
+distinct time and every result says so (`invimbed._core.runtime.row_times`)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import invimbed
-from invimbed._core.check import TOL, DerivativeCheck, check_derivatives
+from invimbed._core.problem.check import TOL, DerivativeCheck, check_derivatives
 from problems import (logistic_functions, lq_functions, pendulum_functions,
                       vanderpol_functions)
 
@@ -65,7 +65,7 @@ def test_passes_at_random_points(pt, t):
 
 def test_sympy_provider_passes():
     sp = pytest.importorskip("sympy")
-    from invimbed._core.sympy_problem import from_sympy
+    from invimbed._core.problem.sympy_problem import from_sympy
 
     t, phi, v, u = sp.symbols("t phi v u")
     problem = from_sympy(t, [phi, v], [u], [v, -sp.sin(phi) * sp.exp(v / 3) + u * sp.cos(t)],

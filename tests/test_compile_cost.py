@@ -15,7 +15,7 @@ import pytest
 numba = pytest.importorskip("numba")
 sp = pytest.importorskip("sympy")
 
-from invimbed._core import compile_cost  # noqa: E402
+from invimbed._core.runtime import compile_cost  # noqa: E402
 from invimbed._core.closures import jet  # noqa: E402
 from invimbed._core.derivatives import taylor_mode  # noqa: E402
 from invimbed._core.derivatives.symbolic import SympyProvider  # noqa: E402
@@ -212,7 +212,7 @@ def test_every_compiled_entry_point_goes_through_the_announcement(announced, mon
         elif entry == "ensemble":
             invimbed.solve_adjoint(_njit_problem(), x, depths, **kw)
         elif entry == "values":
-            from invimbed._core.arguments import prepare
+            from invimbed._core.inputs.arguments import prepare
             from invimbed._core.integrators import ALL_METHODS
 
             X = np.tile(x, (_numba.COMPILED_ROWS, 1))

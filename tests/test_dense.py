@@ -10,7 +10,7 @@ import pytest
 from scipy.integrate import OdeSolution
 
 import invimbed
-from invimbed._core.dense import DenseSolution, StateInterpolant, input_columns
+from invimbed._core.sweep.dense import DenseSolution, StateInterpolant, input_columns
 from problems import lq_problem, sympy_pendulum
 
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import invimbed
-import invimbed._core.derivative_guard as check_module
-from invimbed._core.check import check_derivatives
-from invimbed._core.derivative_guard import GUARD_TOL, verify_user_derivatives
+import invimbed._core.inputs.derivative_guard as check_module
+from invimbed._core.problem.check import check_derivatives
+from invimbed._core.inputs.derivative_guard import GUARD_TOL, verify_user_derivatives
 from problems import (logistic_functions, lq_functions, pendulum_functions,
                       vanderpol_functions)
 
@@ -268,7 +268,7 @@ def test_the_check_costs_few_calls():
     # the check: the centre, one stencil; the first call's (shapes, writes into the
     # arguments): the first point and the seeded test points of `probe`; and the trace's
     # re-check at each solve (one call of f)
-    from invimbed._core.probe import TEST_POINTS
+    from invimbed._core.inputs.probe import TEST_POINTS
 
     assert counts["f_z"] == 1 + 1 + TEST_POINTS and counts["f"] - 1 <= 3 + TEST_POINTS
 

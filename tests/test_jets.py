@@ -162,7 +162,7 @@ def test_jets_are_stored_without_redundancy(N, K):
     """C(N + L, L) Taylor coefficients per field of degree L, not N^L tensor entries."""
     pb = invimbed.BolzaProblem(lambda t, z, th: -z, terminal_loss=lambda z: 0.5 * z @ z)
     prov = pb.provider(N, 0)
-    clo = JetClosure(prov, invimbed._core.open_loop.NoControl(), np.zeros((1, N)), 0.0, order=K,
+    clo = JetClosure(prov, invimbed._core.problem.open_loop.NoControl(), np.zeros((1, N)), 0.0, order=K,
                      estimate_error=False)
     assert clo.layout.shapes[f"Z{K}"] == (1, N, comb(N + K, K))
     assert clo.layout.shapes[f"V{K}"] == (1, comb(N + K + 1, K + 1))

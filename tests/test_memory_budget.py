@@ -1,6 +1,6 @@
 """``solve_adjoint(memory_budget=...)``: the ensemble in row chunks, bit for bit.
 
-The rows of the exact ensemble are independent, so a run in chunks (`invimbed._core.budget`)
+The rows of the exact ensemble are independent, so a run in chunks (`invimbed._core.reference.row_chunks`)
 must give every row exactly the numbers of one run of all rows: asserted with
 ``array_equal`` (not a tolerance) for the numpy and numba ensembles, with chunks of whole
 depths, of part of a depth's inputs and of single rows, with depths in the user's order
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from invimbed import PiecewiseConstant, solve_adjoint
-from invimbed._core import budget as budget_mod
-from invimbed._core.validation import as_memory_budget
+from invimbed._core.reference import row_chunks as budget_mod
+from invimbed._core.inputs.validation import as_memory_budget
 from problems import sympy_pendulum
 
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad", "nsteps")

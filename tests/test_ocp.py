@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import invimbed
-from invimbed._control.ocp_constraints import Defects, FinalState, Path, Terminal
-from invimbed._control.ocp_nlp import ShootingNLP, kkt_check
-from invimbed._control.ocp_solvers import have_ipopt
-from invimbed._control.shooting import Shooting
+from invimbed._control.ocp.constraints import Defects, FinalState, Path, Terminal
+from invimbed._control.ocp.nlp import ShootingNLP, kkt_check
+from invimbed._control.ocp.solvers import have_ipopt
+from invimbed._control.ocp.shooting import Shooting
 
 needs_ipopt = pytest.mark.skipif(not have_ipopt(), reason="cyipopt is not installed")
 
@@ -135,7 +135,7 @@ def test_points_solved_together_equal_each_solved_alone(free):
 def test_colored_hessian_matches_dense_differences_in_one_solve(free):
     """The colored Hessian of the Lagrangian against central differences of its exact
     gradient in one variable at a time; all its perturbed points cost one ensemble solve."""
-    from invimbed._control.ocp_hessian import ColoredHessian
+    from invimbed._control.ocp.hessian import ColoredHessian
 
     nlp, w = every_block_nlp(free, rtol=1e-11, atol=1e-13)
     y = np.random.default_rng(3).normal(size=nlp.m)
@@ -183,7 +183,7 @@ def test_lq_optimum_matches_discrete_riccati(solver):
 
 def test_fallback_without_ipopt(monkeypatch):
     """``solver="auto"`` runs SLSQP where cyipopt cannot be imported."""
-    import invimbed._control.ocp as ocp_module
+    import invimbed._control.ocp.solve as ocp_module
     monkeypatch.setattr(ocp_module, "have_ipopt", lambda: False)
     problem = lq_problem(**LQ, q=1.0)
     res = invimbed.solve_ocp(problem, [1.0, 0.0], p=0.0, intervals=5, n_controls=1)
@@ -559,8 +559,8 @@ def test_no_message_recommends_an_option_its_function_rejects():
     ``method='Radau'`` (it takes "RK45", "RK23") and `solve_optimal`
     ``fallback='adjoint'`` (it has no fallback)."""
     import importlib
-    from invimbed._core import failures
-    from invimbed._control import shooting
+    from invimbed._core.results.results import failures
+    from invimbed._control.ocp.solve import shooting
     problem = lq_problem(**LQ, q=1.0)
 
     def ocp_call(**kw):
@@ -626,7 +626,7 @@ def test_bounds_shapes_read_and_ambiguous_form_refused():
     (it was read as (low, high), pinning both controls: SLSQP "succeeded" at J = 54
     against 0.909)."""
     from scipy.optimize import Bounds
-    from invimbed._control.ocp_constraints import as_pair
+    from invimbed._control.ocp.constraints import as_pair
     for value, size in [((-1, 2), 3), ([(-1, 2)] * 3, 3), (Bounds([-1] * 3, [2] * 3), 3),
                         (Bounds(-1, 2), 3), ([(-1, 2)], 1), ([[-1, -1], [-1, 2]], 2),
                         (([-1, -1], [3, 2]), 2), ([[-1, 3], [-1, 2]], 2)]:   # one feasible

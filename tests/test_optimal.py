@@ -11,7 +11,7 @@ from scipy.linalg import solve_continuous_are
 
 import invimbed
 from invimbed import solve_optimal
-from invimbed._control.sweep import OptimalityError
+from invimbed._control.closed_loop import OptimalityError
 from problems import lq_problem
 
 
@@ -333,7 +333,7 @@ def test_riccati_path_with_affine_terms_equals_the_jet_sweep():
 
 def test_linear_quadratic_detection():
     from invimbed._control.riccati import detect_lq
-    from invimbed._core.arguments import prepare
+    from invimbed._core.inputs.arguments import prepare
 
     def detected(pb, M=1, N=1):
         setup = prepare(pb, np.ones(N), [-1.0], invimbed.Constant(np.zeros(M)), "RK45",

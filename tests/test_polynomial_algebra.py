@@ -6,7 +6,7 @@ composes and converts such polynomials through precomputed index tables. Every t
 checked here against sympy on random polynomials with small integer coefficients, so
 that the reference is exact and the float results are exact too (integer arithmetic well
 inside 2**53) or, where a Taylor series brings rational coefficients, within 1e-12.
-`invimbed._core.ordered` (the fixed-order sums the tables are applied with) is checked
+`invimbed._core.runtime.ordered` (the fixed-order sums the tables are applied with) is checked
 against plain numpy sums.
 
 The hypothesis profile (``ci`` / ``dev``, see ``conftest.py``) decides randomisation;
@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from invimbed._core import ordered
+from invimbed._core.runtime import ordered
 from invimbed._core.derivatives import multiindex as mi
 
 NS = st.integers(1, 3)        # number of variables
@@ -433,7 +433,7 @@ def test_compose_split_substitutes_a_feedback(n, m, order, data):
             np.testing.assert_array_equal(got[b, o], from_poly(want, order))
 
 
-# -- invimbed._core.ordered -------------------------------------------------------------------
+# -- invimbed._core.runtime.ordered -------------------------------------------------------------------
 
 FINITE = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
 

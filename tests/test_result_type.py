@@ -10,8 +10,8 @@ import pytest
 
 import invimbed
 from invimbed import Constant, ImbeddingResult, solve_adjoint, solve_imbedding, solve_optimal
-from invimbed._core.results import (COMMON_FIELDS, DROP, FIELDS, OPTIONAL_FIELDS,
-                                    PRIVATE_FIELDS, set_fields)
+from invimbed._core.results.results import (COMMON_FIELDS, DROP, FIELDS, OPTIONAL_FIELDS,
+                                            PRIVATE_FIELDS, set_fields)
 
 
 def _lq():
@@ -116,4 +116,4 @@ def test_results_are_built_in_the_assembly_and_the_batch_only():
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                     and node.func.id == "ImbeddingResult"):
                 builders.add(path.relative_to(root).as_posix())
-    assert builders == {"_core/assembly.py", "dask.py"}
+    assert builders == {"_core/sweep/assembly.py", "dask.py"}

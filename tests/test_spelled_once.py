@@ -9,10 +9,10 @@ import itertools
 
 import pytest
 
-from invimbed._core.arguments import tolerances_from_tol
+from invimbed._core.inputs.arguments import tolerances_from_tol
 from invimbed._core.derivatives import derivative_name, parse_key
-from invimbed._core.fallback import exact_options
-from invimbed._core.imbedding import integrator_tolerances
+from invimbed._core.sweep.fallback import exact_options
+from invimbed._core.sweep.imbedding import integrator_tolerances
 
 
 @pytest.mark.parametrize("tol, sweep, exact", [

@@ -12,8 +12,8 @@ import pytest
 import invimbed
 from invimbed import (STATUS, Constant, Status, simulate, solve_adjoint, solve_imbedding,
                       solve_optimal)
-from invimbed._core.budget import row_outcome
-from invimbed._core.status import RowCode, as_status, row_status
+from invimbed._core.reference.row_chunks import row_outcome
+from invimbed._core.results.status import RowCode, as_status, row_status
 
 ROOT = pathlib.Path(invimbed.__file__).parent
 
@@ -25,7 +25,7 @@ def test_status_table_is_the_enum():
             Status.RAISED, Status.STOPPED, Status.IMPRECISE) == (0, 1, -1, -2, -3, -4, -5)
     assert STATUS[-2].startswith("not converged") and STATUS[-3].startswith("raised")
     assert [s.success for s in Status] == [s >= 0 for s in Status]
-    assert invimbed._core.results.RAISED is Status.RAISED
+    assert invimbed._core.results.results.RAISED is Status.RAISED
 
 
 def test_as_status_names_the_argument():
@@ -41,7 +41,7 @@ def test_row_codes_map_at_one_boundary():
         if code is not RowCode.DONE:
             assert row_status([RowCode.DONE, int(code)]) is Status.FAILED
     # the integrators' and the compiled kernels' plain integers are the table's
-    from invimbed._core import failures
+    from invimbed._core.results.results import failures
     assert (failures.DONE, failures.UNDERFLOW, failures.NONFINITE, failures.MAX_STEPS,
             failures.RUNNING) == (0, 1, 2, 3, 4)
     assert len(set(map(int, RowCode))) == len(RowCode)

@@ -2,7 +2,7 @@
 
 An adaptive sweep takes one sequence of steps for its whole batch, so the batch is never
 cut; where the sweep's state at every requested depth does not fit, each depth's fields
-are computed as the sweep reaches it (`invimbed._core.sweep_memory.DepthSink`). The
+are computed as the sweep reaches it (`invimbed._core.sweep.memory.DepthSink`). The
 results must be those of the run that keeps every state, asserted with ``array_equal``;
 a request whose outputs and working state cannot fit gets the `MemoryError` naming the
 rows, the budget and invimbed.dask, before the sweep starts.
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from invimbed import PiecewiseConstant, solve_imbedding
-from invimbed._core import sweep_memory
+from invimbed._core.sweep import memory as sweep_memory
 from problems import sympy_pendulum
 
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
@@ -34,7 +34,7 @@ def problem():
 def costs(monkeypatch):
     """The `SweepCost` of every sweep planned, the bytes held meanwhile (the order loop's
     result of the lower order), and how many streamed (`DepthSink`)."""
-    from invimbed._core import imbedding
+    from invimbed._core.sweep import imbedding
 
     seen = {"costs": [], "held": [], "sinks": 0}
     cost, init = sweep_memory.sweep_cost, sweep_memory.DepthSink.__init__
@@ -211,7 +211,7 @@ def test_the_default_budget_admits_a_sweep_that_fits_what_is_left(monkeypatch):
     Dropping the states, its numpy arrays peaked at 234 MiB (`tracemalloc`) and the
     address space grew by 245 MiB; the estimate is 258.7 MiB. With 350 MiB left, the
     old default (half of it, 175 MiB) refused it; it fits, and now runs."""
-    from invimbed._core import budget as budget_mod
+    from invimbed._core.reference import row_chunks as budget_mod
 
     setup, clo = _request(1000, 1000), _closure(34 * 1000, ratio=False)
     cost = sweep_memory.sweep_cost(setup, 34 * 1000, "RK45", 1)
@@ -240,7 +240,7 @@ def test_the_default_budget_admits_working_arrays_beyond_one_gib_that_fit(monkey
     """10^6 rows as 10 depths x 10^5 inputs: the working arrays of the batch's state are
     estimated at 1.4 GiB, beyond the 1 GiB the default allowed beyond the outputs, which
     refused the request on any machine; with 64 GiB left it runs (its states dropped)."""
-    from invimbed._core import budget as budget_mod
+    from invimbed._core.reference import row_chunks as budget_mod
 
     setup, clo = _request(10, 100_000), _closure(34 * 100_000, ratio=False)
     monkeypatch.setattr(budget_mod, "available_bytes", lambda: 64 * 2**30)
@@ -259,7 +259,7 @@ def test_the_estimate_covers_the_measured_peak_with_tol():
 
 
 def test_the_compiled_sweeps_default_limit_is_what_is_left(monkeypatch):
-    from invimbed._core import budget as budget_mod
+    from invimbed._core.reference import row_chunks as budget_mod
 
     setup = _request(1000, 1000)
     monkeypatch.setattr(budget_mod, "available_bytes", lambda: 800 * 2**20)
@@ -272,8 +272,8 @@ def test_the_compiled_sweeps_default_limit_is_what_is_left(monkeypatch):
 
 
 def test_the_order_loop_counts_the_result_it_keeps():
-    from invimbed._core.orders import result_bytes
-    from invimbed._core.results import ImbeddingResult
+    from invimbed._core.sweep.orders import result_bytes
+    from invimbed._core.results.results import ImbeddingResult
 
     res = ImbeddingResult(z=np.zeros((10, 3, 2)), value=np.zeros((10, 3)),
                           error_estimate={"z": np.zeros((10, 3, 2))}, message="m")

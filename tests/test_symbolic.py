@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import invimbed
-from invimbed._core.check import check_derivatives
+from invimbed._core.problem.check import check_derivatives
 from invimbed._core.derivatives.base import DerivativeProvider
 from invimbed._core.derivatives.multiindex import multi_indices
 from problems import DERIVATIVE_KEYS, pendulum_functions, vanderpol_functions
@@ -31,7 +31,7 @@ from problems import DERIVATIVE_KEYS, pendulum_functions, vanderpol_functions
 sp = pytest.importorskip("sympy")
 
 from invimbed._core.derivatives.symbolic import SympyProvider  # noqa: E402
-from invimbed._core.sympy_problem import from_sympy  # noqa: E402
+from invimbed._core.problem.sympy_problem import from_sympy  # noqa: E402
 
 SETTINGS = settings(max_examples=8, deadline=None, derandomize=True)
 
@@ -337,7 +337,7 @@ def test_sympy_missing_says_how_to_install(monkeypatch):
 
 def test_import_invimbed_without_sympy():
     code = ("import sys; sys.modules['sympy'] = None; sys.modules['numba'] = None\n"
-            "import invimbed, invimbed._core.sympy_problem, invimbed._core.check\n"
+            "import invimbed, invimbed._core.problem.sympy_problem, invimbed._core.problem.check\n"
             "import invimbed._core.derivatives.symbolic\n"
             "assert sys.modules['sympy'] is None\n"
             "print('ok')")

@@ -159,7 +159,7 @@ def fake_costs(monkeypatch, sweep, probe, probe_ok=True):
     """Make the measured cost of every sweep ``sweep`` seconds and of the exact probe
     ``probe`` seconds (the rule, not the machine, is under test); ``probe_ok=False``
     makes the probe's exact solve fail."""
-    from invimbed._core import orders
+    from invimbed._core.sweep import orders
 
     real = orders._timed
 
@@ -226,7 +226,7 @@ def test_a_raised_sweep_whose_steps_collapse_is_stopped_early():
 def test_the_raised_orders_get_a_step_budget_from_the_first(monkeypatch):
     """Every raised order's sweep gets `RAISE_STEPS` times the starting order's steps (at
     least `RAISE_STEPS_MIN`) as its projected budget; the starting order none."""
-    from invimbed._core import orders
+    from invimbed._core.sweep import orders
     from invimbed._core.integrators import methods
 
     seen = []
@@ -252,7 +252,7 @@ def test_the_jet_jacobian_sparsity_covers_its_jacobian(control):
     """`JetClosure.jacobian_sparsity` (given to BDF and Radau) holds every nonzero of the
     differenced Jacobian of the jet's right-hand side: orders, inputs and components
     apart, W coupled to V."""
-    from invimbed._core.arguments import prepare
+    from invimbed._core.inputs.arguments import prepare
     from invimbed._core.closures import JetClosure
     from invimbed._core.integrators import ALL_METHODS
 

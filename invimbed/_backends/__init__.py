@@ -1,7 +1,7 @@
 """Accelerated backends of the imbedding sweep: numba (CPU) and cupy (GPU).
 
 `invimbed.solve_imbedding` hands a validated `Setup` to `sweep_backend` (registered
-below, see `invimbed._core.backends`) when ``backend != "numpy"`` (numba's adaptive
+below, see `invimbed._core.runtime.backends`) when ``backend != "numpy"`` (numba's adaptive
 jet sweep, ``method="RK45"`` or ``"RK23"``, is
 `invimbed._backends.sweep_adaptive`). Both backends run the fixed-step sweeps (``"euler"``,
 ``"midpoint"``, ``"rk4"``; ``"disc"`` for the jet) of the jet closure of order 1 (with
@@ -15,7 +15,7 @@ there is no silent fallback to numpy.
 
 Contract for implementers of a backend
 --------------------------------------
-1. Add its name to `invimbed._core.backends.BACKENDS` (the one list of names), a branch
+1. Add its name to `invimbed._core.runtime.backends.BACKENDS` (the one list of names), a branch
    to `sweep_backend`, and register what it runs below (`register_backend`; the core
    asks `get_backend`, never imports this package); import the backend's heavy
    dependency only inside the factory or the branch, and raise an `ImportError` naming
@@ -32,11 +32,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._core.backends import BACKENDS as _ALL, register_backend
-from .._core.results import ImbeddingResult
-from .._core.arguments import Setup
+from .._core.runtime.backends import BACKENDS as _ALL, register_backend
+from .._core.results.results import ImbeddingResult
+from .._core.inputs.arguments import Setup
 
-#: The accelerated backends (`invimbed._core.backends.BACKENDS` but the core's numpy).
+#: The accelerated backends (`invimbed._core.runtime.backends.BACKENDS` but the core's numpy).
 BACKENDS = _ALL[1:]
 
 #: The methods the accelerated backends run.
@@ -52,7 +52,7 @@ def sweep_backend(backend: str, setup: Setup, *, closure: str, order: int, metho
     Parameters are those of `invimbed.solve_imbedding`, validated. ``rtol`` and ``atol``
     only matter to adaptive methods, which the accelerated backends do not run.
     ``memory_budget`` (bytes, None for the default) bounds the numba sweep's host
-    memory (`invimbed._core.sweep_memory.check_compiled`); the cupy sweep's arrays are
+    memory (`invimbed._core.sweep.memory.check_compiled`); the cupy sweep's arrays are
     on the device, which it does not bound.
 
     Raises

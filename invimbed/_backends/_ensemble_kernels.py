@@ -15,7 +15,7 @@ sums differently: BLAS, fused multiply-adds).
 Everything is compiled once per machine (``cache=True``). User functions and the
 derivative evaluator (`invimbed._backends._numba_calls.eval_request`) arrive as
 first-class function values, so the kernel's types do not depend on the problem. Row
-codes are those of `invimbed._core.status.RowCode` and the constants of the step control
+codes are those of `invimbed._core.results.status.RowCode` and the constants of the step control
 (safety, factors) are run-time arguments: a change in ``ensemble.py`` cannot leave a
 stale cached kernel behind.
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .._core.status import RowCode
+from .._core.results.status import RowCode
 from ._ensemble_parts import (_dense_z, _finite, _fmax, _fmin, _next_stop, _piece, _rms,
                               _sum_squares, dense_coefficient, grow_factor, initial_step,
                               initial_step_h0, scaled_error, shrink_factor, stage_state,
@@ -34,7 +34,7 @@ from ._numba_calls import _plan_scratch
 
 _jit = njit(cache=True, error_model="numpy")
 
-#: Row codes of the kernel: `invimbed._core.status.RowCode`, as plain integers.
+#: Row codes of the kernel: `invimbed._core.results.status.RowCode`, as plain integers.
 K_DONE, K_UNDERFLOW, K_NONFINITE, K_MAX_STEPS, K_RUNNING = (
     int(RowCode.DONE), int(RowCode.UNDERFLOW), int(RowCode.NONFINITE), int(RowCode.MAX_STEPS),
     int(RowCode.RUNNING))

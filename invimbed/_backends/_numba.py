@@ -11,7 +11,7 @@ How it works
 * Derivatives not given are taken inside the compiled code by the rule of
   `invimbed.FiniteDifferences` (nested central differences, the steps of
   `finite_difference.step_size`, compiled), and the numpy sweep adds its sums in the
-  kernel's order (`invimbed._core.ordered`), so the numba and numpy backends agree bit
+  kernel's order (`invimbed._core.runtime.ordered`), so the numba and numpy backends agree bit
   for bit for the same functions (``tests/test_backends.py``: 1e-14).
 * What it runs (`SCOPE`): the jet of order 1, which with exact derivatives beats numpy
   at every batch size measured (docs/performance.md; the stencil did not). The result
@@ -22,10 +22,10 @@ How it works
 * The kernels (`invimbed._backends._numba_kernels`) run every sample's sweep in a
   ``prange`` loop, write into preallocated outputs and are cached on disk
   (``cache=True``): the first call on a machine compiles them (about a minute of CPU),
-  saying so on stderr first (`compile_loop`, `invimbed._core.compile_cost.compiling`);
+  saying so on stderr first (`compile_loop`, `invimbed._core.runtime.compile_cost.compiling`);
   later processes load them. ``python -m invimbed compile`` compiles them ahead of time.
 * ``memory_budget``: the sweep's outputs and the kernel's fields at every depth are
-  estimated before they are allocated (`invimbed._core.sweep_memory.check_compiled`).
+  estimated before they are allocated (`invimbed._core.sweep.memory.check_compiled`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._core.arguments import Setup
-from .._core.compile_cost import compiling
-from .._core.sweep_memory import check_compiled
+from .._core.inputs.arguments import Setup
+from .._core.runtime.compile_cost import compiling
+from .._core.sweep.memory import check_compiled
 from .._core.derivatives import DerivativeProvider
 from .._core.derivatives.multiindex import (derivative_table, multi_indices, n_coefficients,
                                              product_table)
@@ -148,7 +148,7 @@ def compile_loop(name: str, py_loop: Callable, one: Any, one_sig: Any, ev_sig: A
     takes the per-item function ``one`` (signature ``one_sig``; None: none) and
     `eval_request` (``ev_sig``, `eval_signature`) as function values, then arguments of
     the types ``argtypes``; compiled with ``one`` and `eval_request`, announced as the
-    kernel ``name`` (`invimbed._core.compile_cost.compiling`). Calling the entry point
+    kernel ``name`` (`invimbed._core.runtime.compile_cost.compiling`). Calling the entry point
     skips the dispatcher's typing of the arguments (milliseconds for the tuple of
     function values)."""
     numba = _types()["numba"]
@@ -223,7 +223,7 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
     """Run the jet sweep on the numba backend; see the module docstring. A grid of more
     than ``max_steps`` steps is stepped up to there and ends with the numpy sweep's
     message. A sweep whose outputs exceed ``memory_budget`` (bytes; None: the default
-    of `invimbed._core.sweep_memory.check_compiled`) raises its `MemoryError` before
+    of `invimbed._core.sweep.memory.check_compiled`) raises its `MemoryError` before
     anything is allocated."""
     check_numba_scope(closure, order, method)
     import_numba()
@@ -281,7 +281,7 @@ COMPILED_ROWS = 1024
 
 class CompiledValues(DerivativeProvider):
     """``f`` and ``R`` of per-sample user functions at many rows in one compiled loop
-    (`_numba_calls.request_rows`): what `invimbed._core.assembly.depth_gradient` asks
+    (`_numba_calls.request_rows`): what `invimbed._core.sweep.assembly.depth_gradient` asks
     for, without one Python call per (depth, input) row. Everything else is the
     problem's provider's."""
 

@@ -166,7 +166,7 @@ def _plan_scratch(plan, N, M):
 
 def request_rows(ev, fns, plan, r, ts, Z, TH, out):
     """Request ``r`` of the plan at every row ``(ts[i], Z[i], TH[i])`` into ``out[i]``:
-    the values of ``f`` and ``R`` that `invimbed._core.assembly.depth_gradient` needs,
+    the values of ``f`` and ``R`` that `invimbed._core.sweep.assembly.depth_gradient` needs,
     without a Python call per row."""
     for i in prange(Z.shape[0]):
         pz, pt, hs, vals = _plan_scratch(plan, Z.shape[1], TH.shape[1])

@@ -20,7 +20,7 @@ import warnings
 import weakref
 from typing import Any, Callable
 
-from .._core.arguments import Setup
+from .._core.inputs.arguments import Setup
 from ._plans import BASE_KEYS, key_name
 
 class BackendCompileError(TypeError):
@@ -138,7 +138,7 @@ def _on_copies(disp: Any, key: tuple[str, int, int]) -> Any:
     ``key``): ``disp`` itself where it also compiles with read-only ``z`` and ``theta``
     (numba then proves that it writes into neither), else a compiled wrapper that calls
     it on copies of them. The kernels pass their stage buffers and difference points,
-    which a function writing into its arguments would change (`invimbed._core.probe`);
+    which a function writing into its arguments would change (`invimbed._core.inputs.probe`);
     the wrapper's two copies cost an allocation each per call, the proof one more
     compilation of ``disp`` (bench_argument_copy.py)."""
     st = _types()

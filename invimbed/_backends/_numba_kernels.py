@@ -4,7 +4,7 @@ fixed-step sweep of the jet of order 1.
 The jet's right-hand side (`jet_rhs`) is `invimbed._core.closures.JetClosure`'s, one
 sample at a time, on the same index tables (`invimbed._core.derivatives.multiindex`);
 the fields and the depth gradient of each recorded depth are assembled by the core
-(`invimbed._core.assembly.collect_results`) from what `_jet_record` writes. Derivatives
+(`invimbed._core.sweep.assembly.collect_results`) from what `_jet_record` writes. Derivatives
 come from `invimbed._backends._numba_calls.eval_request` (passed in as a function value).
 
 Everything here is compiled once per machine (``cache=True``): user functions reach the
@@ -45,7 +45,7 @@ def _all_finite(a):
 @njit(cache=True)
 def _stage_input(y, Ks, A, s, h, ys):
     """``ys = y + h sum_{j<s} A[s, j] Ks[j]``, added in the order of the numpy sweep
-    (`invimbed._core.ordered.combine`)."""
+    (`invimbed._core.runtime.ordered.combine`)."""
     for i in range(y.shape[0]):
         acc = 0.0
         for j in range(s):

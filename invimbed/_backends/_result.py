@@ -6,7 +6,7 @@ and report the first non-finite value as a position code (`Stopped.code`). `fini
 the code back into the core's `Stopped` and reports it as the numpy sweep does (the
 whole batch stops at the first failing stage, NaN from there on; message, ``nfev`` and
 the cut at ``max_steps`` by `invimbed._core.integrators.fixed`), and hands everything to
-`invimbed._core.assembly.collect_results`, which computes the depth gradient
+`invimbed._core.sweep.assembly.collect_results`, which computes the depth gradient
 (`depth_gradient`), the status, the accuracy verdict and packs the result exactly as for
 ``backend="numpy"``.
 """
@@ -17,12 +17,12 @@ import dataclasses
 
 import numpy as np
 
-from .._core.arguments import Setup
-from .._core.assembly import collect_results
+from .._core.inputs.arguments import Setup
+from .._core.sweep.assembly import collect_results
 from .._core.integrators.common import Outcome
 from .._core.integrators.fixed import Stopped, evaluations, stop_message
 from .._core.integrators.schedule import Schedule
-from .._core.results import ImbeddingResult
+from .._core.results.results import ImbeddingResult
 
 _NONE = np.iinfo(np.int64).max
 _KEYS = ("z", "value", "adjoint", "param_grad")

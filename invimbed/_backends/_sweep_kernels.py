@@ -42,7 +42,7 @@ import numpy as np
 from numba import get_thread_id, njit, prange
 
 from .._core.derivatives._taylor_numba import lengths, run_row, uses_time
-from .._core.status import RowCode
+from .._core.results.status import RowCode
 from ._ensemble_parts import (_finite, _fmin, _rms, dense_coefficient, grow_factor,
                               initial_step, initial_step_h0, scaled_error, shrink_factor,
                               stage_state, weighted_step)
@@ -52,7 +52,7 @@ from ._numba_kernels import _jet_coefficients, jet_rhs, jet_scratch, operator_si
 _jit = njit(cache=True, error_model="numpy")
 
 #: Codes of an input's sweep (`invimbed._backends.sweep_adaptive` words them): those of
-#: `invimbed._core.status.RowCode`, as plain integers.
+#: `invimbed._core.results.status.RowCode`, as plain integers.
 S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = (
     int(RowCode.DONE), int(RowCode.NONFINITE), int(RowCode.FIRST), int(RowCode.UNDERFLOW),
     int(RowCode.MAX_STEPS), int(RowCode.MIN_STEP))
@@ -151,7 +151,7 @@ def _record(y, idx, out, d, b):
 def _record_f_r(fr_out, d, b, N, Phi, Rc):
     """``fr_out[d, b] = [f (N), R]`` at the input: the constant Taylor coefficients
     ``Phi[:, 0]``, ``Rc[0]`` (the core takes the depth gradient from them:
-    `invimbed._core.assembly.depth_gradient_of`)."""
+    `invimbed._core.sweep.assembly.depth_gradient_of`)."""
     for i in range(N):
         fr_out[d, b, i] = Phi[i, 0]
     fr_out[d, b, N] = Rc[0]

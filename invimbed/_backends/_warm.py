@@ -1,7 +1,7 @@
 """Compile every numba kernel of the package once: ``python -m invimbed compile``
 (docs/performance.md, "Compiled kernels and the first run on a machine").
 
-Each kernel of `invimbed._core.compile_cost.KERNELS` is warmed by the smallest call
+Each kernel of `invimbed._core.runtime.compile_cost.KERNELS` is warmed by the smallest call
 that runs it, through the code path a solve takes (so the announcement, the on-disk
 cache and the recorded compile time are those of a solve): the fixed-step and adaptive
 numba sweeps and the numba ensemble on a 2-state problem of per-sample functions
@@ -20,11 +20,11 @@ from typing import Any, Callable
 import numpy as np
 from numba import njit
 
-from .._core.adjoint import solve_adjoint
-from .._core.compile_cost import COMPILED
-from .._core.imbedding import solve_imbedding
-from .._core.open_loop import Constant
-from .._core.problem import BolzaProblem
+from .._core.reference.adjoint import solve_adjoint
+from .._core.runtime.compile_cost import COMPILED
+from .._core.sweep.imbedding import solve_imbedding
+from .._core.problem.open_loop import Constant
+from .._core.problem.bolza import BolzaProblem
 
 
 @njit(cache=True)
@@ -93,7 +93,7 @@ def _contract() -> None:
     run_contraction(_kernel(), a, b, ia, ib, io, n_coefficients(1, 1))
 
 
-#: How each kernel of `invimbed._core.compile_cost.KERNELS` is warmed.
+#: How each kernel of `invimbed._core.runtime.compile_cost.KERNELS` is warmed.
 WARMERS: dict[str, Callable[[], None]] = {
     "sweep_fixed": lambda: _solve(method="rk4", step=0.25),
     "values": _values,

@@ -1,7 +1,7 @@
 """``solve_adjoint(strategy="ensemble", backend="numba")``: the exact ensemble adjoint as
 one compiled numba kernel.
 
-What it computes is `invimbed._core.adjoint._ensemble`'s contract, row by row: every
+What it computes is `invimbed._core.reference.adjoint._ensemble`'s contract, row by row: every
 (depth ``p_i``, input ``x_b``) pair is a row ``r = i B + b`` (depths in descending
 order), integrated by the algorithm of `invimbed._core.integrators.ensemble.integrate_rows`
 (scipy's RK45 / RK23 tableaux, first-step rule, step-size control, stops exactly on the
@@ -42,12 +42,12 @@ How it runs
   backward together (the numpy ensemble counts vectorised calls, which is about the
   same number: every row is evaluated in each of them).
 * Failures are per row, as in the numpy ensemble: NaN fields, ``success`` False, the
-  message naming the first failed row (`invimbed._core.failures`).
+  message naming the first failed row (`invimbed._core.results.failures`).
 * Speed: the user's functions that are exact derivatives are called directly (see
   `direct_codes`); each allocates its result, which is most of the time per step for
   small problems. The kernel is compiled once per machine and cached on disk
   (``cache=True``; 31 s of CPU from an empty cache, announced on stderr,
-  `invimbed._core.compile_cost.compiling`); a new process loads it in about a second.
+  `invimbed._core.runtime.compile_cost.compiling`); a new process loads it in about a second.
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ from typing import Any
 
 import numpy as np
 
-from .._core.budget import RowCost, output_bytes
-from .._core.failures import empty_fields
-from .._core.open_loop import Constant, NoControl, PiecewiseConstant
+from .._core.reference.row_chunks import RowCost, output_bytes
+from .._core.results.failures import empty_fields
+from .._core.problem.open_loop import Constant, NoControl, PiecewiseConstant
 from .._core.integrators.ensemble import DONE, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
-from .._core.arguments import Setup
-from .._core.assembly import depth_gradient
+from .._core.inputs.arguments import Setup
+from .._core.sweep.assembly import depth_gradient
 from ._numba import (CompiledValues, _fingerprint, compile_loop, eval_signature,
                      function_tuple, import_numba)
 from ._plans import BASE_KEYS, Request, build_plan
@@ -110,9 +110,9 @@ def direct_codes(plan: Any, pieces: list[tuple[str, int, int, int]]) -> np.ndarr
 def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
                    opts: dict) -> tuple[dict, int, tuple]:
     """The ensemble adjoint on the numba backend; the contract of
-    `invimbed._core.adjoint._ensemble` (see the module docstring): ``(fields, nfev,
+    `invimbed._core.reference.adjoint._ensemble` (see the module docstring): ``(fields, nfev,
     rows)``, ``rows`` the `RowCode` s and last times of every row
-    (`invimbed._core.budget.row_outcome`)."""
+    (`invimbed._core.reference.row_chunks.row_outcome`)."""
     import_numba()
     ctrl = setup.control
     knots, values = control_arrays(ctrl)
@@ -178,7 +178,7 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
 
 
 def row_cost(setup: Setup) -> RowCost:
-    """Bytes per row of `ensemble_numba` (`invimbed._core.budget`): the fields and the
+    """Bytes per row of `ensemble_numba` (`invimbed._core.reference.row_chunks`): the fields and the
     kernel's per-row arrays of a chunk, the row order and the depth gradient's arrays;
     the dense output is per thread (see the module docstring), none per row."""
     N, M = setup.x.shape[1], setup.control.size

@@ -1,11 +1,11 @@
 """``solve_imbedding(..., backend="numba", method="RK45" | "RK23")``: the jet sweep with
 scipy's adaptive step control, compiled with numba, one sweep per input.
 
-What it computes is the numpy sweep's (`invimbed._core.imbedding`, ``closure="jet"``):
+What it computes is the numpy sweep's (`invimbed._core.sweep.imbedding`, ``closure="jet"``):
 the jets of the carried orders (`JetClosure.carried_orders`: ``K - 1`` for the ratio
 test, ``K``, ``K + 1`` for the error estimate, ``K + 2`` for the look-ahead), stepped as
 `integrate_scipy` steps scipy's solvers (`invimbed._backends._sweep_kernels`), and the
-result assembled by the core (`invimbed._core.assembly.collect_results`: depth
+result assembled by the core (`invimbed._core.sweep.assembly.collect_results`: depth
 gradient, error estimate, ratio test, ``tol``). So ``tol``, ``fallback`` and the order
 loop work as with ``backend="numpy"``.
 
@@ -36,15 +36,15 @@ from typing import Any
 
 import numpy as np
 
-from .._core.arguments import Setup
-from .._core.assembly import _depth_gradients, collect_results, depth_gradient_of
+from .._core.inputs.arguments import Setup
+from .._core.sweep.assembly import _depth_gradients, collect_results, depth_gradient_of
 from .._core.derivatives.multiindex import n_coefficients
-from .._core.failures import (below_min_step, budget_exhausted, first_evaluation,
-                              step_collapsed, sweep_stopped)
+from .._core.results.failures import (below_min_step, budget_exhausted, first_evaluation,
+                                      step_collapsed, sweep_stopped)
 from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, segments
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
-from .._core.results import set_fields
-from .._core.sweep_memory import check_compiled
+from .._core.results.results import set_fields
+from .._core.sweep.memory import check_compiled
 from ._numba import _jet_tables, compile_loop, eval_signature
 from ._numba_functions import _types, function_tuple, import_numba
 from ._plans import Request, build_plan
@@ -116,7 +116,7 @@ def carried_orders(order: int, est: bool, ratio: bool, look_ahead: bool) -> list
 def _segments(setup: Setup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The intervals between breakpoints, theta and ``dtheta/dw`` on each, and each
     depth's interval (-1 at ``q``)."""
-    from .._core.open_loop import Constant, NoControl, PiecewiseConstant
+    from .._core.problem.open_loop import Constant, NoControl, PiecewiseConstant
 
     ctrl = setup.control
     if type(ctrl) not in (Constant, NoControl, PiecewiseConstant):
@@ -274,9 +274,9 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
     predictions (``predict``). ``keep_steps > 0`` also returns the `SweepSteps` (the
     first ``keep_steps`` steps are kept; the sweep is rerun with room for all of them
     where an input took more). ``dense_output``: the result's ``sol`` from the kept steps
-    (`attach_steps`; ``finish`` as for `invimbed._core.dense.attach_dense`). A sweep
+    (`attach_steps`; ``finish`` as for `invimbed._core.sweep.dense.attach_dense`). A sweep
     whose outputs and arrays exceed ``memory_budget`` (bytes; None: the default of
-    `invimbed._core.sweep_memory.check_compiled`; ``memory_held`` of them taken
+    `invimbed._core.sweep.memory.check_compiled`; ``memory_held`` of them taken
     already) raises its `MemoryError` before they are allocated (`memory_bytes`)."""
     if closure != "jet":
         raise ValueError(f"backend='numba' runs method={method!r} for closure='jet' only, but "
@@ -395,13 +395,13 @@ def _run_loop(loop: Any, one: Any, ev: Any, args: tuple, B: int) -> None:
 
 def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: str,
                  finish: Any = None) -> Any:
-    """Give ``res`` its ``sol`` (`invimbed._core.dense.DenseSolution`) from the kept steps:
+    """Give ``res`` its ``sol`` (`invimbed._core.sweep.dense.DenseSolution`) from the kept steps:
     input ``b``'s continuous extension (`StateInterpolant.from_steps` on its own steps)
     fills its columns of the state of ``clo`` (`JetClosure`, the same jets as the kernel:
     `carried_orders`), `input_columns`; the fields and estimate of that state are the
     closure's, the rest the core's assembly. The swept interval is where every input
     reached; no ``sol`` (None) where an input took no step."""
-    from .._core.dense import DenseSolution, StateInterpolant, input_columns
+    from .._core.sweep.dense import DenseSolution, StateInterpolant, input_columns
 
     set_fields(res, sol=None)
     if steps.n_steps.size == 0 or steps.n_steps.min() < 1:

@@ -16,11 +16,11 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import OptimizeResult
 
-from .._core.adjoint import solve_adjoint
-from .._core.imbedding import solve_imbedding
-from .._core.problem import BolzaProblem
-from .._core.status import Status
-from .._core.validation import as_float_array, as_int, as_real, check_choice, describe
+from .._core.reference.adjoint import solve_adjoint
+from .._core.sweep.imbedding import solve_imbedding
+from .._core.problem.bolza import BolzaProblem
+from .._core.results.status import Status
+from .._core.inputs.validation import as_float_array, as_int, as_real, check_choice, describe
 from .options import SolverFailure, split_solve_kwargs
 
 

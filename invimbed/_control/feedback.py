@@ -39,16 +39,16 @@ from typing import Any, Callable
 import numpy as np
 
 from .._core.derivatives.finite_difference import central_quotient, relative_step, step_size
-from .._core.assembly import collect_results, depth_gradient
-from .._core.dense import attach_dense
+from .._core.sweep.assembly import collect_results, depth_gradient
+from .._core.sweep.dense import attach_dense
 from .._core.closures.base import Closure
 from .._core.closures.jet import JetClosure
-from .._core.open_loop import OpenLoopControl
+from .._core.problem.open_loop import OpenLoopControl
 from .._core.derivatives.multiindex import (compose_split, monomials, multi_indices,
                                             n_coefficients, poly_derivatives, poly_mul)
-from .._core.results import ImbeddingResult, SolverWarning, set_fields
+from .._core.results.results import ImbeddingResult, SolverWarning, set_fields
 from .policy import policy_from_outcome
-from .sweep import OptimalityError, finish, integrate
+from .closed_loop import OptimalityError, finish, integrate
 
 #: Newton's tolerance on the feedback with exact derivatives (relative step size).
 DEFAULT_NEWTON_TOL = 1e-12

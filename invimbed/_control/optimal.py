@@ -15,19 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from .._core.arguments import parse_tol, prepare
-from .._core.assembly import mark_imprecise
-from .._core.open_loop import Constant
-from .._core.dense import check_dense_output, dense_conflicts
+from .._core.inputs.arguments import parse_tol, prepare
+from .._core.sweep.assembly import mark_imprecise
+from .._core.problem.open_loop import Constant
+from .._core.sweep.dense import check_dense_output, dense_conflicts
 from .._core.integrators import ALL_METHODS
-from .._core.problem import BolzaProblem, _symbols
-from .._core.results import ImbeddingResult, set_fields
-from .._core.validation import (as_bool, as_float_array, as_int, as_real, check_choice, describe,
-                                require_finite)
+from .._core.problem.bolza import BolzaProblem, _symbols
+from .._core.results.results import ImbeddingResult, set_fields
+from .._core.inputs.validation import (as_bool, as_float_array, as_int, as_real,
+                                       check_choice, describe, require_finite)
 from . import riccati
 from .feedback import FeedbackJetClosure, sweep_feedback
 from .policy import check_closed_loop, feedback_grid
-from .sweep import OptimalityError, SweepBudget, check_integrator_options
+from .closed_loop import OptimalityError, SweepBudget, check_integrator_options
 
 #: What a not-converged `solve_optimal` recommends (it has no exact fallback: the exact
 #: optimum of one horizon is `solve_ocp`'s).

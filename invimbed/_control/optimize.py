@@ -18,13 +18,13 @@ import numpy as np
 from scipy.integrate import solve_ivp
 from scipy.optimize import Bounds, OptimizeResult, minimize
 
-from .._core.adjoint import solve_adjoint
-from .._core.open_loop import OpenLoopControl
+from .._core.reference.adjoint import solve_adjoint
+from .._core.problem.open_loop import OpenLoopControl
 from .._core.derivatives import DerivativeOrderError
-from .._core.imbedding import solve_imbedding
-from .._core.problem import BolzaProblem
-from .._core.status import Status
-from .._core.validation import as_bool, as_int, as_real, as_state, check_choice, describe
+from .._core.sweep.imbedding import solve_imbedding
+from .._core.problem.bolza import BolzaProblem
+from .._core.results.status import Status
+from .._core.inputs.validation import as_bool, as_int, as_real, as_state, check_choice, describe
 from .._progress import ProgressBar
 from .options import SolverFailure, split_solve_kwargs
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._core.backends import BACKENDS, backends_for
+from .._core.runtime.backends import BACKENDS, backends_for
 from .._core.integrators import ALL_METHODS, SCIPY_METHODS
-from .._core.validation import check_options
+from .._core.inputs.validation import check_options
 
 #: Solver keywords passed to both the exact solve (`solve_adjoint`) and the sweep.
 SHARED_OPTIONS = ("rtol", "atol", "first_step", "max_step", "max_steps", "backend")

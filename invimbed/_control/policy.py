@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 from scipy.interpolate import CubicSpline, make_interp_spline
 
-from .._core.accuracy import _scale as tolerance_scale
+from .._core.sweep.accuracy import _scale as tolerance_scale
 from .._core.derivatives.multiindex import multi_indices
 from .._core.integrators import FIXED_METHODS, SCIPY_METHODS
 from .._core.integrators.schedule import fixed_schedule
-from .._core.results import SolverWarning, set_fields
-from .._core.status import Status
+from .._core.results.results import SolverWarning, set_fields
+from .._core.results.status import Status
 from .simulate import run_rows
 
 #: Depths of the grid on which the feedback's polynomials are kept (plus the requested
@@ -145,7 +145,7 @@ def check_closed_loop(res: Any, setup: Any, policy: SweepFeedback, method: str, 
     true cost with the sweep's value; updates ``res`` in place: ``closed_loop_value``
     (NaN where the sweep gave no value), ``converged``, and ``success``, ``status``,
     ``message`` and ``warnings`` where the two differ by more than the tolerance (``tol``,
-    or 10% of ``max(1, |V|)`` without it: `invimbed._core.accuracy`)."""
+    or 10% of ``max(1, |V|)`` without it: `invimbed._core.sweep.accuracy`)."""
     B, N = setup.x.shape
     n = setup.depths.size
     V = np.asarray(res.value, dtype=float).reshape(n, B)

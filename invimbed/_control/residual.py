@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from .._core.arguments import prepare
-from .._core.open_loop import Constant, OpenLoopControl
-from .._core.imbedding import solve_imbedding
+from .._core.inputs.arguments import prepare
+from .._core.problem.open_loop import Constant, OpenLoopControl
+from .._core.sweep.imbedding import solve_imbedding
 from .._core.integrators import ALL_METHODS
-from .._core.problem import BolzaProblem
-from .._core.validation import as_int, check_options, describe
+from .._core.problem.bolza import BolzaProblem
+from .._core.inputs.validation import as_int, check_options, describe
 from .feedback import FeedbackJetClosure, optimality_gradient, sweep_feedback
-from .sweep import OPTIONS, check_integrator_options
+from .closed_loop import OPTIONS, check_integrator_options
 
 #: Keywords of the closed-loop sweep of a feedback policy (the integrator's settings).
 POLICY_KEYWORDS = ("method", "rtol", "atol", "step")

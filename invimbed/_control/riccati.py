@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from .._core.assembly import collect_results
-from .._core.dense import attach_dense
-from .._core.results import set_fields
+from .._core.sweep.assembly import collect_results
+from .._core.sweep.dense import attach_dense
+from .._core.results.results import set_fields
 from .policy import policy_from_outcome
-from .sweep import OptimalityError, failed_outcome, finish, integrate
+from .closed_loop import OptimalityError, failed_outcome, finish, integrate
 
 #: Relative mismatch between a function and its interpolated affine/quadratic model
 #: above which the problem is not linear-quadratic (or not control-affine).

@@ -18,16 +18,17 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import OptimizeResult
 
-from .._core.adjoint import _solve as solve_budgeted
-from .._core.open_loop import OpenLoopControl
-from .._core.failures import DONE, NONFINITE, row_failure, row_failure_reason
+from .._core.reference.adjoint import _solve as solve_budgeted
+from .._core.problem.open_loop import OpenLoopControl
+from .._core.results.failures import DONE, NONFINITE, row_failure, row_failure_reason
 from .._core.integrators import DEFAULT_MAX_STEPS, SCIPY_METHODS
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, TABLEAUX, integrate_rows
-from .._core.problem import BolzaProblem
-from .._core.results import ImbeddingResult
-from .._core.status import row_status
-from .._core.validation import (as_float_array, as_int, as_ivp_options, as_state, check_choice,
-                                check_positive, describe, require_finite)
+from .._core.problem.bolza import BolzaProblem
+from .._core.results.results import ImbeddingResult
+from .._core.results.status import row_status
+from .._core.inputs.validation import (as_float_array, as_int, as_ivp_options, as_state,
+                                       check_choice, check_positive, describe,
+                                       require_finite)
 
 #: ``theta_of(t (k,), z (k, N), rows (k,), piece) -> (k, M)``: the control of rows ``rows``.
 RowControl = Callable[[np.ndarray, np.ndarray, np.ndarray, Any], np.ndarray]
@@ -235,7 +236,7 @@ def run_rows(provider, q: float, t0: np.ndarray, x0: np.ndarray, theta_of: RowCo
     """Every row ``r`` from ``(t0[r], x0[r])`` to ``q`` under ``theta_of``.
 
     Returns a dict of arrays per row: ``cost``, ``running_cost``, ``terminal_cost`` (R,),
-    ``nsteps`` (R,), ``status`` (R,) (`invimbed._core.failures` codes), ``t_end`` and
+    ``nsteps`` (R,), ``status`` (R,) (`invimbed._core.results.failures` codes), ``t_end`` and
     ``h_lambda`` (where each row stopped, Shampine's estimate there), ``reason`` (R,
     object: a failure's text or None), with ``n_points > 0`` also ``z`` (R, n_points, N)
     and ``control`` (R, n_points, M) at ``n_points`` equally spaced times; and ``nfev``.

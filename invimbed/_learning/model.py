@@ -25,8 +25,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .._core.derivatives import derivative_name
-from .._core.problem import BolzaProblem
-from .._core.validation import as_bool, as_float_array, as_int, as_real, describe, require_finite
+from .._core.problem.bolza import BolzaProblem
+from .._core.inputs.validation import (as_bool, as_float_array, as_int, as_real, describe,
+                                       require_finite)
 
 
 class MLPDynamics:

@@ -67,11 +67,12 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from scipy.optimize import OptimizeResult
 
-from .._core.open_loop import Constant
-from .._core.imbedding import solve_imbedding
-from .._core.problem import BolzaProblem
-from .._core.validation import (SOLVE_IVP_OPTIONS, as_bool, as_depths, as_float_array,
-                                as_real, as_state, check_options, describe, require_finite)
+from .._core.problem.open_loop import Constant
+from .._core.sweep.imbedding import solve_imbedding
+from .._core.problem.bolza import BolzaProblem
+from .._core.inputs.validation import (SOLVE_IVP_OPTIONS, as_bool, as_depths,
+                                       as_float_array, as_real, as_state, check_options,
+                                       describe, require_finite)
 
 
 def solve_options() -> tuple[str, ...]:

@@ -30,9 +30,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from scipy.optimize import OptimizeResult, OptimizeWarning, minimize
 
-from .._core.open_loop import Constant
-from .._core.status import Status
-from .._core.validation import as_bool, as_int, as_real, check_callable, describe
+from .._core.problem.open_loop import Constant
+from .._core.results.status import Status
+from .._core.inputs.validation import as_bool, as_int, as_real, check_callable, describe
 from .._progress import ProgressBar
 from .regression import EndpointRegression
 

@@ -15,7 +15,7 @@ from torch.autograd.function import once_differentiable
 from ._recursions import (adjoint_sweep, batchnorms, differentiable_norms, exact_sweep,
                           exact_sweep_materialized, truncated_sweep,
                           truncated_sweep_materialized, update_statistics)
-from .._core.validation import as_bool
+from .._core.inputs.validation import as_bool
 from ._phi import MLP
 
 CLOSURES = ("exact", "crop", "jet")

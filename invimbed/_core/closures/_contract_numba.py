@@ -3,7 +3,7 @@ compiled with numba, for the large tables of high orders.
 
 ``out[r, p, q, io[k]] += sum_i a[r, p, i, ia[k]] * b[r, i, q, ib[k]]``, the pairs ``k``
 in increasing order and ``i`` from 0: the order of the numpy route (einsum over ``i``,
-then `invimbed._core.ordered.scatter_sum`), in one pass without the gathered copies.
+then `invimbed._core.runtime.ordered.scatter_sum`), in one pass without the gathered copies.
 Compiled once per machine (``cache=True``).
 """
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ..open_loop import OpenLoopControl
+from ..problem.open_loop import OpenLoopControl
 from ..derivatives import DerivativeProvider
-from ..namespace import array_namespace
+from ..runtime.namespace import array_namespace
 
 
 class Layout:

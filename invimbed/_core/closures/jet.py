@@ -52,8 +52,8 @@ from scipy import sparse
 
 from ..derivatives.multiindex import (degree_slices, n_coefficients, poly_derivatives,
                                        product_table)
-from ..namespace import array_namespace, on_device
-from ..ordered import scatter_sum, sum_table
+from ..runtime.namespace import array_namespace, on_device
+from ..runtime.ordered import scatter_sum, sum_table
 from .base import Closure, Layout
 
 
@@ -62,7 +62,7 @@ def _product_plan(n: int, order_a: int, order_b: int, order_out: int):
     ia, ib, io = product_table(n, order_a, order_b, order_out)
     n_out = n_coefficients(n, order_out)
     if io.size * n_out <= 2_000_000:  # small: sums in a fixed order (not BLAS: see
-        scatter = sum_table(io, n_out)  # invimbed._core.ordered.scatter_sum)
+        scatter = sum_table(io, n_out)  # invimbed._core.runtime.ordered.scatter_sum)
     else:                               # large: a sparse 0/1 matrix (n_out, pairs)
         scatter = sparse.csr_matrix((np.ones(io.size), (io, np.arange(io.size))),
                                     shape=(n_out, io.size))
@@ -109,7 +109,7 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
 #: orders keep the numpy sums that the numba backend's kernels reproduce bit for bit
 _COMPILED_FROM = 400
 #: the table size from which the contraction is compiled where it is not yet
-#: (`invimbed._core.compile_cost.ready`): below it the numpy sums (the same, in the same
+#: (`invimbed._core.runtime.compile_cost.ready`): below it the numpy sums (the same, in the same
 #: order) cost at most 2 ms more per call than the kernel, which its compilation (1.5 s
 #: of CPU, more under load) did not repay within a sweep of the pendulum of
 #: benchmarks/bench_tol.py (order 4, degree 7: 2.2 s of CPU without it, 4.0 s with it)
@@ -123,19 +123,19 @@ def _compiled(pairs: int) -> Any:
     kernel = _kernel()
     if kernel is None or pairs >= _COMPILE_FROM:
         return kernel
-    from ..compile_cost import ready
+    from ..runtime.compile_cost import ready
 
     return kernel if ready(kernel) else None
 
 
 def run_contraction(kernel: Any, *args: Any) -> np.ndarray:
     """``kernel(*args)`` (`_contract_numba.contract`), announced where that compiles it
-    (`invimbed._core.compile_cost.compiling`)."""
+    (`invimbed._core.runtime.compile_cost.compiling`)."""
     if kernel.signatures:
         return kernel(*args)
     from numba import typeof
 
-    from ..compile_cost import compiling
+    from ..runtime.compile_cost import compiling
 
     with compiling("contract", [(kernel, tuple(typeof(v) for v in args))]):
         return kernel(*args)
@@ -367,7 +367,7 @@ class JetClosure(Closure):
 
     def lower_difference(self, y: np.ndarray) -> dict[str, np.ndarray] | None:
         """``|F_K - F_(K-1)|``: the previous term of the series, for the ratio test
-        (`invimbed._core.accuracy.assess`); None without ``ratio_test``."""
+        (`invimbed._core.sweep.accuracy.assess`); None without ``ratio_test``."""
         if not self.has_ratio_test:
             return None
         return self._difference(y, self.order - 1, self.order)

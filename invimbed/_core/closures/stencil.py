@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..namespace import array_namespace
-from ..ordered import sum_products
+from ..runtime.namespace import array_namespace
+from ..runtime.ordered import sum_products
 from .base import Closure, Layout
 
 
@@ -78,7 +78,7 @@ def stencil_rhs(blk: dict, quotient: Callable[[Any], Any], Phi: Any, A: Any, rz:
     the dynamics ``Phi`` (B, P, N), its Jacobian ``A`` (B, P, N, N), the running loss's
     gradient ``rz`` (B, P, N) and value at the centre ``r0`` (B,), and the parameter
     sources ``G``, ``rw`` (`control_sources`) when there are parameters. Every sum is
-    added in a fixed order (`invimbed._core.ordered`), as the numba kernels add them; works on
+    added in a fixed order (`invimbed._core.runtime.ordered`), as the numba kernels add them; works on
     any array namespace."""
     Z, L = blk["Z"], blk["L"]
     Phi_j = Phi[:, :, None, :]                       # (B, P, 1, N): Phi_j at each point

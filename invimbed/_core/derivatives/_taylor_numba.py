@@ -305,7 +305,7 @@ def evaluate(tape: Tape, t: np.ndarray, xin: np.ndarray, order: int) -> np.ndarr
         return out
     from numba import typeof
 
-    from ..compile_cost import compiling
+    from ..runtime.compile_cost import compiling
 
     with compiling("taylor", [(run, tuple(typeof(a) for a in args))]):
         run(*args)

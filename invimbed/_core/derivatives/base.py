@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from ..namespace import array_namespace
-from ..row_times import per_distinct_time
+from ..runtime.namespace import array_namespace
+from ..runtime.row_times import per_distinct_time
 from .multiindex import joint_positions, tensors_to_taylor
 
 _WHICH = ("f", "R", "T")

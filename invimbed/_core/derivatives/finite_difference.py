@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..namespace import array_namespace
+from ..runtime.namespace import array_namespace
 from .base import DerivativeOrderError, DerivativeProvider
 
 EPS = np.finfo(float).eps

@@ -19,8 +19,8 @@ from math import comb, factorial
 
 import numpy as np
 
-from ..namespace import array_namespace, on_device
-from ..ordered import scatter_sum, sum_table
+from ..runtime.namespace import array_namespace, on_device
+from ..runtime.ordered import scatter_sum, sum_table
 
 
 @lru_cache(maxsize=None)

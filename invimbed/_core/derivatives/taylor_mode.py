@@ -246,7 +246,7 @@ class TaylorJets:
 
     ``engine`` is ``"numba"`` (the compiled kernel), ``"numpy"``, or ``"auto"`` (the
     default where numba is installed): the kernel where it is ready to run without
-    compiling (`invimbed._core.compile_cost.ready`: compiled in this process or in numba's
+    compiling (`invimbed._core.runtime.compile_cost.ready`: compiled in this process or in numba's
     on-disk cache), or where the request's product table has at least `COMPILE_FROM`
     pairs (there the numpy evaluator is slow enough that the one-time compilation, 43 s
     of CPU, pays within a sweep); the numpy evaluator otherwise. Both give the same
@@ -339,7 +339,7 @@ class TaylorJets:
             return self.engine == "numba"
         if (n, order) in self._kernel_sizes:
             return True
-        from ..compile_cost import ready
+        from ..runtime.compile_cost import ready
         from ._taylor_numba import run
 
         if math.comb(2 * n + order, order) >= self.COMPILE_FROM or ready(run):

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..validation import as_positive_int
+from ..inputs.validation import as_positive_int
 
 #: Default step budget of every integrator (`integrate_scipy`, `integrate_fixed`) and of
 #: `solve_adjoint`: enough for any non-stiff sweep at the default tolerances, and few

@@ -37,7 +37,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..failures import DONE, MAX_STEPS, NONFINITE, RUNNING, UNDERFLOW
+from ..results.failures import DONE, MAX_STEPS, NONFINITE, RUNNING, UNDERFLOW
 from .tableau import EMBEDDED, TABLEAUX, ButcherTableau  # noqa: F401 (TABLEAUX re-exported)
 
 SAFETY, MIN_FACTOR, MAX_FACTOR = 0.9, 0.2, 10.0

@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..failures import first_evaluation, grid_exhausted, sweep_stopped
-from ..namespace import array_namespace
+from ..results.failures import first_evaluation, grid_exhausted, sweep_stopped
+from ..runtime.namespace import array_namespace
 from .common import NonFiniteError, Outcome, check_max_steps
 from .schedule import Schedule, fixed_schedule
 

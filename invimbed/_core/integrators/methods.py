@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..validation import STEP_BUDGET, check_choice
+from ..inputs.validation import STEP_BUDGET, check_choice
 from .common import Outcome
 from .fixed import integrate_fixed
 from .scipy_ivp import SOLVERS, integrate_scipy

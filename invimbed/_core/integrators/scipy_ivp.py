@@ -22,9 +22,9 @@ from typing import Any, Callable
 import numpy as np
 from scipy.integrate import BDF, DOP853, LSODA, RK23, RK45, Radau
 
-from ..failures import (STIFF_H_LAMBDA, below_min_step, budget_exhausted, first_evaluation,
-                        raised_budget, solver_failed, step_collapsed, stiff_stop,
-                        sweep_stopped)
+from ..results.failures import (STIFF_H_LAMBDA, below_min_step, budget_exhausted,
+                                first_evaluation, raised_budget, solver_failed,
+                                step_collapsed, stiff_stop, sweep_stopped)
 from .common import (DEFAULT_MAX_STEPS, CountingRHS, NonFiniteError, Outcome, SolverSteps,
                      check_max_steps, segments)
 from .tableau import TABLEAUX
@@ -89,11 +89,11 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
     docstring for how a solve ends). With ``dense_output`` the continuous extension of
     every accepted step is kept: ``outcome.extra["steps"]`` is ``(ts, interpolants)``, the
     step ends from ``q`` down and each step's scipy ``DenseOutput``, as
-    `scipy.integrate.OdeSolution` takes them (`invimbed._core.dense`).
+    `scipy.integrate.OdeSolution` takes them (`invimbed._core.sweep.dense`).
     ``ys`` receives the state of depth ``i`` as
     ``ys[i] = y`` (default: an array (n, size), NaN where not reached, returned as
-    ``Outcome.ys``; `invimbed._core.sweep_memory.DepthSink` keeps only the fields).
-    ``raise_budget`` (the order loop's raised orders, `invimbed._core.orders`) ends
+    ``Outcome.ys``; `invimbed._core.sweep.memory.DepthSink` keeps only the fields).
+    ``raise_budget`` (the order loop's raised orders, `invimbed._core.sweep.orders`) ends
     the sweep after that many steps, or earlier where its steps collapsed (`COLLAPSE`),
     saying so: a raised order on a stiff problem whose high-order jets grow too fast
     stops instead of creeping on for minutes towards a non-finite value.

@@ -1,0 +1,338 @@
+"""The constraints of `solve_ocp` beyond the continuity defects (docs/optimization.md).
+
+Every constraint is a `Block`: values ``c(w)`` with bounds ``lower <= c <= upper``
+(equal bounds: an equality), and a sparse Jacobian given as fixed COO positions and
+values. Bounds on controls, on the node states and on the horizon are bounds on the
+decision variables, not blocks (the NLP solvers keep them exactly).
+
+User functions (terminal and path constraints) are differentiated by central
+differences with the step ``eps**(1/3) max(1, |v|)``: for the smooth algebraic
+functions they are, the error is ``O(1e-10)`` relative, far below the tolerances of the
+optimality check. Everything from the dynamics is exact (`invimbed._control.ocp.shooting`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..._core.inputs.validation import describe, returned_reals
+from ..options import SolverFailure
+from .shooting import IntervalSolve, Shooting
+
+_H_REL = np.finfo(float).eps ** (1.0 / 3.0)
+
+
+class Block:
+    """A block of constraints ``lower <= c(w) <= upper`` with a sparse Jacobian."""
+
+    name: str
+    lower: np.ndarray
+    upper: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    needs_dense: bool = False
+
+    def evaluate(self, w: np.ndarray, sol: IntervalSolve) -> tuple[np.ndarray, np.ndarray]:
+        """``(c(w), Jacobian values in the order of rows, cols)``."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    @property
+    def size(self) -> int:
+        return int(self.lower.size)
+
+
+class Defects(Block):
+    """The continuity defects ``s_(k+1) - F_k = 0``."""
+
+    name = "continuity defects"
+
+    def __init__(self, sh: Shooting) -> None:
+        self.sh = sh
+        self.lower = self.upper = np.zeros(sh.K * sh.n)
+        self.rows, self.cols = sh.defect_structure()
+
+    def evaluate(self, w, sol):
+        return self.sh.defects(w, sol), self.sh.defect_jacobian(sol)
+
+
+class FinalState(Block):
+    """``s_K[i] = target[i]`` for the entries of ``target`` that are not NaN."""
+
+    name = "final_state"
+
+    def __init__(self, sh: Shooting, target: np.ndarray) -> None:
+        self.idx = np.flatnonzero(~np.isnan(target))
+        self.lower = self.upper = target[self.idx]
+        self.rows = np.arange(self.idx.size)
+        self.cols = sh.s_index(sh.K)[self.idx]
+        self.sh = sh
+
+    def evaluate(self, w, sol):
+        return np.asarray(w)[self.cols], np.ones(self.idx.size)
+
+
+def _call(fn: Callable, args: tuple, name: str, size: int | None) -> np.ndarray:
+    out = np.atleast_1d(returned_reals(fn(*args), f"`{name}`"))
+    if out.ndim != 1 or (size is not None and out.size != size):
+        raise ValueError(f"`{name}` must return a 1-d array"
+                         + (f" of {size} values" if size is not None else "")
+                         + f", but returned shape {out.shape}")
+    return out
+
+
+def _finite(name: str, where: str, c: np.ndarray, jac: list[np.ndarray], args: tuple,
+            labels: str) -> None:
+    """A `SolverFailure` naming the constraint function and the point where it (or its
+    central-difference derivative) is not finite."""
+    if np.all(np.isfinite(c)) and all(np.all(np.isfinite(J)) for J in jac):
+        return
+    what = (f"returned {np.array2string(c, precision=6)}" if not np.all(np.isfinite(c))
+            else "has a derivative (central differences) that is not finite")
+    point = ", ".join(f"{lab} = {np.array2string(np.asarray(a, dtype=float), precision=6)}"
+                      for lab, a in zip(labels.split(), args))
+    raise SolverFailure(f"`{name}` {what} at {where} ({point}); it must be finite wherever "
+                        f"the solver may look (near the iterates)")
+
+
+def _jacobian(fn: Callable, args: list[np.ndarray], which: list[int], size: int,
+              name: str) -> list[np.ndarray]:
+    """Central-difference Jacobians of ``fn(*args)`` in the arguments ``which``."""
+    out = []
+    for a in which:
+        v = np.atleast_1d(np.asarray(args[a], dtype=float))
+        J = np.empty((size, v.size))
+        for j in range(v.size):
+            h = _H_REL * max(1.0, abs(v[j]))
+            up, down = v.copy(), v.copy()
+            up[j] += h
+            down[j] -= h
+            lo = list(args)
+            hi = list(args)
+            hi[a] = up if np.ndim(args[a]) else float(up[0])
+            lo[a] = down if np.ndim(args[a]) else float(down[0])
+            J[:, j] = (_call(fn, tuple(hi), name, size) - _call(fn, tuple(lo), name, size)) / (2 * h)
+        out.append(J)
+    return out
+
+
+class Terminal(Block):
+    """``h(z(q)) = 0`` (equality) or ``h(z(q)) <= 0`` (inequality) on the last node."""
+
+    def __init__(self, sh: Shooting, fn: Callable, equality: bool, name: str,
+                 z_guess: np.ndarray) -> None:
+        self.sh, self.fn, self.name = sh, fn, name
+        k = _call(fn, (np.asarray(z_guess, dtype=float),), name, None).size
+        if k == 0:
+            raise ValueError(f"`{name}` returned no values")
+        self.k = k
+        self.lower = np.zeros(k) if equality else np.full(k, -np.inf)
+        self.upper = np.zeros(k)
+        self.rows = np.repeat(np.arange(k), sh.n)
+        self.cols = np.tile(sh.s_index(sh.K), k)
+
+    def evaluate(self, w, sol):
+        z = np.asarray(w)[self.sh.s_index(self.sh.K)]
+        c = _call(self.fn, (z,), self.name, self.k)
+        (J,) = _jacobian(self.fn, [z], [0], self.k, self.name)
+        _finite(self.name, f"the last node (node {self.sh.K}, t = q)", c, [J], (z,), "z")
+        return c, J.ravel()
+
+
+class Path(Block):
+    """``g(t, z, u) <= 0`` at the nodes ``t_0..t_K`` and, with ``points > 0``, at
+    ``points`` equally spaced times inside every interval (from the dense output).
+
+    ``g`` may also be given as state bounds (``fn=None``, ``lo``/``hi``): then
+    ``g = (lo - z, z - hi)`` for the finite entries, inside the intervals only (at the
+    nodes they are variable bounds).
+    """
+
+    needs_dense = True
+
+    def __init__(self, sh: Shooting, fn: Callable | None, points: int, name: str, *,
+                 nodes: bool = True, lo: np.ndarray | None = None,
+                 hi: np.ndarray | None = None, u_guess: np.ndarray | None = None) -> None:
+        self.sh, self.name, self.points = sh, name, points
+        n, m, K = sh.n, sh.m, sh.K
+        if fn is None:
+            lo_i, hi_i = np.flatnonzero(np.isfinite(lo)), np.flatnonzero(np.isfinite(hi))
+
+            def fn(t, z, u, lo=lo, hi=hi, lo_i=lo_i, hi_i=hi_i):
+                return np.concatenate([lo[lo_i] - z[lo_i], z[hi_i] - hi[hi_i]])
+            self.linear = True
+        else:
+            self.linear = False
+        self.fn = fn
+        u0 = np.zeros(m) if u_guess is None else u_guess
+        self.k = _call(fn, (float(sh.times(sh.horizon)[0]), sh.x, u0), name, None).size
+        self.needs_dense = points > 0
+        self.fractions = np.arange(1, points + 1) / (points + 1.0)
+        # the points: (interval k, fraction); nodes first (k, 0) and the end (K-1, 1)
+        where = []
+        if nodes:
+            where += [(k, 0.0) for k in range(K)] + [(K - 1, 1.0)]
+        where += [(k, a) for k in range(K) for a in self.fractions]
+        self.where = where
+        n_pts = len(where)
+        self.lower = np.full(n_pts * self.k, -np.inf)
+        self.upper = np.zeros(n_pts * self.k)
+        rows, cols = [], []
+        for i, (k, a) in enumerate(where):
+            r = i * self.k + np.arange(self.k)
+            vars_ = [sh.u_index(k)]
+            if a == 1.0:
+                vars_.append(sh.s_index(K))
+            elif k > 0:
+                vars_.append(sh.s_index(k))
+            if sh.free_horizon:
+                vars_.append(np.array([sh.h_index]))
+            v = np.concatenate(vars_)
+            rows.append(np.repeat(r, v.size))
+            cols.append(np.tile(v, self.k))
+        self.rows, self.cols = np.concatenate(rows), np.concatenate(cols)
+
+    def evaluate(self, w, sol):
+        sh, k_g = self.sh, self.k
+        S, U, H = sh.unpack(w)
+        t_nodes = sh.times(H)
+        inside = None
+        if self.points:
+            inside = sh.interior(w, sol, self.fractions)
+        vals, jac = [], []
+        n_node = 0
+        for k, a in self.where:
+            u = U[k]
+            if a in (0.0, 1.0):
+                node = k + int(a == 1.0)
+                t, z = float(t_nodes[node]), S[node]
+                if a == 1.0 or k > 0:
+                    zs, zu, zH = np.eye(sh.n), np.zeros((sh.n, sh.m)), np.zeros(sh.n)
+                else:
+                    zs, zu, zH = None, np.zeros((sh.n, sh.m)), np.zeros(sh.n)
+                dt = sh.tau[node] - 1.0
+                n_node += 1
+            else:
+                j = int(np.argmin(np.abs(self.fractions - a)))
+                tt, zz, zzs, zzu, zzH = inside
+                t, z, zs, zu, zH = float(tt[k, j]), zz[k, j], zzs[k, j], zzu[k, j], zzH[k, j]
+                dt = sh.tau[k] + a * (sh.tau[k + 1] - sh.tau[k]) - 1.0
+                if k == 0:
+                    zs = None
+            c = _call(self.fn, (t, z, u), self.name, k_g)
+            gt, gz, gu = _jacobian(self.fn, [t, z, u], [0, 1, 2], k_g, self.name)
+            _finite(self.name, (f"node {k + int(a == 1.0)}" if a in (0.0, 1.0) else
+                                f"a point inside interval {k}") + f", t = {t:.6g}",
+                    c, [gt, gz, gu], (z, u), "z u")
+            parts = [gu + gz @ zu]
+            if zs is not None:
+                parts.append(gz @ zs)
+            if sh.free_horizon:
+                parts.append((gz @ zH + gt[:, 0] * dt)[:, None])
+            vals.append(c)
+            jac.append(np.concatenate(parts, axis=1).ravel())
+        return np.concatenate(vals), np.concatenate(jac)
+
+
+def as_pair(value: Any, size: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)`` arrays of ``size`` from the bounds ``value`` (``None`` or NaN: no
+    bound):
+
+    - ``scipy.optimize.Bounds(lb, ub)``;
+    - a ``(low, high)`` pair of scalars or arrays of length ``size``;
+    - one ``(low, high)`` pair per variable, shape ``(size, 2)`` (scipy's
+      ``minimize(bounds=...)`` style), for ``size != 2``.
+
+    For ``size == 2`` a 2 x 2 array of numbers reads both ways (``[(-2, 2), (-2, 2)]``:
+    ``low = (-2, 2), high = (-2, 2)``, or ``-2 <= v_i <= 2`` for each variable): where
+    the two readings differ and both are feasible (``low <= high``) it is refused, with
+    both readings and the way to say which (``Bounds``); where only one is feasible, that
+    one is taken.
+    """
+    from scipy.optimize import Bounds
+
+    if isinstance(value, Bounds):              # scalars as scipy stores them: shape (1,)
+        value = tuple(b.item() if np.size(b) == 1 else b for b in (value.lb, value.ub))
+    else:
+        value = _per_variable(value, size, name)
+    try:
+        lo, hi = value
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"`{name}` must be a (low, high) pair of scalars or arrays of "
+                         f"length {size} (None for no bound), one (low, high) pair per "
+                         f"variable, or scipy.optimize.Bounds(lb, ub), but got "
+                         f"{describe(value)}") from exc
+    out = []
+    for part, default in ((lo, -np.inf), (hi, np.inf)):
+        if part is None:
+            arr = np.full(size, default)
+        else:
+            try:
+                arr = np.array(part, dtype=float)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"`{name}` must hold real numbers or None, but got "
+                                f"{describe(part)}") from exc
+            arr = np.where(np.isnan(arr), default, arr) if arr.ndim else arr
+            if arr.ndim == 0:
+                arr = np.full(size, default if np.isnan(arr) else float(arr))
+            if arr.shape != (size,):
+                raise ValueError(f"`{name}`: each bound must be a scalar or have length "
+                                 f"{size}, but got shape {arr.shape}")
+        out.append(arr)
+    lo, hi = out
+    bad = np.flatnonzero(lo > hi)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"`{name}` is infeasible: low > high for entry {i} ({lo[i]} > {hi[i]})")
+    return lo, hi
+
+
+def _per_variable(value: Any, size: int, name: str) -> Any:
+    """``value`` as a ``(low, high)`` pair: one pair per variable (shape ``(size, 2)``,
+    ``size != 2``) transposed; a 2 x 2 whose two readings differ refused."""
+    try:
+        arr = np.array(value, dtype=float)
+    except (TypeError, ValueError):
+        return value                       # None entries or ragged: a (low, high) pair
+    if arr.shape != (size, 2):
+        return value
+    if size != 2:
+        return arr[:, 0], arr[:, 1]
+    if np.array_equal(arr, arr.T, equal_nan=True):
+        return value                       # both readings agree
+    feasible = [not np.any(a[0] > a[1]) for a in (arr, arr.T)]
+    if feasible == [True, False]:
+        return value                       # low > high read per variable: (low, high)
+    if feasible == [False, True]:
+        return arr[:, 0], arr[:, 1]
+    fmt = lambda a: str(a.tolist())  # noqa: E731
+    raise ValueError(
+        f"`{name}` = {fmt(arr)} is ambiguous for 2 variables: as a (low, high) pair it "
+        f"means low = {fmt(arr[0])}, high = {fmt(arr[1])}; as one (low, high) pair per "
+        f"variable it means low = {fmt(arr[:, 0])}, high = {fmt(arr[:, 1])}. Say which "
+        f"with scipy.optimize.Bounds(lb, ub): Bounds({fmt(arr[0])}, {fmt(arr[1])}) or "
+        f"Bounds({fmt(arr[:, 0])}, {fmt(arr[:, 1])})")
+
+
+def bounds_size(value: Any) -> int | None:
+    """The number of variables that the bounds ``value`` (as `as_pair` reads them) are
+    for (1 for scalars), or None where their parts disagree."""
+    from scipy.optimize import Bounds
+
+    if isinstance(value, Bounds):
+        sizes = {np.size(value.lb), np.size(value.ub)}
+    else:
+        try:
+            arr = np.array(value, dtype=float)
+        except (TypeError, ValueError):
+            arr = None
+        if arr is not None and arr.ndim == 2 and arr.shape[1] == 2 and arr.shape[0] != 2:
+            return int(arr.shape[0])                 # one (low, high) pair per variable
+        try:
+            lo, hi = value
+            sizes = {np.size(b) for b in (lo, hi) if b is not None}
+        except (TypeError, ValueError):
+            return None
+    sizes = sizes - {1} or sizes
+    return int(sizes.pop()) if len(sizes) == 1 else None

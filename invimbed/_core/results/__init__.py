@@ -1,0 +1,2 @@
+"""The results stage: the `Status` codes, the result objects and every failure message.
+"""
