@@ -78,17 +78,22 @@ def _part(name: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def layer_violations(package: Path, layers: dict[str, int]) -> list[str]:
+def layer_violations(package: Path, layers: dict[str, int], part=_part,
+                     peers: bool = False) -> list[str]:
     """Every import (at module level or inside a function) of ``package``'s modules that
-    reaches a layer not below the importer's, and every part without a layer."""
+    reaches a layer not below the importer's, and every part without a layer. ``part``
+    names a module's layer (None: outside the check); with ``peers``, parts of one rank
+    may import each other."""
     modules = _modules(package)
-    found = [f"{name}: no layer for {_part(name)!r}" for name in modules
-             if _part(name) not in layers]
+    found = [f"{name}: no layer for {part(name)!r}" for name in modules
+             if part(name) is not None and part(name) not in layers]
     for name in modules:
-        src = _part(name)
+        src = part(name)
         for target in _imports(name, modules=modules):
-            dst = _part(target)
-            if dst != src and src in layers and dst in layers and layers[dst] >= layers[src]:
+            dst = part(target)
+            if src not in layers or dst not in layers or dst == src:
+                continue
+            if layers[dst] > layers[src] or (layers[dst] == layers[src] and not peers):
                 found.append(f"{name} imports {target}")
     return sorted(set(found))
 
@@ -146,6 +151,50 @@ def test_every_layer_imports_only_below_itself():
     level or inside a function."""
     assert layer_violations(PACKAGE, LAYERS) == []
     assert {_part(name) for name in MODULES} == set(LAYERS)
+
+
+#: The stages of the core (folders of ``invimbed._core``), lowest first, in the order a
+#: solve meets them read backwards: a stage imports only itself and the stages below.
+#: The sweep and the reference are peers (the sweep falls back on the reference; the
+#: reference assembles its result as the sweep does), without a module cycle.
+CORE_STAGES = {
+    "results": 0,                          # status codes, result types, failure messages
+    "inputs": 1,                           # checks of the user's arguments and functions
+    "runtime": 2,                          # backend registry, array namespace, compile cost
+    "derivatives": 3,                      # derivative providers
+    "problem": 4,                          # BolzaProblem, from_sympy, open-loop controls
+    "closures": 5, "integrators": 5,       # right-hand sides in depth; integration
+    "setup": 6,                            # the arguments read once into a Setup
+    "sweep": 7, "reference": 7,            # solve_imbedding; solve_adjoint
+}
+
+
+def _core_stage(name: str) -> str | None:
+    """The stage folder of a module of ``_core`` (``""`` for ``_core`` itself); None
+    outside the core."""
+    parts = name.split(".")
+    if len(parts) < 2 or parts[1] != "_core":
+        return None
+    return parts[2] if len(parts) > 3 or (len(parts) == 3 and parts[2] in CORE_STAGES) else ""
+
+
+def test_core_stages_import_only_below_themselves():
+    """A newcomer finds each stage of a solve by its folder, and the folders form layers."""
+    stages = {**CORE_STAGES, "": max(CORE_STAGES.values()) + 1}
+    assert layer_violations(PACKAGE, stages, part=_core_stage, peers=True) == []
+    assert {_core_stage(n) for n in MODULES} - {None} == set(stages)
+
+
+def test_stage_check_catches_an_upward_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    for sub in ("_core", "_core/results", "_core/sweep"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_core" / "results" / "types.py").write_text("from ..sweep import run\n")
+    stages = {"results": 0, "sweep": 7, "": 8}
+    assert layer_violations(pkg, stages, part=_core_stage, peers=True) == [
+        "pkg._core.results.types imports pkg._core.sweep"]
 
 
 def test_layer_check_catches_an_upward_import(tmp_path):

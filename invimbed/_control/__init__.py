@@ -13,7 +13,7 @@ Modules, one idea each:
   minimises the Hamiltonian.
 - ``riccati``: linear-quadratic problems, detected and swept as the matrix Riccati
   equation.
-- ``sweep``, ``policy``: what the closed-loop sweeps share, and the sweep's own feedback
+- ``closed_loop``, ``policy``: what the closed-loop sweeps share, and the sweep's own feedback
   (`SweepFeedback`) with the closed-loop check.
 - ``simulate``: `simulate`, the closed loop of a feedback (or an open-loop control) and
   its true cost.
@@ -21,7 +21,7 @@ Modules, one idea each:
 - ``optimize``, ``options``: `optimize_control`, direct optimisation of an open-loop
   control, and the split of its solver keywords.
 - ``depth``: `optimal_depth`, the depth that minimises the loss.
-- ``ocp``, ``shooting``, ``ocp_nlp``, ``ocp_constraints``, ``ocp_hessian``,
-  ``ocp_solvers``: `solve_ocp`, multiple shooting on the exact ensemble: the nonlinear
-  program, its constraints, Hessian and solvers (IPOPT or scipy).
+- ``ocp/``: `solve_ocp` (``solve``), multiple shooting on the exact ensemble
+  (``shooting``): the nonlinear program (``nlp``), its constraints, Hessian and solvers
+  (IPOPT or scipy).
 """

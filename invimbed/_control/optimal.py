@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.inputs.arguments import parse_tol, prepare
+from .._core.setup.arguments import parse_tol, prepare
 from .._core.sweep.assembly import mark_imprecise
 from .._core.problem.open_loop import Constant
 from .._core.sweep.dense import check_dense_output, dense_conflicts

@@ -3,37 +3,28 @@
 Everything the public solvers `invimbed.solve_imbedding` and `invimbed.solve_adjoint`
 need, and nothing above them (docs/theory.md gives the mathematics).
 
-Modules, one idea each:
+Folders, one stage of a solve each (docs/package-map.md; lowest first, and each imports
+only itself and the folders above it in this list, tests/test_architecture.py):
 
-- ``problem``: `BolzaProblem`, the problem ``f``, ``R``, ``T``, ``q`` (eqs. (1), (4));
-  knows nothing of solvers.
-- ``sympy_problem``: `from_sympy`, problems from sympy expressions.
-- ``open_loop``: the open-loop control objects ``theta(t; w)`` (`Constant`,
-  `PiecewiseConstant`, `Control`).
+- ``results/``: the `Status` codes, the result types and every failure message.
+- ``inputs/``: every check of the user's arguments (``validation``), the diagnosis of a
+  wrong size (``size_errors``) and of a user function's first call (``probe``).
+- ``runtime/``: the backend registry (``backends``), the array namespace (numpy or cupy),
+  sums in a fixed order, user functions at per-row times, and whether a compiled kernel
+  is ready (``compile_cost``).
 - ``derivatives/``: derivative providers (callables, finite differences, traced and
-  symbolic derivatives), all behind one interface.
-- ``check``, ``derivative_guard``: `check_derivatives`, and the check the solvers make
-  of user derivatives at their first point.
-- ``closures/``: the jet, stencil and cropping closures (docs/theory.md, "The
-  closures"), which turn the fields into plain right-hand sides in depth.
-- ``integrators/``: integration in depth, in one place: the checked Butcher tableaux
-  (``tableau``), the registry of methods (``methods``), scipy's OdeSolver loop, fixed-step
-  Runge-Kutta, the row ensemble and the paper's layers.
-- ``imbedding``: the sweep of every depth, `solve_imbedding` (Algorithm 1).
-- ``orders``, ``accuracy``, ``fallback``, ``sweep_memory``, ``dense``: the sweep's jet
-  order loop, accuracy verdict, exact fallback, memory budget and dense output.
-- ``adjoint``, ``budget``: the classical adjoint method, `solve_adjoint`, and its row
-  chunks within a memory budget.
-- ``arguments``, ``validation``, ``probe``, ``row_times``, ``size_errors``: the user's
-  arguments read once, every check of them, and the diagnosis of a user function's
-  first call.
-- ``status``, ``results``, ``assembly``, ``failures``: the `Status` codes, the typed
-  result, its assembly in one place, and every failure message.
-- ``backends``: the registry the compiled backends (numba, cupy) register with.
-- ``compile_cost``: whether a compiled kernel is ready on this machine (a first run
-  compiles only what pays), and the announcement of a compilation that is not cached.
-- ``namespace``, ``ordered``: the array namespace (numpy or cupy) and sums in a fixed
-  order.
+  symbolic derivatives) behind one interface, and the check the solvers make of user
+  derivatives at their first point (``guard``).
+- ``problem/``: `BolzaProblem` (``bolza``; eqs. (1), (4)), `from_sympy`, the open-loop
+  controls ``theta(t; w)`` and `check_derivatives`.
+- ``closures/``: the jet, stencil and cropping closures (docs/theory.md, "The closures").
+- ``integrators/``: integration in depth: the checked Butcher tableaux, the registry of
+  methods, scipy's OdeSolver loop, fixed-step Runge-Kutta and the row ensemble.
+- ``setup/``: the user's arguments to a solver read once into a `Setup`.
+- ``sweep/``: `solve_imbedding` (``imbedding``, Algorithm 1) with its order loop, accuracy
+  verdict, exact fallback, memory budget, dense output and result assembly.
+- ``reference/``: `solve_adjoint`, the classical adjoint method exact at every depth
+  (``adjoint``), and its row chunks within a memory budget.
 
 Layers: ``_core`` imports nothing from ``invimbed._backends``, ``invimbed._control``,
 ``invimbed._learning``, ``invimbed.nn`` or ``invimbed.experiments``. Compiled backends

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .accuracy import assess
-from ..inputs.arguments import Setup
+from ..setup.arguments import Setup
 from ..runtime.ordered import sum_products
 from ..results.results import ImbeddingResult, set_fields
 from ..results.status import Status, as_status

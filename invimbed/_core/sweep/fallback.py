@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..reference.adjoint import solve_adjoint
-from ..inputs.arguments import tolerances_from_tol
+from ..setup.arguments import tolerances_from_tol
 from ..integrators import SCIPY_METHODS
 from ..results.results import ImbeddingResult, SolverWarning, set_fields
 from ..results.status import Status

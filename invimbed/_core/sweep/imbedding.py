@@ -16,7 +16,7 @@ from ..results.results import ImbeddingResult, SolverWarning, set_fields
 from ..results.status import Status
 from ..runtime.backends import check_backend, get_backend
 from .accuracy import assess
-from ..inputs.arguments import parse_tol, prepare, tolerances_from_tol
+from ..setup.arguments import parse_tol, prepare, tolerances_from_tol
 from .orders import raise_order
 from ..inputs.probe import precision_limit
 from .assembly import collect_results, mark_imprecise

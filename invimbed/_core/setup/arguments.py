@@ -16,9 +16,9 @@ import numpy as np
 from ..problem.open_loop import OpenLoopControl, as_control
 from ..derivatives import DerivativeProvider
 from ..integrators import FIXED_METHODS, SCIPY_METHODS
-from .probe import precision_limit
+from ..inputs.probe import precision_limit
 from ..problem.bolza import BolzaProblem
-from .validation import as_depths, as_state, check_choice, check_positive, describe
+from ..inputs.validation import as_depths, as_state, check_choice, check_positive, describe
 
 
 @dataclass
