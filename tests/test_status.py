@@ -41,7 +41,7 @@ def test_row_codes_map_at_one_boundary():
         if code is not RowCode.DONE:
             assert row_status([RowCode.DONE, int(code)]) is Status.FAILED
     # the integrators' and the compiled kernels' plain integers are the table's
-    from invimbed._core.results.results import failures
+    from invimbed._core.results import failures
     assert (failures.DONE, failures.UNDERFLOW, failures.NONFINITE, failures.MAX_STEPS,
             failures.RUNNING) == (0, 1, 2, 3, 4)
     assert len(set(map(int, RowCode))) == len(RowCode)
