@@ -1,0 +1,91 @@
+"""The exact Hessian of the Lagrangian of Radau collocation
+(`invimbed._control.ocp.collocation`; docs/optimal-control.md, "Stiff intervals").
+
+The Lagrangian ``sigma J + lambda^T G`` of the collocation NLP is a sum over the
+collocation points ``(k, j)`` of ``h_k (sigma b_j R + lambda_kj . f)`` at ``(t_kj, X_kj,
+u_k)`` (the linear part of ``G`` has no curvature), plus ``sigma T(s_K)``: its Hessian is
+one ``(n + m) x (n + m)`` block per point over ``(X_kj, u_k)`` from the problem's exact
+second derivatives (``f_zz``, ``f_ztheta``, ``f_thetatheta`` and the same of ``R``), and
+``sigma T_zz`` over ``s_K``. Blocks that meet (``u_k`` is shared by the ``d`` points of
+its interval) are summed into one lower triangle, the sparsity IPOPT is given once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class CollocationHessian:
+    """Lower-triangle structure and values of the collocation Lagrangian's Hessian.
+
+    Parameters
+    ----------
+    col : Collocation
+        The transcription.
+    nlp : ShootingNLP
+        The NLP over it: its first block is the collocation equations, and its other
+        blocks must be linear (``final_state``); constraint functions of the user
+        (``terminal_*``, ``path_constraints``) have no exact second derivatives here.
+    """
+
+    def __init__(self, col, nlp) -> None:
+        from .constraints import FinalState
+
+        extra = [b.name for b in nlp.blocks[1:] if not isinstance(b, FinalState)]
+        if extra:
+            raise ValueError(
+                f"hessian='exact' with transcription='collocation' needs the constraints "
+                f"to be the dynamics, bounds and `final_state` only, but {', '.join(extra)} "
+                f"is given (a function of yours, without second derivatives): use "
+                f"hessian='limited-memory'")
+        self.col, self.nlp = col, nlp
+        n, m, K, d = col.n, col.m, col.K, col.d
+        u_pos = col.block * np.arange(K)[:, None] + np.arange(m)[None, :]      # (K, m)
+        v = np.concatenate([col.x_index[:, 1:],
+                            np.broadcast_to(u_pos[:, None, :], (K, d, m))], axis=2)
+        a = np.repeat(v, n + m, axis=2).ravel()            # (K, d, (n + m)^2) row-major
+        b = np.tile(v, (1, 1, n + m)).ravel()
+        s_K = col.s_index(K)
+        a = np.concatenate([a, np.repeat(s_K, n)])
+        b = np.concatenate([b, np.tile(s_K, n)])
+        self._lower = a >= b
+        pairs, self._slot = np.unique(np.stack([a[self._lower], b[self._lower]]), axis=1,
+                                      return_inverse=True)
+        self.rows, self.cols = pairs[0], pairs[1]
+        self._second = None
+
+    def structure(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.rows, self.cols
+
+    def _evaluators(self) -> tuple:
+        if self._second is None:
+            prov = self.col.prov
+            self._second = tuple(prov.evaluator(which, dz, dth) for which in ("f", "R")
+                                 for dz, dth in ((2, 0), (1, 1), (0, 2)))
+        return self._second
+
+    def values(self, w: np.ndarray, y: np.ndarray, sigma: float) -> np.ndarray:
+        """The lower triangle of ``sigma grad^2 J + sum_i y_i grad^2 c_i`` at ``w``."""
+        col = self.col
+        n, m, K, d = col.n, col.m, col.K, col.d
+        w = np.asarray(w, dtype=float)
+        _, U, _ = col.unpack(w)
+        z = col.states(w)[:, 1:].reshape(-1, n)
+        u = np.repeat(U, d, axis=0)
+        t = col.point_times().ravel()
+        f_zz, f_zu, f_uu, R_zz, R_zu, R_uu = (g(t, z, u) for g in self._evaluators())
+        lam = np.asarray(y[:col.n_defects], dtype=float).reshape(-1, n)     # (K d, n)
+        hb = (col.h[:, None] * col.b[None, :]).ravel() * sigma               # (K d,)
+        h = np.repeat(col.h, d)
+        H = np.empty((K * d, n + m, n + m))
+        H[:, :n, :n] = hb[:, None, None] * R_zz + h[:, None, None] * np.einsum(
+            "pi,pijk->pjk", lam, f_zz)
+        H[:, :n, n:] = hb[:, None, None] * R_zu.reshape(-1, n, m) + h[:, None, None] * \
+            np.einsum("pi,pijk->pjk", lam, f_zu.reshape(-1, n, n, m))
+        H[:, n:, :n] = np.swapaxes(H[:, :n, n:], 1, 2)
+        H[:, n:, n:] = hb[:, None, None] * R_uu.reshape(-1, m, m) + h[:, None, None] * \
+            np.einsum("pi,pijk->pjk", lam, f_uu.reshape(-1, n, m, m))
+        S_K = w[col.s_index(K)][None, :]
+        T_zz = col.prov.derivative("T", col.q, S_K, None, dz=2)[0] * sigma
+        vals = np.concatenate([H.ravel(), T_zz.ravel()])[self._lower]
+        return np.bincount(self._slot, weights=vals, minlength=self.rows.size)
