@@ -15,7 +15,8 @@ J    = sum_k h_k sum_j b_j R(t_kj, X_kj, u_k) + T(s_K),
 ```
 
 ``C_rj = l_r'(c_j)`` the derivatives of the Lagrange basis on ``(0, c_1, .., c_d)`` and
-``b_j`` its integrals (the Radau IIA weights): an implicit Runge-Kutta method of order
+``b_j`` the Radau IIA weights (for ``d >= 2`` the integrals of ``l_j``; ``d = 1`` is the
+implicit Euler method, ``b_1 = 1``): an implicit Runge-Kutta method of order
 ``2 d - 1`` that is L-stable and stiffly accurate, so an interval far longer than the
 dynamics' fastest time scale stays a well-posed equation (an explicit integrator needs
 steps within its stability limit there). These are the equations of CasADi's
@@ -38,6 +39,8 @@ import numpy as np
 from numpy.polynomial import Polynomial
 from numpy.polynomial import legendre
 
+from .shooting import Shooting
+
 
 def radau_iia(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The Radau IIA collocation data of ``d`` points.
@@ -49,7 +52,8 @@ def radau_iia(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     C : ndarray, shape (d + 1, d)
         ``C[r, j] = l_r'(c_j)``, the Lagrange basis on ``(0, c_1, .., c_d)``.
     b : ndarray, shape (d,)
-        The weights ``int_0^1 l_j``, ``j = 1..d``.
+        The weights, the integrals over ``[0, 1]`` of the Lagrange basis on ``c``
+        (equal to ``int_0^1 l_j`` for ``d >= 2``).
     basis : list of numpy.polynomial.Polynomial
         ``l_0 .. l_d``.
     """
@@ -63,7 +67,12 @@ def radau_iia(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         others = np.delete(nodes, r)
         basis.append(Polynomial.fromroots(others) / np.prod(nodes[r] - others))
     C = np.array([[p.deriv()(cj) for cj in c] for p in basis])
-    b = np.array([basis[j].integ()(1.0) - basis[j].integ()(0.0) for j in range(1, d + 1)])
+    b = np.empty(d)                     # the quadrature on c_1 .. c_d (degree 2 d - 2)
+    for j in range(d):
+        others = np.delete(c, j)
+        L = (Polynomial.fromroots(others) if others.size else Polynomial([1.0])) / np.prod(
+            c[j] - others)
+        b[j] = L.integ()(1.0) - L.integ()(0.0)
     return c, C, b, basis
 
 
@@ -86,49 +95,31 @@ class CollocationEval:
     failure: str | None
 
 
-class Collocation:
+class Collocation(Shooting):
     """The Radau IIA collocation transcription of one problem, input and grid.
 
-    It offers what `invimbed._control.ocp.nlp.ShootingNLP` and the constraint blocks read
-    of a transcription (`invimbed._control.ocp.shooting.Shooting`'s interface), with
-    ``solve`` evaluating the functions at the collocation points instead of integrating.
+    It keeps shooting's nodes (the first ``K (n + m)`` entries of the decision vector,
+    `unpack`, `u_index`, `s_index`, `times`, the objective) and what
+    `invimbed._control.ocp.nlp.ShootingNLP` and the constraint blocks read of a
+    transcription, with ``solve`` evaluating the functions at the collocation points
+    instead of integrating the intervals.
 
     Parameters
     ----------
-    provider : DerivativeProvider
-        The problem's derivatives (``f``, ``R``, ``T`` and their first and second
-        derivatives in ``z`` and ``theta``).
-    x : ndarray, shape (n,)
-        The initial state ``s_0``.
-    q : float
-        The end of the horizon.
-    tau : ndarray, shape (K + 1,)
-        The nodes as fractions of the horizon, from 0 to 1.
-    horizon : float
-        ``H = q - p``.
-    m : int
-        The control size.
+    provider, x, q, tau, horizon, m
+        As `Shooting`'s (the horizon fixed); the provider's second derivatives serve
+        the exact Hessian.
     degree : int
         ``d``, the collocation points per interval (order ``2 d - 1``).
     """
 
-    free_horizon = False
-    h_index = None
     defect_name = "collocation equations"
 
     def __init__(self, provider, x: np.ndarray, q: float, tau: np.ndarray, *,
                  horizon: float, m: int, degree: int = 3) -> None:
-        self.prov = provider
-        self.x = np.asarray(x, dtype=float)
-        self.n = self.x.size
-        self.m = m
-        self.q = float(q)
-        self.tau = np.asarray(tau, dtype=float)
-        self.K = self.tau.size - 1
-        self.horizon = float(horizon)
+        super().__init__(provider, x, q, tau, free_horizon=False, horizon=horizon, m=m)
         self.d = int(degree)
         self.c, self.C, self.b, self.basis = radau_iia(self.d)
-        self.block = self.n + self.m
         self.n_inner = self.K * (self.d - 1) * self.n
         self.n_vars = self.K * self.block + self.n_inner
         self.n_defects = self.K * self.d * self.n
@@ -142,15 +133,9 @@ class Collocation:
             for j in range(1, d):
                 idx[k, j] = self.inner_index(k, j)
         self.x_index = idx
-        self._evals: tuple | None = None
         self._hessian = None
 
     # -- the decision vector (shooting's layout, then the interior states) -------------
-    def unpack(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """``(S, U, H)``: node states (K + 1, n) with ``S[0] = x``, controls (K, m), horizon."""
-        blocks = np.asarray(w[:self.K * self.block]).reshape(self.K, self.block)
-        return np.vstack([self.x[None, :], blocks[:, self.m:]]), blocks[:, :self.m], self.horizon
-
     def states(self, w: np.ndarray) -> np.ndarray:
         """``X_kr`` for ``r = 0..d`` (K, d + 1, n): the node, the collocation states."""
         w = np.asarray(w, dtype=float)
@@ -168,14 +153,6 @@ class Collocation:
         inner = np.repeat(S[1:], self.d - 1, axis=0)
         return np.concatenate([blocks.ravel(), inner.ravel()])
 
-    def u_index(self, k: int) -> np.ndarray:
-        """Positions of ``u_k`` in ``w``."""
-        return k * self.block + np.arange(self.m)
-
-    def s_index(self, k: int) -> np.ndarray:
-        """Positions of ``s_k`` (``k >= 1``) in ``w``."""
-        return (k - 1) * self.block + self.m + np.arange(self.n)
-
     def inner_index(self, k: int, j: int) -> np.ndarray:
         """Positions of the interior collocation state ``X_kj`` (``1 <= j < d``)."""
         return self.K * self.block + ((k * (self.d - 1) + j - 1) * self.n
@@ -185,18 +162,7 @@ class Collocation:
         """Positions of all interior collocation states (their state bounds)."""
         return self.K * self.block + np.arange(self.n_inner)
 
-    def times(self, H: float) -> np.ndarray:
-        """The node times ``t_k = q - H (1 - tau_k)``."""
-        return self.q - H * (1.0 - self.tau)
-
     # -- the evaluation ----------------------------------------------------------------
-    def _evaluators(self) -> tuple:
-        """``f, f_z, f_theta, R, R_z, R_theta`` of the provider."""
-        if self._evals is None:
-            self._evals = tuple(self.prov.evaluator(which, dz, dth)
-                                for which in ("f", "R") for dz, dth in ((0, 0), (1, 0), (0, 1)))
-        return self._evals
-
     def point_times(self) -> np.ndarray:
         """The collocation times ``t_kj`` (K, d)."""
         t = self.times(self.horizon)
@@ -228,11 +194,11 @@ class Collocation:
             F=Xall[:, 0] + np.einsum("kj,kji->ki", hb, f), C=np.sum(hb * R, axis=1),
             nfev=1, failure=failure)
 
-    # -- objective and defects -----------------------------------------------------------
-    def objective(self, w: np.ndarray, sol: CollocationEval) -> float:
-        S, _, _ = self.unpack(w)
-        return float(np.sum(sol.C) + self.prov.derivative("T", self.q, S[-1:], None)[0])
+    def solve_points(self, ws: np.ndarray, *, record: bool = False) -> list:
+        """`solve` at each row of ``ws``."""
+        return [self.solve(w) for w in ws]
 
+    # -- objective (shooting's: sum_k C_k + T(s_K)) and defects --------------------------
     def gradient(self, w: np.ndarray, sol: CollocationEval) -> np.ndarray:
         S, _, _ = self.unpack(w)
         g = np.zeros(self.n_vars)
