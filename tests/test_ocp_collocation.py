@@ -243,3 +243,34 @@ def test_collocation_misuse_refused():
             invimbed.solve_ocp(problem, [1.5], p=0.0, intervals=3, solver="ipopt",
                                transcription="collocation", hessian="exact",
                                terminal_inequality=lambda z: z - 2.0)
+
+
+def test_nonfinite_dynamics_named_with_its_collocation_point():
+    """A running loss whose derivative is not finite at a collocation state (``sqrt`` at
+    0, then of negative states, on the straight line from 1 to -1, the interior states at
+    their interval's end node): the start is refused naming the interval, the point,
+    ``t``, ``z`` and ``u``."""
+    sp = pytest.importorskip("sympy")
+    t, x, u = sp.symbols("t x u")
+    problem = invimbed.from_sympy(t, [x], [u], [u], u ** 2 / 2 + sp.sqrt(x), q=1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        with pytest.raises(ValueError, match=(
+                r"initial guess cannot be integrated: the dynamics or the running loss \(or "
+                r"a first derivative\) is not finite at collocation point 1 of interval 1 "
+                r"\(t = 0\.288763, z = \[0\.\], u = \[0\.\]; 9 points\)")):
+            invimbed.solve_ocp(problem, [1.0], p=0.0, intervals=4, final_state=[-1.0],
+                               solver="slsqp", transcription="collocation")
+
+
+def test_trust_constr_solves_the_collocation_nlp():
+    """scipy's trust-constr on the same NLP: the LQ optimum over piecewise-constant
+    controls (relative 1e-6 at d = 3, as with IPOPT)."""
+    K, T = 6, 1.0
+    problem = lq_problem(**LQ, q=T)
+    x0 = np.array([1.0, -0.5])
+    res = invimbed.solve_ocp(problem, x0, p=0.0, intervals=K, n_controls=1,
+                             solver="trust-constr", transcription="collocation")
+    assert res.success, res.message
+    assert abs(res.fun - zoh_lq_optimum(**LQ, h=T / K, K=K, x0=x0)) <= 1e-6 * res.fun
+    assert res.violations == {"collocation equations": pytest.approx(0.0, abs=1e-8)}
+    assert np.max(np.abs(res.defects)) <= 1e-8

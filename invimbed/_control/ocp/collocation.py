@@ -180,11 +180,14 @@ class Collocation(Shooting):
         f, f_z, f_u, R, R_z, R_u = (g(tt, z, u) for g in self._evaluators())
         f, R = f.reshape(K, d, n), R.reshape(K, d)
         failure = None
-        bad = ~(np.all(np.isfinite(f), axis=2) & np.isfinite(R))
+        finite = [np.all(np.isfinite(np.reshape(a, (K, d, -1))), axis=2)
+                  for a in (f, R, f_z, f_u, R_z, R_u)]
+        bad = ~np.logical_and.reduce(finite)
         if np.any(bad):
             k, j = (int(a[0]) for a in np.nonzero(bad))
-            failure = (f"the dynamics or the running loss is not finite at collocation "
-                       f"point {j + 1} of interval {k} (t = {t[k, j]:.6g}, z = "
+            failure = (f"the dynamics or the running loss (or a first derivative) is not "
+                       f"finite at collocation point {j + 1} of interval {k} (t = "
+                       f"{t[k, j]:.6g}, z = "
                        f"{np.array2string(X[k, j], precision=6)}, u = "
                        f"{np.array2string(U[k], precision=6)}; {int(bad.sum())} points)")
         hb = self.h[:, None] * self.b[None, :]

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..options import SolverFailure
+
 
 class CollocationHessian:
     """Lower-triangle structure and values of the collocation Lagrangian's Hessian.
@@ -87,5 +89,12 @@ class CollocationHessian:
             np.einsum("pi,pijk->pjk", lam, f_uu.reshape(-1, n, m, m))
         S_K = w[col.s_index(K)][None, :]
         T_zz = col.prov.derivative("T", col.q, S_K, None, dz=2)[0] * sigma
+        bad = np.flatnonzero(~np.all(np.isfinite(H), axis=(1, 2)))
+        if bad.size or not np.all(np.isfinite(T_zz)):
+            p = int(bad[0]) if bad.size else -1
+            where = (f"collocation point {p % d + 1} of interval {p // d} (t = {t[p]:.6g})"
+                     if bad.size else "the last node (the terminal loss)")
+            raise SolverFailure(f"a second derivative of the dynamics or the losses is not "
+                                f"finite at {where}")
         vals = np.concatenate([H.ravel(), T_zz.ravel()])[self._lower]
         return np.bincount(self._slot, weights=vals, minlength=self.rows.size)
