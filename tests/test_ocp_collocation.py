@@ -14,6 +14,7 @@ import pytest
 
 import invimbed
 from invimbed._control.ocp.collocation import Collocation, radau_iia
+from invimbed._control.ocp.collocation_hessian import CollocationHessian
 from invimbed._control.ocp.constraints import Defects, FinalState
 from invimbed._control.ocp.nlp import ShootingNLP
 from invimbed._control.ocp.solvers import have_ipopt
@@ -64,22 +65,27 @@ def test_radau_iia_data():
                                atol=1e-12)
 
 
-def _collocation_nlp(problem, x0, K, q, d=3):
+def _collocation_nlp(problem, x0, K, q, d=3, free=False):
     col = Collocation(problem.provider(len(x0), 1), np.asarray(x0, float), q,
-                      np.linspace(0.0, 1.0, K + 1) ** 1.3, horizon=q, m=1, degree=d)
+                      np.linspace(0.0, 1.0, K + 1) ** 1.3, horizon=q, m=1, degree=d,
+                      free_horizon=free)
     blocks = [Defects(col), FinalState(col, np.array([0.2, np.nan]))]
     lb, ub = np.full(col.n_vars, -np.inf), np.full(col.n_vars, np.inf)
     return col, ShootingNLP(col, blocks, lb, ub)
 
 
-def test_derivatives_and_hessian_match_finite_differences():
+@pytest.mark.parametrize("free", [False, True], ids=["fixed-horizon", "free-horizon"])
+def test_derivatives_and_hessian_match_finite_differences(free):
     """The gradient, the constraints' Jacobian and the exact Hessian of the Lagrangian
     against central differences, on a nonlinear time-dependent problem with a terminal
-    loss, at a random point (relative 1e-6)."""
+    loss, at a random point (relative 1e-6), with the horizon fixed and free (its
+    derivatives in t by differences inside)."""
     problem = nonautonomous_problem(q=1.2)
-    col, nlp = _collocation_nlp(problem, [0.4, -0.3], K=4, q=1.2)
+    col, nlp = _collocation_nlp(problem, [0.4, -0.3], K=4, q=1.2, free=free)
     rng = np.random.default_rng(0)
     w = rng.normal(scale=0.5, size=nlp.n)
+    if free:
+        w[-1] = 1.1
     y = rng.normal(size=nlp.m)
     sigma, eps = 0.7, 1e-6
     E = np.eye(nlp.n)
@@ -93,9 +99,10 @@ def test_derivatives_and_hessian_match_finite_differences():
     def lagrangian_gradient(v):
         return sigma * nlp.gradient(v) + nlp.jacobian(v).T @ y
 
-    H_fd = np.array([(lagrangian_gradient(w + eps * e) - lagrangian_gradient(w - eps * e))
-                     / (2 * eps) for e in E])
-    hess = col.hessian(nlp)
+    step = 1e-4       # the gradient's d/dH holds differences in t: noise 1e-12 / step
+    H_fd = np.array([(lagrangian_gradient(w + step * e) - lagrangian_gradient(w - step * e))
+                     / (2 * step) for e in E])
+    hess = CollocationHessian(col, nlp)
     rows, cols = hess.structure()
     assert np.all(rows >= cols)
     H = np.zeros((nlp.n, nlp.n))
@@ -228,8 +235,6 @@ def test_collocation_misuse_refused():
     cases = [
         (dict(transcription="radau"), "`transcription`"),
         (dict(transcription="collocation", collocation_degree=0), "`collocation_degree`"),
-        (dict(transcription="collocation", free_horizon=True),
-         "free_horizon=True is not available with transcription='collocation'"),
         (dict(transcription="collocation", path_points=2), "path_points = 2"),
         (dict(transcription="collocation", hessian="finite-differences"),
          "has its exact Hessian"),
@@ -274,3 +279,19 @@ def test_trust_constr_solves_the_collocation_nlp():
     assert abs(res.fun - zoh_lq_optimum(**LQ, h=T / K, K=K, x0=x0)) <= 1e-6 * res.fun
     assert res.violations == {"collocation equations": pytest.approx(0.0, abs=1e-8)}
     assert np.max(np.abs(res.defects)) <= 1e-8
+
+
+@pytest.mark.parametrize("solver", ["slsqp", pytest.param("ipopt", marks=needs_ipopt)])
+def test_free_horizon_minimum_time(solver):
+    """Bang-bang minimum time from (1, 0) to rest: H = 2, exact on an even grid (the
+    collocation polynomial of degree 3 holds ``x'' = u`` exactly)."""
+    sp = pytest.importorskip("sympy")
+    t, z1, z2, u = sp.symbols("t z1 z2 u")
+    problem = invimbed.from_sympy(t, [z1, z2], [u], [z2, u], sp.Integer(1), q=0.0)
+    res = invimbed.solve_ocp(problem, [1.0, 0.0], p=-1.5, intervals=6, final_state=[0, 0],
+                             control_bounds=(-1, 1), free_horizon=True, solver=solver,
+                             transcription="collocation")
+    assert res.success, res.message
+    assert abs(res.horizon - 2.0) <= 1e-6 and abs(res.fun - 2.0) <= 1e-6
+    assert res.p == pytest.approx(-2.0, abs=1e-6)
+    assert np.allclose(res.controls[:, 0], [-1, -1, -1, 1, 1, 1], atol=1e-6)

@@ -28,7 +28,8 @@ sparse, and the Hessian of the Lagrangian ``sigma J + lambda^T G`` has one
 lambda_kj . grad^2 f)`` over ``(X_kj, u_k)``, and ``sigma T_zz`` at ``s_K``.
 
 The decision vector is shooting's ``(u_0, s_1, .., u_(K-1), s_K)`` followed by the
-interior collocation states ``X_kj``, ``j < d``, interval by interval.
+interior collocation states ``X_kj``, ``j < d``, interval by interval, and the horizon
+``H`` last where it is free.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from numpy.polynomial import Polynomial
 from numpy.polynomial import legendre
 
 from .shooting import Shooting
+
+_EPS = np.finfo(float).eps
 
 
 def radau_iia(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -93,6 +96,10 @@ class CollocationEval:
     C: np.ndarray          # (K,) interval costs h_k sum_j b_j R_kj
     nfev: int
     failure: str | None
+    h: np.ndarray | None = None        # (K,) the interval lengths H (tau_(k+1) - tau_k)
+    H: float = 0.0                     # the horizon
+    f_t: np.ndarray | None = None      # (K, d, n) df/dt (free horizon only)
+    R_t: np.ndarray | None = None      # (K, d)
 
 
 class Collocation(Shooting):
@@ -106,9 +113,11 @@ class Collocation(Shooting):
 
     Parameters
     ----------
-    provider, x, q, tau, horizon, m
-        As `Shooting`'s (the horizon fixed); the provider's second derivatives serve
-        the exact Hessian.
+    provider, x, q, tau, free_horizon, horizon, m
+        As `Shooting`'s; the provider's second derivatives serve the exact Hessian.
+        With a free horizon ``H`` (last in the decision vector) ``h_k = H (tau_(k+1) -
+        tau_k)`` and ``t_kj = q - H (1 - theta_kj)`` move with it; derivatives in ``t``
+        (where the problem depends on it) are central differences (`time_derivative`).
     degree : int
         ``d``, the collocation points per interval (order ``2 d - 1``).
     """
@@ -116,14 +125,17 @@ class Collocation(Shooting):
     defect_name = "collocation equations"
 
     def __init__(self, provider, x: np.ndarray, q: float, tau: np.ndarray, *,
-                 horizon: float, m: int, degree: int = 3) -> None:
-        super().__init__(provider, x, q, tau, free_horizon=False, horizon=horizon, m=m)
+                 horizon: float, m: int, degree: int = 3, free_horizon: bool = False) -> None:
+        super().__init__(provider, x, q, tau, free_horizon=free_horizon, horizon=horizon,
+                         m=m)
         self.d = int(degree)
         self.c, self.C, self.b, self.basis = radau_iia(self.d)
         self.n_inner = self.K * (self.d - 1) * self.n
-        self.n_vars = self.K * self.block + self.n_inner
+        self.n_vars = self.K * self.block + self.n_inner + int(free_horizon)
         self.n_defects = self.K * self.d * self.n
-        self.h = np.diff(self.tau) * self.horizon
+        self.dtau = np.diff(self.tau)
+        # the collocation points as fractions of the horizon, theta_kj (K, d)
+        self.theta = self.tau[:-1, None] + self.c[None, :] * self.dtau[:, None]
         n, d, K = self.n, self.d, self.K
         # positions in w of X_kr, r = 0..d (r = 0: s_k, -1 for the fixed s_0)
         idx = np.empty((K, d + 1, n), dtype=int)
@@ -133,7 +145,6 @@ class Collocation(Shooting):
             for j in range(1, d):
                 idx[k, j] = self.inner_index(k, j)
         self.x_index = idx
-        self._hessian = None
 
     # -- the decision vector (shooting's layout, then the interior states) -------------
     def states(self, w: np.ndarray) -> np.ndarray:
@@ -151,7 +162,10 @@ class Collocation(Shooting):
         S = np.reshape(S, (self.K + 1, self.n))
         blocks = np.concatenate([np.reshape(U, (self.K, self.m)), S[1:]], axis=1)
         inner = np.repeat(S[1:], self.d - 1, axis=0)
-        return np.concatenate([blocks.ravel(), inner.ravel()])
+        w = np.concatenate([blocks.ravel(), inner.ravel()])
+        if self.free_horizon:
+            w = np.append(w, self.horizon if H is None else H)
+        return w
 
     def inner_index(self, k: int, j: int) -> np.ndarray:
         """Positions of the interior collocation state ``X_kj`` (``1 <= j < d``)."""
@@ -163,21 +177,25 @@ class Collocation(Shooting):
         return self.K * self.block + np.arange(self.n_inner)
 
     # -- the evaluation ----------------------------------------------------------------
-    def point_times(self) -> np.ndarray:
-        """The collocation times ``t_kj`` (K, d)."""
-        t = self.times(self.horizon)
-        return t[:-1, None] + self.c[None, :] * self.h[:, None]
+    def point_times(self, H: float) -> np.ndarray:
+        """The collocation times ``t_kj = q - H (1 - theta_kj)`` (K, d)."""
+        return self.q - H * (1.0 - self.theta)
 
     def solve(self, w: np.ndarray, *, record: bool = False) -> CollocationEval:
         """``f``, ``R`` and their first derivatives at every collocation point, in one
         vectorised call each (``record`` is shooting's; nothing to record here)."""
         n, m, K, d = self.n, self.m, self.K, self.d
         Xall = self.states(w)
-        _, U, _ = self.unpack(w)
+        _, U, H = self.unpack(w)
         X = Xall[:, 1:]
-        t = self.point_times()
+        t = self.point_times(H)
         z, u, tt = X.reshape(-1, n), np.repeat(U, d, axis=0), t.ravel()
-        f, f_z, f_u, R, R_z, R_u = (g(tt, z, u) for g in self._evaluators())
+        evals = self._evaluators()
+        f, f_z, f_u, R, R_z, R_u = (g(tt, z, u) for g in evals)
+        f_t = R_t = None
+        if self.free_horizon:
+            f_t = time_derivative(evals[0], tt, z, u).reshape(K, d, n)
+            R_t = time_derivative(evals[3], tt, z, u).reshape(K, d)
         f, R = f.reshape(K, d, n), R.reshape(K, d)
         failure = None
         finite = [np.all(np.isfinite(np.reshape(a, (K, d, -1))), axis=2)
@@ -190,12 +208,13 @@ class Collocation(Shooting):
                        f"{t[k, j]:.6g}, z = "
                        f"{np.array2string(X[k, j], precision=6)}, u = "
                        f"{np.array2string(U[k], precision=6)}; {int(bad.sum())} points)")
-        hb = self.h[:, None] * self.b[None, :]
+        h = H * self.dtau
+        hb = h[:, None] * self.b[None, :]
         return CollocationEval(
             X=X, t=t, f=f, R=R, f_z=f_z.reshape(K, d, n, n), f_u=f_u.reshape(K, d, n, m),
             R_z=R_z.reshape(K, d, n), R_u=R_u.reshape(K, d, m),
             F=Xall[:, 0] + np.einsum("kj,kji->ki", hb, f), C=np.sum(hb * R, axis=1),
-            nfev=1, failure=failure)
+            nfev=1, failure=failure, h=h, H=H, f_t=f_t, R_t=R_t)
 
     def solve_points(self, ws: np.ndarray, *, record: bool = False) -> list:
         """`solve` at each row of ``ws``."""
@@ -205,24 +224,27 @@ class Collocation(Shooting):
     def gradient(self, w: np.ndarray, sol: CollocationEval) -> np.ndarray:
         S, _, _ = self.unpack(w)
         g = np.zeros(self.n_vars)
-        hb = self.h[:, None] * self.b[None, :]
+        hb = sol.h[:, None] * self.b[None, :]
         np.add.at(g, self.x_index[:, 1:].ravel(), (hb[..., None] * sol.R_z).ravel())
         g[self.s_index(self.K)] += self.prov.derivative("T", self.q, S[-1:], None, dz=1)[0]
         u_pos = self.block * np.arange(self.K)[:, None] + np.arange(self.m)[None, :]
         g[u_pos] = np.einsum("kj,kjm->km", hb, sol.R_u)
+        if self.free_horizon:                # C_k = H dtau_k sum_j b_j R(q - H (1 - theta))
+            db = self.dtau[:, None] * self.b[None, :]
+            g[-1] = np.sum(db * (sol.R + sol.H * (self.theta - 1.0) * sol.R_t))
         return g
 
     def defects(self, w: np.ndarray, sol: CollocationEval) -> np.ndarray:
         """``G_kj``, shape (K d n,), in the order (interval, point, state)."""
         X = self.states(w)
-        G = self.h[:, None, None] * sol.f - np.einsum("rj,kri->kji", self.C, X)
+        G = sol.h[:, None, None] * sol.f - np.einsum("rj,kri->kji", self.C, X)
         return G.ravel()
 
     def defect_structure(self) -> tuple[np.ndarray, np.ndarray]:
         """Rows and columns of the defects' Jacobian (COO), in the order of
         `defect_jacobian`'s values: per point ``(k, j)`` the block over ``X_kj`` (n x n),
         the diagonals over the other states ``X_kr`` (``s_0`` fixed: none), ``u_k``
-        (n x m)."""
+        (n x m), and ``H`` (n x 1) where it is free."""
         if not hasattr(self, "_pattern"):
             n, m, d, K = self.n, self.m, self.d, self.K
             row = (np.arange(K)[:, None, None] * d + np.arange(d)[None, :, None]) * n \
@@ -236,6 +258,9 @@ class Collocation(Shooting):
                     self.x_index[kk, others[None]].reshape(K, d, d * n),
                     np.broadcast_to(np.tile(np.arange(m) + self.block * kk, (1, 1, n)),
                                     (K, d, n * m))]
+            if self.free_horizon:
+                rows.append(row)
+                cols.append(np.full((K, d, n), self.h_index))
             rows, cols = np.concatenate(rows, axis=2), np.concatenate(cols, axis=2)
             self._keep = cols >= 0
             self._others = others
@@ -247,13 +272,15 @@ class Collocation(Shooting):
         n, m, d, K = self.n, self.m, self.d, self.K
         self.defect_structure()
         diag = np.diagonal(self.C[1:]).copy()                         # C[j, j - 1]
-        own = self.h[:, None, None, None] * sol.f_z - diag[None, :, None, None] * np.eye(n)
+        h = sol.h[:, None, None, None]
+        own = h * sol.f_z - diag[None, :, None, None] * np.eye(n)
         Co = -self.C[self._others, np.arange(d)[:, None]]              # (d, d): -C[r, j - 1]
         other = np.broadcast_to(np.repeat(Co, n, axis=1)[None], (K, d, d * n))
-        vals = np.concatenate([own.reshape(K, d, n * n), other,
-                               (self.h[:, None, None, None] * sol.f_u).reshape(K, d, n * m)],
-                              axis=2)
-        return vals[self._keep]
+        vals = [own.reshape(K, d, n * n), other, (h * sol.f_u).reshape(K, d, n * m)]
+        if self.free_horizon:                # d/dH of h_k f(q - H (1 - theta_kj), ...)
+            vals.append(self.dtau[:, None, None] * (
+                sol.f + sol.H * (self.theta - 1.0)[..., None] * sol.f_t))
+        return np.concatenate(vals, axis=2)[self._keep]
 
     # -- inside the intervals ------------------------------------------------------------
     def interior(self, w: np.ndarray, sol: CollocationEval, fractions: np.ndarray
@@ -261,34 +288,38 @@ class Collocation(Shooting):
         """The collocation polynomials at the given fractions of every interval: ``(t,
         z, None, None, None)``, shapes (K, P), (K, P, n) (no sensitivities: the path
         constraints of the collocation transcription hold at the nodes)."""
-        t = self.times(self.horizon)
-        tt = t[:-1, None] + fractions[None, :] * self.h[:, None]
+        _, _, H = self.unpack(w)
+        t = self.times(H)
+        tt = t[:-1, None] + fractions[None, :] * (H * self.dtau)[:, None]
         L = np.array([[p(a) for p in self.basis] for a in fractions])      # (P, d + 1)
         z = np.einsum("pr,kri->kpi", L, self.states(w))
         return tt, z, None, None, None
-
-    # -- the Hessian ---------------------------------------------------------------------
-    def hessian(self, nlp) -> "CollocationHessian":
-        """The exact Hessian of the Lagrangian (`CollocationHessian`)."""
-        from .collocation_hessian import CollocationHessian
-        if self._hessian is None:
-            self._hessian = CollocationHessian(self, nlp)
-        return self._hessian
 
 
 #: The transcriptions of `solve_ocp`.
 TRANSCRIPTIONS = ("shooting", "collocation")
 
 
-def check_collocation(hessian: str, free_horizon: bool, path_points: int) -> None:
+def time_derivative(g, t: np.ndarray, z: np.ndarray, u: np.ndarray, *,
+                    second: bool = False) -> np.ndarray:
+    """``dg/dt`` (``second``: ``d^2 g / dt^2``) of an evaluator ``g(t, z, u)`` at the
+    rows' times ``t`` (B,), by central differences with the step ``eps^(1/3) max(1,
+    |t|)`` (``eps^(1/4)`` for the second): the providers give derivatives in ``z`` and
+    ``theta`` only. Exactly 0 where ``g`` does not depend on ``t``."""
+    dt = _EPS ** (0.25 if second else 1.0 / 3.0) * np.maximum(1.0, np.abs(t))
+    up, down = np.asarray(g(t + dt, z, u)), np.asarray(g(t - dt, z, u))
+    dt = dt.reshape((-1,) + (1,) * (up.ndim - 1))
+    if second:
+        return (up - 2.0 * np.asarray(g(t, z, u)) + down) / dt ** 2
+    return (up - down) / (2.0 * dt)
+
+
+def check_collocation(hessian: str, path_points: int) -> None:
     """Refuse what the collocation transcription does not take, naming the argument."""
     if hessian == "finite-differences":
         raise ValueError("hessian='finite-differences' differences shooting's exact "
                          "gradients; transcription='collocation' has its exact Hessian "
                          "(the default, hessian=None) or L-BFGS (hessian='limited-memory')")
-    if free_horizon:
-        raise ValueError("free_horizon=True is not available with "
-                         "transcription='collocation'; use transcription='shooting'")
     if path_points:
         raise ValueError(f"path_points = {path_points}: transcription='collocation' "
                          f"enforces path constraints and state bounds at the nodes and "

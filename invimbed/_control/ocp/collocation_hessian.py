@@ -15,6 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..options import SolverFailure
+from .collocation import Collocation, time_derivative
+from .constraints import FinalState
+from .nlp import ShootingNLP
 
 
 class CollocationHessian:
@@ -30,9 +33,7 @@ class CollocationHessian:
         (``terminal_*``, ``path_constraints``) have no exact second derivatives here.
     """
 
-    def __init__(self, col, nlp) -> None:
-        from .constraints import FinalState
-
+    def __init__(self, col: Collocation, nlp: ShootingNLP) -> None:
         extra = [b.name for b in nlp.blocks[1:] if not isinstance(b, FinalState)]
         if extra:
             raise ValueError(
@@ -50,6 +51,9 @@ class CollocationHessian:
         s_K = col.s_index(K)
         a = np.concatenate([a, np.repeat(s_K, n)])
         b = np.concatenate([b, np.tile(s_K, n)])
+        if col.free_horizon:                # the row of H: every point's (X_kj, u_k), H
+            a = np.concatenate([a, np.full(v.size + 1, col.h_index)])
+            b = np.concatenate([b, v.ravel(), [col.h_index]])
         self._lower = a >= b
         pairs, self._slot = np.unique(np.stack([a[self._lower], b[self._lower]]), axis=1,
                                       return_inverse=True)
@@ -71,14 +75,14 @@ class CollocationHessian:
         col = self.col
         n, m, K, d = col.n, col.m, col.K, col.d
         w = np.asarray(w, dtype=float)
-        _, U, _ = col.unpack(w)
+        _, U, Hor = col.unpack(w)
         z = col.states(w)[:, 1:].reshape(-1, n)
         u = np.repeat(U, d, axis=0)
-        t = col.point_times().ravel()
+        t = col.point_times(Hor).ravel()
         f_zz, f_zu, f_uu, R_zz, R_zu, R_uu = (g(t, z, u) for g in self._evaluators())
         lam = np.asarray(y[:col.n_defects], dtype=float).reshape(-1, n)     # (K d, n)
-        hb = (col.h[:, None] * col.b[None, :]).ravel() * sigma               # (K d,)
-        h = np.repeat(col.h, d)
+        h = np.repeat(Hor * col.dtau, d)
+        hb = h * np.tile(col.b, K) * sigma                                   # (K d,)
         H = np.empty((K * d, n + m, n + m))
         H[:, :n, :n] = hb[:, None, None] * R_zz + h[:, None, None] * np.einsum(
             "pi,pijk->pjk", lam, f_zz)
@@ -96,5 +100,34 @@ class CollocationHessian:
                      if bad.size else "the last node (the terminal loss)")
             raise SolverFailure(f"a second derivative of the dynamics or the losses is not "
                                 f"finite at {where}")
-        vals = np.concatenate([H.ravel(), T_zz.ravel()])[self._lower]
+        parts = [H.ravel(), T_zz.ravel()]
+        if col.free_horizon:
+            parts += self._horizon_row(t, z, u, lam, sigma, Hor)
+        vals = np.concatenate(parts)[self._lower]
         return np.bincount(self._slot, weights=vals, minlength=self.rows.size)
+
+    def _horizon_row(self, t, z, u, lam, sigma, Hor) -> list[np.ndarray]:
+        """The row of ``H`` (the entries over every point's ``(X_kj, u_k)``, then
+        ``(H, H)``): with ``h_k = H dtau_k``, ``t_kj = q - H (1 - theta_kj)`` and ``phi =
+        sigma b_j R + lambda_kj . f`` at each point, ``d^2 L / dH dv = dtau_k (phi_v + H
+        (theta_kj - 1) phi_tv)`` and ``d^2 L / dH^2 = sum dtau_k (theta_kj - 1) (2 phi_t +
+        H (theta_kj - 1) phi_tt)``; the derivatives in ``t`` by `time_derivative`."""
+        col = self.col
+        n, K, d = col.n, col.K, col.d
+        f, f_z, f_u, R, R_z, R_u = col._evaluators()
+        sb = sigma * np.tile(col.b, K)                                       # (K d,)
+        dt = np.repeat(col.dtau, d)
+        tp = (col.theta - 1.0).ravel()
+
+        def phi(ev_f, ev_R, diff=None):
+            """sigma b R + lam . f (its z- or u-gradient), or their t-derivative."""
+            F, Rv = ((ev_f(t, z, u), ev_R(t, z, u)) if diff is None else
+                     (time_derivative(ev_f, t, z, u, second=diff == 2),
+                      time_derivative(ev_R, t, z, u, second=diff == 2)))
+            F = F.reshape(K * d, n, -1)
+            return sb[:, None] * Rv.reshape(K * d, -1) + np.einsum("pi,pij->pj", lam, F)
+
+        row = [dt[:, None] * (phi(g, r) + Hor * tp[:, None] * phi(g, r, 1))
+               for g, r in ((f_z, R_z), (f_u, R_u))]
+        HH = np.sum(dt * tp * (2.0 * phi(f, R, 1)[:, 0] + Hor * tp * phi(f, R, 2)[:, 0]))
+        return [np.concatenate(row, axis=1).ravel(), np.array([HH])]

@@ -35,11 +35,9 @@ from ..._core.integrators.ensemble import DONE, TABLEAUX, DenseRows, integrate_r
 
 #: What `solve_ocp` recommends for a stiff interval (its ensemble is explicit): the
 #: implicit collocation transcription (`invimbed._control.ocp.collocation`), or shorter
-#: intervals; with a free horizon (which collocation does not take) the latter only.
+#: intervals.
 STIFF_REMEDY = ("use transcription='collocation' (Radau IIA collocation, implicit), or "
                 "split the interval (more `intervals`, or a finer `grid` there)")
-STIFF_REMEDY_FREE_HORIZON = ("split the interval (more `intervals`, or a finer `grid` "
-                             "there) or raise `max_steps`")
 
 
 @dataclass
@@ -211,8 +209,7 @@ class Shooting:
         if bad.size:
             k = int(bad[0])
             why = row_failure_reason(int(status[k]), self.max_steps, out.h_lambda[r][k],
-                                     STIFF_REMEDY_FREE_HORIZON if self.free_horizon
-                                     else STIFF_REMEDY)
+                                     STIFF_REMEDY)
             failure = (f"the integration of shooting interval {k} ([{t[k]:.6g}, "
                        f"{t[k + 1]:.6g}]) failed at t = {out.t[r][k]:.6g}: {why}"
                        f" ({bad.size} of {K} intervals failed)")

@@ -194,9 +194,10 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         if np.all(np.isnan(target)):
             raise ValueError("`final_state` has no entry that is not NaN")
     if transcription == "collocation":
-        check_collocation(hessian, bool(free_horizon), path_points)
+        check_collocation(hessian, path_points)
         sh = Collocation(problem.provider(N, M), x0, q, tau, horizon=H0, m=M,
-                         degree=as_positive_int(collocation_degree, "collocation_degree"))
+                         degree=as_positive_int(collocation_degree, "collocation_degree"),
+                         free_horizon=bool(free_horizon))
     else:
         if hessian == "exact":
             raise ValueError("`hessian`: the exact Hessian ('exact') is the collocation "

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import BFGS, Bounds, NonlinearConstraint, minimize
 
+from .collocation_hessian import CollocationHessian
 from .hessian import ColoredHessian
 from .nlp import ShootingNLP
 from ..options import SolverFailure
@@ -72,7 +73,7 @@ def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callbac
            hessian) -> Run:
     import cyipopt
 
-    colored = (nlp.sh.hessian(nlp) if hessian == "exact" else
+    colored = (CollocationHessian(nlp.sh, nlp) if hessian == "exact" else
                ColoredHessian(nlp) if hessian == "finite-differences" else None)
 
     last: dict[str, Any] = {"w": np.array(w0, dtype=float), "failure": None, "stopped": False}
