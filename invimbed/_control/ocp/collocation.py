@@ -1,5 +1,6 @@
 """Radau IIA collocation: the implicit transcription of `solve_ocp` for stiff intervals
-(docs/optimal-control.md, "Stiff intervals: Radau collocation").
+(docs/optimal-control.md, "Stiff intervals: Radau collocation"), of the Bolza problem of
+eq. (4) (docs/theory.md, "The Bolza problem").
 
 The horizon is cut at the same nodes as multiple shooting (`invimbed._control.ocp.shooting`),
 ``t_k = q - H (1 - tau_k)``, the control constant on each interval. Inside interval ``k``
