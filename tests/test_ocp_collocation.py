@@ -295,3 +295,17 @@ def test_free_horizon_minimum_time(solver):
     assert abs(res.horizon - 2.0) <= 1e-6 and abs(res.fun - 2.0) <= 1e-6
     assert res.p == pytest.approx(-2.0, abs=1e-6)
     assert np.allclose(res.controls[:, 0], [-1, -1, -1, 1, 1, 1], atol=1e-6)
+
+
+@needs_ipopt
+def test_constraint_functions_take_l_bfgs_and_reach_the_same_optimum():
+    """With a constraint function (no second derivatives) the default Hessian is L-BFGS;
+    ``terminal_equality`` ``z - 1`` reaches the optimum that ``final_state`` reaches with
+    the exact Hessian (same discrete problem)."""
+    problem = hypersensitive(3.0)
+    base = dict(p=0.0, intervals=6, transcription="collocation")
+    exact = invimbed.solve_ocp(problem, [1.5], final_state=[1.0], **base)
+    lbfgs = invimbed.solve_ocp(problem, [1.5], terminal_equality=lambda z: z - 1.0, **base)
+    assert exact.success and lbfgs.success, (exact.message, lbfgs.message)
+    assert abs(exact.fun - lbfgs.fun) <= 1e-6 * exact.fun
+    assert lbfgs.nit > exact.nit          # quasi-Newton: more iterations than Newton
