@@ -586,13 +586,14 @@ def test_no_message_recommends_an_option_its_function_rejects():
                                            control_affine=True, closed_loop=False)
     assert not_converged.status == -2
     cases = {
-        invimbed.solve_ocp: (ocp_call, ["ocp", "ocp_nlp", "ocp_solvers", "ocp_constraints",
-                                        "ocp_hessian", "shooting"],
+        invimbed.solve_ocp: (ocp_call, ["ocp.solve", "ocp.nlp", "ocp.solvers",
+                                        "ocp.constraints", "ocp.hessian", "ocp.shooting",
+                                        "ocp.collocation", "ocp.collocation_hessian"],
                              [str(stiff_res.value)] + [failures.row_failure_reason(
                                  code, 10, h, shooting.STIFF_REMEDY)
                                  for code in (failures.MAX_STEPS, failures.NONFINITE,
                                               failures.UNDERFLOW) for h in (0.0, 10.0)]),
-        invimbed.solve_optimal: (optimal_call, ["optimal", "feedback", "sweep", "policy",
+        invimbed.solve_optimal: (optimal_call, ["optimal", "feedback", "closed_loop", "policy",
                                                 "riccati", "simulate"],
                                  [not_converged.message] + [failures.row_failure_reason(
                                      failures.MAX_STEPS, 10, 10.0)]),

@@ -44,13 +44,15 @@ class Block:
 
 
 class Defects(Block):
-    """The continuity defects ``s_(k+1) - F_k = 0``."""
+    """The continuity defects ``s_(k+1) - F_k = 0`` (the equations of the transcription:
+    `invimbed._control.ocp.collocation` gives its collocation equations)."""
 
     name = "continuity defects"
 
     def __init__(self, sh: Shooting) -> None:
         self.sh = sh
-        self.lower = self.upper = np.zeros(sh.K * sh.n)
+        self.name = sh.defect_name            # collocation: its collocation equations
+        self.lower = self.upper = np.zeros(sh.n_defects)
         self.rows, self.cols = sh.defect_structure()
 
     def evaluate(self, w, sol):

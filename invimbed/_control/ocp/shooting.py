@@ -31,10 +31,13 @@ import numpy as np
 
 from ..._core.results.failures import row_failure_reason
 
-#: What `solve_ocp` recommends for a stiff interval (its ensemble is explicit only).
-STIFF_REMEDY = ("split the interval (more `intervals`, or a finer `grid` there) or raise "
-                "`max_steps`")
 from ..._core.integrators.ensemble import DONE, TABLEAUX, DenseRows, integrate_rows
+
+#: What `solve_ocp` recommends for a stiff interval (its ensemble is explicit): the
+#: implicit collocation transcription (`invimbed._control.ocp.collocation`), or shorter
+#: intervals.
+STIFF_REMEDY = ("use transcription='collocation' (Radau IIA collocation, implicit), or "
+                "split the interval (more `intervals`, or a finer `grid` there)")
 
 
 @dataclass
@@ -78,6 +81,8 @@ class Shooting:
         The control size.
     """
 
+    defect_name = "continuity defects"
+
     def __init__(self, provider, x: np.ndarray, q: float, tau: np.ndarray, *,
                  free_horizon: bool, horizon: float, m: int, method: str = "RK45",
                  rtol: float = 1e-8, atol: float = 1e-10, max_steps: int = 10_000,
@@ -96,6 +101,7 @@ class Shooting:
         self.first_step, self.max_step = first_step, max_step
         self.block = self.n + self.m
         self.n_vars = self.K * self.block + int(free_horizon)
+        self.n_defects = self.K * self.n
         self._evals: tuple | None = None
 
     # -- the decision vector ---------------------------------------------------------

@@ -25,6 +25,7 @@ from .nlp import ShootingNLP, kkt_check
 from .solvers import HESSIANS, SOLVERS, have_ipopt, run_solver
 from ..options import SolverFailure
 from .shooting import Shooting
+from .collocation import TRANSCRIPTIONS, Collocation, check_collocation
 
 #: The `invimbed.Status` members a `solve_ocp` result's ``status`` can hold, ``{code:
 #: meaning}``: the subset of `invimbed.STATUS` that `solve_ocp` returns, in its words.
@@ -49,11 +50,13 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
               final_state: Any = None, terminal_equality: Callable | None = None,
               terminal_inequality: Callable | None = None, free_horizon: bool = False,
               horizon_bounds: Any = None, initial_guess: Any = None,
-              solver: str = "auto", hessian: str = "limited-memory", tol: float = 1e-6, constraint_tol: float = 1e-6,
+              solver: str = "auto", hessian: str | None = None, tol: float = 1e-6,
+              constraint_tol: float = 1e-6,
               max_iter: int = 1000, solver_options: dict | None = None,
               callback: Callable | None = None, rtol: float = 1e-8, atol: float = 1e-10,
               method: str = "RK45", max_steps: int = 10_000,
-              trajectory_points: int = 10) -> OptimizeResult:
+              trajectory_points: int = 10, transcription: str = "shooting",
+              collocation_degree: int = 3) -> OptimizeResult:
     r"""Solve an optimal-control problem by multiple shooting with an NLP solver.
 
     Minimises ``J`` of eq. (4) from ``z(p) = x`` over controls constant on each interval
@@ -85,9 +88,11 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         A warm start: a previous result, or a dict of ``"states"``, ``"controls"``,
         ``"horizon"``, ``"times"`` (the guess's node times; without them a guess with
         ``K + 1`` nodes is taken node for node); other keys are refused.
-    solver, hessian : str, default "auto", "limited-memory"
+    solver, hessian : str, default "auto", None
         ``"ipopt"`` (``cyipopt``, the default where installed), ``"trust-constr"`` or
-        ``"slsqp"``; IPOPT's Hessian by L-BFGS or ``"finite-differences"``.
+        ``"slsqp"``; IPOPT's Hessian: ``"limited-memory"`` (L-BFGS),
+        ``"finite-differences"`` (shooting), ``"exact"`` (collocation); None: the
+        exact one for collocation without constraint functions, else L-BFGS.
     tol, constraint_tol : float, default 1e-6
         The KKT tolerance of our check; the largest constraint violation accepted.
     max_iter, solver_options : int (default 1000), dict
@@ -97,6 +102,11 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     rtol, atol, method, max_steps, trajectory_points
         The ensemble's tolerances, method (``"RK45"``, ``"RK23"``), steps per interval,
         and points per interval in ``trajectory`` (1e-8, 1e-10, "RK45", 10000, 10).
+    transcription, collocation_degree : str (default "shooting"), int (default 3)
+        ``"shooting"`` (every interval integrated by the explicit ensemble, the state
+        exact), or ``"collocation"``: Radau IIA collocation with ``collocation_degree``
+        points per interval, implicit, for stiff intervals (a state within the method's
+        order ``2 d - 1``; docs/optimal-control.md, "Stiff intervals").
 
     Returns
     -------
@@ -138,6 +148,11 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     M = _control_size(problem, n_controls, control_bounds, initial_guess)
     problem.check_sizes(N, M)
     check_choice(solver, "solver", SOLVERS)
+    check_choice(transcription, "transcription", TRANSCRIPTIONS)
+    if hessian is None:
+        hessian = ("exact" if transcription == "collocation" and not (
+            terminal_equality or terminal_inequality or path_constraints) else
+            "limited-memory")
     check_choice(hessian, "hessian", HESSIANS)
     check_choice(method, "method", ENSEMBLE_METHODS)
     tol = as_real(tol, "tol", positive=True)
@@ -178,8 +193,19 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
                              f"but got shape {target.shape}")
         if np.all(np.isnan(target)):
             raise ValueError("`final_state` has no entry that is not NaN")
-    sh = Shooting(problem.provider(N, M), x0, q, tau, free_horizon=bool(free_horizon),
-                  horizon=H0, m=M, method=method, rtol=rtol, atol=atol, max_steps=max_steps)
+    if transcription == "collocation":
+        check_collocation(hessian, path_points)
+        sh = Collocation(problem.provider(N, M), x0, q, tau, horizon=H0, m=M,
+                         degree=as_positive_int(collocation_degree, "collocation_degree"),
+                         free_horizon=bool(free_horizon))
+    else:
+        if hessian == "exact":
+            raise ValueError("`hessian`: the exact Hessian ('exact') is the collocation "
+                             "transcription's: pass transcription='collocation', or "
+                             "hessian='limited-memory' or 'finite-differences'")
+        sh = Shooting(problem.provider(N, M), x0, q, tau, free_horizon=bool(free_horizon),
+                      horizon=H0, m=M, method=method, rtol=rtol, atol=atol,
+                      max_steps=max_steps)
     S_guess, U_guess, H_guess = _initial_guess(initial_guess, sh, target, u_lo, u_hi)
     problem.check_shapes(float(sh.times(H_guess)[0]), x0[None, :], U_guess[0], control="u")
 
@@ -188,6 +214,9 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     for k in range(K):
         lb[sh.u_index(k)], ub[sh.u_index(k)] = u_lo, u_hi
         lb[sh.s_index(k + 1)], ub[sh.s_index(k + 1)] = x_lo, x_hi
+    if transcription == "collocation":            # the interior collocation states
+        inner = sh.inner_positions()
+        lb[inner], ub[inner] = np.resize(x_lo, inner.size), np.resize(x_hi, inner.size)
     if free_horizon:
         h_lo, h_hi = (as_pair(horizon_bounds, 1, "horizon_bounds")
                       if horizon_bounds is not None else (np.array([1e-6 * H0]), np.array([np.inf])))

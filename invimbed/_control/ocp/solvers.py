@@ -22,14 +22,16 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import BFGS, Bounds, NonlinearConstraint, minimize
 
+from .collocation_hessian import CollocationHessian
 from .hessian import ColoredHessian
 from .nlp import ShootingNLP
 from ..options import SolverFailure
 
 SOLVERS = ("auto", "ipopt", "trust-constr", "slsqp")
-#: IPOPT's Hessians: L-BFGS, or colored differences of the exact Lagrangian gradient
-#: (`invimbed._control.ocp.hessian`).
-HESSIANS = ("limited-memory", "finite-differences")
+#: IPOPT's Hessians: L-BFGS, colored differences of the exact Lagrangian gradient
+#: (`invimbed._control.ocp.hessian`), or the exact one of the collocation transcription
+#: (`invimbed._control.ocp.collocation_hessian`).
+HESSIANS = ("limited-memory", "finite-differences", "exact")
 
 
 def have_ipopt() -> bool:
@@ -71,7 +73,8 @@ def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callbac
            hessian) -> Run:
     import cyipopt
 
-    colored = ColoredHessian(nlp) if hessian == "finite-differences" else None
+    colored = (CollocationHessian(nlp.sh, nlp) if hessian == "exact" else
+               ColoredHessian(nlp) if hessian == "finite-differences" else None)
 
     last: dict[str, Any] = {"w": np.array(w0, dtype=float), "failure": None, "stopped": False}
     history: list = []
