@@ -103,10 +103,20 @@ def _ensemble() -> Any:
     return ensemble_numba, row_cost
 
 
-for _name in BACKENDS:
+def _ensemble_cuda() -> Any:
+    from ._cuda_device import import_cuda
+
+    import_cuda()
+    from .ensemble_cuda import ensemble_cuda, row_cost
+
+    return ensemble_cuda, row_cost
+
+
+for _name in ("numba", "cupy"):
     register_backend(_name, "sweep", lambda: sweep_backend)
 register_backend("numba", "sweep_adaptive", _adaptive)
 register_backend("numba", "ensemble", _ensemble)
+register_backend("cuda", "ensemble", _ensemble_cuda)
 
 
 def __getattr__(name: str) -> Any:
