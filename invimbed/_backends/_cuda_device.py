@@ -37,7 +37,7 @@ _NP: list[types.ModuleType] = []
 def import_cuda() -> Any:
     """``numba.cuda``, or an `ImportError` naming the extra to install."""
     try:
-        from numba import cuda
+        import numba.cuda as cuda
     except ImportError as exc:  # pragma: no cover - exercised only without numba-cuda
         raise ImportError(
             "backend='cuda' needs numba-cuda, which is not installed: pip install "
