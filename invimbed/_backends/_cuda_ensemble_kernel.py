@@ -267,16 +267,24 @@ def build_kernel(provider: Any, N: int, M: int, nw: int, method: str) -> Any:
 
     @cuda.jit
     def kernel(rows, X, depths, q, knots, values, stops, num, max_steps, dense, out_z, out_v,
-               out_a, out_w, out_steps, out_nfev, out_status, out_t, out_hl):
+               out_a, out_w, out_g, out_steps, out_nfev, out_status, out_t, out_hl):
         """Thread ``j``: row ``r = rows[j] = i B + b`` (depth ``depths[i]``, input
-        ``X[b]``) into the outputs' entry ``r``, with ``dense[:, :, j]`` as its dense
-        output; failed rows keep their outputs (NaN fields)."""
+        ``X[b]``) into the outputs' entry ``r`` (written whole: NaN fields where the row
+        fails), with ``dense[:, :, j]`` as its dense output."""
         j = cuda.grid(1)
         if j >= rows.shape[0]:
             return
         r = rows[j]
         B = X.shape[0]
         p = depths[r // B]
+        for i in range(N):
+            out_z[r, i] = math.nan
+            out_a[r, i] = math.nan
+        for w in range(nw):
+            out_w[r, w] = math.nan
+        out_v[r] = math.nan
+        out_g[r] = math.nan
+        out_status[r, 1] = K_DONE
         rtol, atol, first_step, max_step = num[0], num[1], num[2], num[3]
         cap = dense.shape[0]
         dn = dense[:, :, j]
@@ -335,5 +343,16 @@ def build_kernel(provider: Any, N: int, M: int, nw: int, method: str) -> Any:
         for w in range(nw):
             out_w[r, w] = y[N + w]
         out_v[r] = value
+        # dJ/dp = -(lambda . f + R) at (p, x), theta(p) from above (`depth_gradient`),
+        # summed in `sum_products`' order
+        th = values[piece_of(knots, p, p)]
+        for i in range(N):
+            zq[i] = X[r % B, i]
+        f_pt(p, zq, th, vals[OF:OR])
+        r_pt(p, zq, th, vals[OR:OFZ])
+        acc = y[0] * vals[OF + GF[0]]
+        for i in range(1, N):
+            acc = acc + y[i] * vals[OF + GF[i]]
+        out_g[r] = -(acc + vals[OR + GR[0]])
 
     return kernel, WIDTH
