@@ -287,7 +287,7 @@ def targets(doc: dict, sizes: list[int]) -> list[str]:
              f"linearly from the largest B measured):",
              f"  {TARGETS[0]}: no cuda sweep was built",
              f"  {TARGETS[1]}: {s(ens, ens_mark)}"
-             + (f" (B = {big}: {64 * big:.1e} rows)" if big != 10 ** 6 else ""),
+             + (f" (B = {big}: {DEPTHS.size * big:.1e} rows)" if big != 10 ** 6 else ""),
              f"  {TARGETS[2]}: numba {s(cpu, cpu_mark)}, ratio "
              + (f"{cpu_mark or ens_mark}{cpu / ens:.1f}x" if cpu and ens else "n/a"),
              f"  {TARGETS[3]}: diffrax {s(dx, dx_mark)}, ratio cuda/diffrax "

@@ -260,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the CUDA kernels against the issue's targets (section 3)")
     ap.add_argument("--simulate", action="store_true",
                     help="run the CUDA kernels in numba-cuda's simulator (section 3)")
+    ap.add_argument("--only", nargs="+", help="section 3's rows to run (default all: "
+                    "'cuda ensemble' 'numba ensemble' 'numba sweep' diffrax)")
     ap.add_argument("--device-budget", default="48GiB",
                     help="memory_budget of the ensembles in section 3 (default 48GiB)")
     args = ap.parse_args(argv)
@@ -322,7 +324,7 @@ def targets_main(args: argparse.Namespace) -> int:
             print(f"device   : {doc['device']}", flush=True)
     except Exception as exc:  # numba-cuda missing: the cuda rows say so
         print(f"device   : none ({exc})", flush=True)
-    doc["cuda"] = gt.measure(sizes, args.cap, repeats, args.device_budget,
+    doc["cuda"] = gt.measure(sizes, args.cap, repeats, args.device_budget, only=args.only,
                              log=lambda line: print(line, flush=True))
     save(out, doc)
     cupy, reason = gpu_or_reason()

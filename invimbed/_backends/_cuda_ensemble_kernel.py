@@ -6,7 +6,7 @@ per row, generated per problem and method.
 `invimbed._backends._ensemble_kernels._row` does on the CPU: the forward pass of
 ``y = [z, int R]`` from ``p`` to ``q`` with its dense output, ``J = y_N + T(z(q))``,
 ``lambda(q) = T_z``, and the backward pass of ``[lambda, mu]`` from ``q`` down to ``p``
-on that dense output (docs/theory.md, "The adjoint reference"; the paper's eq. (11)).
+on that dense output (docs/theory.md, "The classical adjoint method"; the paper's eq. (11)).
 
 What it is made of
 ------------------
