@@ -178,13 +178,21 @@ def runners(prob: Any, make: Callable, N: int, budget: str) -> dict[str, tuple[C
     }
 
 
-def series(fn: Callable, N: int, sizes: list[int], cap: float, repeats: int) -> dict:
+def timed_series(fn: Callable, make: Callable[[int], Any], sizes: list[int], cap: float,
+                 repeats: int, first_b: int) -> dict:
+    """``fn(make(B))`` timed for each ``B`` of ``sizes`` (best of ``repeats`` while a call
+    takes under a second), after an untimed first call on ``make(first_b)``; a size whose
+    time, predicted from the last one linearly in ``B``, exceeds ``cap`` seconds is
+    skipped; an exception ends the series and is reported. ``gpu_check.py``'s series
+    and `measure`'s rows are both timed by it."""
     out: dict = {"times": {}, "skipped": {}}
     try:
         t0 = time.perf_counter()
-        fn(inputs(FIRST_B, N))
+        res = fn(make(first_b))
         out["first_call_s"] = time.perf_counter() - t0
-    except Exception as exc:  # reported, the other rows still run
+        if hasattr(res, "status"):
+            out["status"] = int(res.status)
+    except Exception as exc:  # reported, the other series still run
         out["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         return out
     last = None
@@ -192,19 +200,17 @@ def series(fn: Callable, N: int, sizes: list[int], cap: float, repeats: int) -> 
         if last is not None and last[1] * B / last[0] > cap:
             out["skipped"][B] = last[1] * B / last[0]
             continue
-        x = inputs(B, N)
+        x = make(B)
         best = float("inf")
         try:
             for _ in range(repeats if (last is None or last[1] < 1.0) else 1):
                 t0 = time.perf_counter()
-                res = fn(x)
+                fn(x)
                 best = min(best, time.perf_counter() - t0)
         except Exception as exc:
             out["error"] = f"B = {B}: {type(exc).__name__}: {str(exc)[:300]}"
             break
         out["times"][B] = best
-        if B == sizes[0] and hasattr(res, "success"):
-            out["success"] = bool(res.success)
         last = (B, best)
     return out
 
@@ -253,7 +259,8 @@ def measure(sizes: list[int], cap: float, repeats: int, budget: str,
                 rows[label] = {"error": note}
                 log(f"{name:9s} {label:15s} {note}")
                 continue
-            rows[label] = r = series(fn, N, sizes, cap, repeats)
+            rows[label] = r = timed_series(fn, lambda B: inputs(B, N), sizes, cap,
+                                           repeats, FIRST_B)
             r["note"] = note
             cells = ", ".join(f"B={B}: {t:.4f} s" for B, t in r["times"].items())
             log(f"{name:9s} {label:15s} first {r.get('first_call_s', float('nan')):.2f} s; "

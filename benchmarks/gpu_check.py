@@ -172,39 +172,16 @@ def runner(backend: str, closure: str, cupy: Any) -> Callable[[np.ndarray], Any]
 def series(backend: str, closure: str, sizes: list[int], cap: float, repeats: int,
            cupy: Any) -> dict:
     """Times of ``backend`` on ``closure`` for ``sizes``; a size predicted over ``cap`` s
-    (the last time scaled linearly in B) is skipped."""
-    fn = runner(backend, closure, cupy)
-    out: dict = {"backend": backend, "closure": closure, "times": {}, "skipped": {}}
-    try:
-        t0 = time.perf_counter()
-        res = fn(inputs(min(sizes[0], FIRST_B)))
-        out["first_call_s"] = time.perf_counter() - t0
-        out["status"] = int(res.status)
-    except Exception as exc:  # reported in the table, the other series still run
-        out["error"] = f"{type(exc).__name__}: {exc}"
-        print(f"{backend:9s} {closure:8s} FAILED: {out['error']}", flush=True)
-        return out
-    last = None
-    for B in sizes:
-        if last is not None and last[1] * B / last[0] > cap:
-            out["skipped"][B] = last[1] * B / last[0]
-            continue
-        x = inputs(B)
-        try:
-            t0 = time.perf_counter()
-            fn(x)
-            best = time.perf_counter() - t0
-            for _ in range(repeats - 1 if best < 1.0 else 0):
-                t0 = time.perf_counter()
-                fn(x)
-                best = min(best, time.perf_counter() - t0)
-        except Exception as exc:
-            out["error"] = f"B = {B}: {type(exc).__name__}: {exc}"
-            print(f"{backend:9s} {closure:8s} FAILED at {out['error']}", flush=True)
-            break
-        out["times"][B] = best
-        last = (B, best)
+    (the last time scaled linearly in B) is skipped (`_gpu_targets.timed_series`)."""
+    from _gpu_targets import timed_series
+
+    out: dict = {"backend": backend, "closure": closure}
+    out.update(timed_series(runner(backend, closure, cupy), inputs, sizes, cap, repeats,
+                            min(sizes[0], FIRST_B)))
+    for B, best in out["times"].items():
         print(f"{backend:9s} {closure:8s} B = {B:8d}: {best:9.3f} s", flush=True)
+    if "error" in out:
+        print(f"{backend:9s} {closure:8s} FAILED: {out['error']}", flush=True)
     return out
 
 

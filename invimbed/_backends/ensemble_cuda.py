@@ -47,7 +47,7 @@ from .._core.reference.row_chunks import RowCost, output_bytes
 from .._core.results.failures import empty_fields
 from ._cuda_device import check_device, check_state_size
 from ._cuda_ensemble_kernel import K_FULL, build_kernel
-from .ensemble_numba import control_arrays
+from .ensemble_numba import row_arrays
 
 #: Accepted forward steps a row's dense output holds in the first launch.
 DENSE_STEPS = 64
@@ -99,17 +99,14 @@ def ensemble_cuda(setup: Setup, method: str, rtol: float, atol: float,
     cuda = check_device()
     prov = generated_provider(setup)
     ctrl = setup.control
-    knots, values = control_arrays(ctrl)
+    knots, values, depths, stops = row_arrays(setup)
     B, N = setup.x.shape
     M, nw = ctrl.size, ctrl.n_params
     check_state_size(N + max(1, nw), "the adjoint's state [lambda, mu]")
     kernel, width = _kernel(prov, N, M, nw, method)
-    depths = np.ascontiguousarray(setup.depths_desc, dtype=float)
     n = depths.size
     rows = n * B
     q = float(setup.q)
-    stops = np.sort(ctrl.breakpoints[(ctrl.breakpoints > depths.min())
-                                     & (ctrl.breakpoints < q)]).astype(float)
     fields = empty_fields(n, B, N, nw)
     if rows == 0:
         return fields, 0, (np.zeros(0, np.int64),) * 2 + (np.zeros(0),) * 2
