@@ -35,8 +35,10 @@ SCRIPT = textwrap.dedent("""
     from invimbed._backends._cuda_ensemble_kernel import build_kernel
     kernel, width = build_kernel(sympy_pendulum().derivative_provider, 2, 2, 2, {method!r})
     A1, A2, I1, I2 = f8[::1], f8[:, ::1], i8[::1], i8[:, ::1]
-    sig = (I1, A2, A1, f8, A1, A2, A1, A1, i8, f8[:, :, ::1], A2, A1, A2, A2, I1, I1, I2,
-           A1, A1)
+    # rows, X, depths, q, knots, values, stops, num, max_steps, dense, then the outputs
+    # z, value, adjoint, param_grad, depth_grad, nsteps, nfev, status, t, h_lambda
+    sig = (I1, A2, A1, f8, A1, A2, A1, A1, i8, f8[:, :, ::1], A2, A1, A2, A2, A1, I1, I1,
+           I2, A1, A1)
     ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
     assert ".entry" in ptx
     print("PTX", len(ptx))
