@@ -30,11 +30,23 @@ between consecutive depths (63 steps).
    size is skipped (and the table says so) where the last size's time, scaled linearly
    in ``B``, predicts more than ``--cap`` seconds.
 
+3. ``--targets``: the measurement of the CUDA kernels against the issue's targets
+   (``benchmarks/_gpu_targets.py`` says what runs): the cuda ensemble, the numba CPU
+   ensemble and sweep and diffrax's jitted vmap on the pendulum and a 6-state chain, 64
+   depths, ``B`` of ``--sizes`` (default 10^3 to 10^6), the old cupy sweep (section 2's
+   jet-1 series) at the same sizes, then the suite's GPU tests (``tests/cuda`` on the
+   device, ``INVIMBED_CUDA_DEVICE=1``, and ``tests/test_backends.py -k cupy``). The
+   measurements go to ``--json`` or, where ``$OUT`` is set, ``$OUT/gpu_check.json``.
+   ``--simulate`` runs it in numba-cuda's simulator (no GPU; with ``--quick``: 4 depths,
+   B = 2 and 4), which proves the script, not the speed.
+
 Without cupy or without a CUDA device the GPU parts print why (``gpu_check: SKIPPED``)
 and the script exits with status 0, so that it can run anywhere (CI imports it); the
 CPU backends can still be timed alone (``--backends numpy numba --no-check``).
 
-Run:  python benchmarks/gpu_check.py [--quick]
+Run:  python benchmarks/gpu_check.py --targets --cap 20      (on the H200: the issue's table)
+      python benchmarks/gpu_check.py --targets --quick --simulate   (anywhere, in seconds)
+      python benchmarks/gpu_check.py [--quick]
       python benchmarks/gpu_check.py --sizes 1000 10000 100000 1000000 --json gpu.json
       python benchmarks/gpu_check.py --backends numpy-fd numpy numba --no-check \\
           --sizes 1000 10000 100000 1000000 --cap 20
@@ -44,10 +56,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import subprocess
 import sys
 import time
 from typing import Any, Callable
+
+if "--simulate" in sys.argv:      # before numba is imported (it reads the variable then)
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
 import numpy as np
 
@@ -155,39 +172,16 @@ def runner(backend: str, closure: str, cupy: Any) -> Callable[[np.ndarray], Any]
 def series(backend: str, closure: str, sizes: list[int], cap: float, repeats: int,
            cupy: Any) -> dict:
     """Times of ``backend`` on ``closure`` for ``sizes``; a size predicted over ``cap`` s
-    (the last time scaled linearly in B) is skipped."""
-    fn = runner(backend, closure, cupy)
-    out: dict = {"backend": backend, "closure": closure, "times": {}, "skipped": {}}
-    try:
-        t0 = time.perf_counter()
-        res = fn(inputs(min(sizes[0], FIRST_B)))
-        out["first_call_s"] = time.perf_counter() - t0
-        out["status"] = int(res.status)
-    except Exception as exc:  # reported in the table, the other series still run
-        out["error"] = f"{type(exc).__name__}: {exc}"
-        print(f"{backend:9s} {closure:8s} FAILED: {out['error']}", flush=True)
-        return out
-    last = None
-    for B in sizes:
-        if last is not None and last[1] * B / last[0] > cap:
-            out["skipped"][B] = last[1] * B / last[0]
-            continue
-        x = inputs(B)
-        try:
-            t0 = time.perf_counter()
-            fn(x)
-            best = time.perf_counter() - t0
-            for _ in range(repeats - 1 if best < 1.0 else 0):
-                t0 = time.perf_counter()
-                fn(x)
-                best = min(best, time.perf_counter() - t0)
-        except Exception as exc:
-            out["error"] = f"B = {B}: {type(exc).__name__}: {exc}"
-            print(f"{backend:9s} {closure:8s} FAILED at {out['error']}", flush=True)
-            break
-        out["times"][B] = best
-        last = (B, best)
+    (the last time scaled linearly in B) is skipped (`_gpu_targets.timed_series`)."""
+    from _gpu_targets import timed_series
+
+    out: dict = {"backend": backend, "closure": closure}
+    out.update(timed_series(runner(backend, closure, cupy), inputs, sizes, cap, repeats,
+                            min(sizes[0], FIRST_B)))
+    for B, best in out["times"].items():
         print(f"{backend:9s} {closure:8s} B = {B:8d}: {best:9.3f} s", flush=True)
+    if "error" in out:
+        print(f"{backend:9s} {closure:8s} FAILED: {out['error']}", flush=True)
     return out
 
 
@@ -239,7 +233,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip a size predicted to take more seconds per call (default 30)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", help="write the measurements to this file")
+    ap.add_argument("--targets", action="store_true",
+                    help="the CUDA kernels against the issue's targets (section 3)")
+    ap.add_argument("--simulate", action="store_true",
+                    help="run the CUDA kernels in numba-cuda's simulator (section 3)")
+    ap.add_argument("--only", nargs="+", help="section 3's rows to run (default all: "
+                    "'cuda ensemble' 'numba ensemble' 'numba sweep' diffrax)")
+    ap.add_argument("--device-budget", default="48GiB",
+                    help="memory_budget of the ensembles in section 3 (default 48GiB)")
     args = ap.parse_args(argv)
+    if args.targets:
+        return targets_main(args)
     sizes = args.sizes or ([1024, 16384] if args.quick else [1024, 16384, 65536])
     repeats = 1 if args.quick else args.repeats
     cupy, reason = gpu_or_reason()
@@ -271,6 +275,65 @@ def main(argv: list[str] | None = None) -> int:
                 save(args.json, doc)
     print(table(results, sizes))
     return 0 if worst < TOL else 1
+
+
+def targets_main(args: argparse.Namespace) -> int:
+    """Section 3 (the module docstring)."""
+    import _gpu_targets as gt
+
+    if args.quick:
+        gt.DEPTHS, gt.FIRST_B, gt.ACC_B = np.linspace(0.0, -1.0, 4), 2, 2
+    sizes = args.sizes or ([2, 4] if args.quick else [10 ** 3, 10 ** 4, 10 ** 5, 10 ** 6])
+    repeats = 1 if args.quick else args.repeats
+    out = args.json or (os.path.join(os.environ["OUT"], "gpu_check.json")
+                        if os.environ.get("OUT") else None)
+    print(f"platform : {platform.platform()}, numpy {np.__version__}, "
+          f"invimbed {getattr(invimbed, '__version__', '?')} "
+          f"({os.path.dirname(invimbed.__file__)}), "
+          f"{'numba-cuda SIMULATOR' if args.simulate else 'GPU'}", flush=True)
+    doc: dict = {"platform": platform.platform(), "simulated": args.simulate,
+                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    try:
+        from numba import cuda
+        if not args.simulate and cuda.is_available():
+            dev = cuda.get_current_device()
+            doc["device"] = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+            print(f"device   : {doc['device']}", flush=True)
+    except Exception as exc:  # numba-cuda missing: the cuda rows say so
+        print(f"device   : none ({exc})", flush=True)
+    doc["cuda"] = gt.measure(sizes, args.cap, repeats, args.device_budget, only=args.only,
+                             log=lambda line: print(line, flush=True))
+    save(out, doc)
+    cupy, reason = gpu_or_reason()
+    if cupy is not None and not args.simulate:
+        doc["cupy"] = series("cupy", "jet-1", sizes, args.cap, repeats, cupy)
+        save(out, doc)
+    else:
+        print(f"old cupy path: SKIPPED: {reason or 'simulated run'}", flush=True)
+    if not args.simulate and not args.quick:
+        doc["tests"] = gpu_tests()
+        save(out, doc)
+    print(f"written  : {out}" if out else "written  : nothing (no --json, no $OUT)")
+    return 0
+
+
+def gpu_tests() -> dict:
+    """The suite's GPU tests on the device: their summary lines."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, INVIMBED_CUDA_DEVICE="1")
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    out = {}
+    for name, cmd in (("tests/cuda", ["tests/cuda", "-m", "slow or not slow"]),
+                      ("cupy", ["tests/test_backends.py", "-k", "cupy"])):
+        run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                              "-n", "0", "-q", *cmd], cwd=root, env=env,
+                             capture_output=True, text=True, timeout=400)
+        tail = run.stdout.strip().splitlines()[-1:] or [run.stderr.strip()[-300:]]
+        out[name] = {"returncode": run.returncode, "summary": tail[0],
+                     "failures": [ln for ln in run.stdout.splitlines()
+                                  if ln.startswith("FAILED")][:20]}
+        print(f"tests    : {name}: {tail[0]}", flush=True)
+    return out
 
 
 def save(path: str | None, doc: dict) -> None:

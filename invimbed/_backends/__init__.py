@@ -1,4 +1,6 @@
-"""Accelerated backends of the imbedding sweep: numba (CPU) and cupy (GPU).
+"""Accelerated backends of the imbedding sweep: numba (CPU) and cupy (GPU); of the exact
+ensemble of `invimbed.solve_adjoint`: numba (`invimbed._backends.ensemble_numba`) and
+cuda (`invimbed._backends.ensemble_cuda`, numba-cuda kernels on an NVIDIA GPU).
 
 `invimbed.solve_imbedding` hands a validated `Setup` to `sweep_backend` (registered
 below, see `invimbed._core.runtime.backends`) when ``backend != "numpy"`` (numba's adaptive
@@ -36,7 +38,8 @@ from .._core.runtime.backends import BACKENDS as _ALL, register_backend
 from .._core.results.results import ImbeddingResult
 from .._core.setup.arguments import Setup
 
-#: The accelerated backends (`invimbed._core.runtime.backends.BACKENDS` but the core's numpy).
+#: The accelerated backends (`invimbed._core.runtime.backends.BACKENDS` but the core's numpy;
+#: ``"cuda"`` runs the ensemble of `solve_adjoint` only).
 BACKENDS = _ALL[1:]
 
 #: The methods the accelerated backends run.
@@ -103,10 +106,20 @@ def _ensemble() -> Any:
     return ensemble_numba, row_cost
 
 
-for _name in BACKENDS:
+def _ensemble_cuda() -> Any:
+    from ._cuda_device import import_cuda
+
+    import_cuda()
+    from .ensemble_cuda import ensemble_cuda, row_cost
+
+    return ensemble_cuda, row_cost
+
+
+for _name in ("numba", "cupy"):
     register_backend(_name, "sweep", lambda: sweep_backend)
 register_backend("numba", "sweep_adaptive", _adaptive)
 register_backend("numba", "ensemble", _ensemble)
+register_backend("cuda", "ensemble", _ensemble_cuda)
 
 
 def __getattr__(name: str) -> Any:

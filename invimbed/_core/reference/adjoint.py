@@ -78,10 +78,13 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
         ``(S (k + 2) + 2)`` floats per accepted forward step and row (``S = N + 1``,
         ``k + 1 = 4`` for RK45). ``"per_depth"``: one forward and one backward scipy solve
         per depth; the simplest reference.
-    backend : {"numpy", "numba"}, default "numpy"
+    backend : {"numpy", "numba", "cuda"}, default "numpy"
         ``"numba"`` runs the ensemble as one compiled kernel, a ``prange`` loop over rows
         (``pip install invimbed[numba]``): the problem's functions must compile with numba
-        (per-sample ``@njit`` functions or a `from_sympy` problem).
+        (per-sample ``@njit`` functions or a `from_sympy` problem). ``"cuda"`` runs it on
+        an NVIDIA GPU, one thread per row (``pip install invimbed[cuda]``), for problems
+        built with `from_sympy` or ``derivatives="trace"``; ``memory_budget`` then bounds
+        the device's memory too (docs/performance.md, "Which GPU path").
     memory_budget : int, str or None, default None
         The most memory the ensemble may hold at once: bytes (an int) or a string with a
         unit (``"512MB"``, ``"2GiB"``; kB, MB, GB, TB and KiB, MiB, GiB, TiB). Its rows are
@@ -141,15 +144,15 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
             "ran_per_depth", f"method={method!r} is not run by the ensemble (it runs "
             f"{', '.join(map(repr, ENSEMBLE_METHODS))}): the depths were solved one at a time "
             f"(strategy='per_depth')"))
-    if backend == "numba":
+    if backend != "numpy":
         if strategy != "ensemble":
-            raise ValueError(f"`backend='numba'` runs the ensemble only (method 'RK45' or "
-                             f"'RK23', strategy='ensemble'), but got strategy={strategy!r} "
-                             f"and method={method!r}")
-        ensemble_numba, row_cost = get_backend(backend, "ensemble")
+            raise ValueError(f"`backend={backend!r}` runs the ensemble only (method 'RK45' "
+                             f"or 'RK23', strategy='ensemble'), but got "
+                             f"strategy={strategy!r} and method={method!r}")
+        run, row_cost = get_backend(backend, "ensemble")
         fields, nfev, status, failure = run_in_chunks(
-            lambda sub: ensemble_numba(sub, method, rtol, atol, opts), setup, budget,
-            row_cost(setup), opts["max_steps"], max)
+            lambda sub: run(sub, method, rtol, atol, opts), setup, budget, row_cost(setup),
+            opts["max_steps"], max)
     elif strategy == "ensemble":
         fields, nfev, status, failure = run_in_chunks(
             lambda sub: _ensemble(sub, method, rtol, atol, opts), setup, budget,

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from ..inputs.validation import check_choice
 
 #: Every backend's name, the core's own first.
-BACKENDS = ("numpy", "numba", "cupy")
+BACKENDS = ("numpy", "numba", "cupy", "cuda")
 #: The kinds of solve a backend may provide.
 KINDS = ("sweep", "sweep_adaptive", "ensemble")
 #: What each kind is, in messages.

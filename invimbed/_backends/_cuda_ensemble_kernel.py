@@ -1,0 +1,358 @@
+"""The CUDA kernel of the ensemble adjoint (``solve_adjoint(backend="cuda")``): one thread
+per row, generated per problem and method.
+
+`build_kernel` returns a ``numba.cuda.jit`` kernel whose thread ``j`` runs row
+``rows[j]`` (a depth ``p`` and an input ``x``) from start to end, as
+`invimbed._backends._ensemble_kernels._row` does on the CPU: the forward pass of
+``y = [z, int R]`` from ``p`` to ``q`` with its dense output, ``J = y_N + T(z(q))``,
+``lambda(q) = T_z``, and the backward pass of ``[lambda, mu]`` from ``q`` down to ``p``
+on that dense output (docs/theory.md, "The classical adjoint method"; the paper's eq. (11)).
+
+What it is made of
+------------------
+* The step arithmetic is `invimbed._backends._ensemble_parts`, the numba CPU kernels'
+  own functions, compiled for the device by `invimbed._backends._cuda_device.device`
+  (scipy's first-step rule, the step-size factors, the stage and step sums, the scaled
+  error and numpy's pairwise RMS, the stops and pieces of the control, the dense output).
+  `_integrate` below is the control flow of `_ensemble_kernels._integrate`, decision for
+  decision, with two differences a GPU needs: the dense output has a fixed capacity
+  (a row that fills it ends with `K_FULL`, and `invimbed._backends.ensemble_cuda` runs
+  it again with more), and the right-hand side is the generated `_rhs` below.
+* The derivatives are the symbolic provider's generated code, the ``point`` function of
+  each request (`invimbed._core.derivatives._codegen`) that ``backend="numba"`` calls
+  through ``sample``: here it writes into a thread-local buffer, and the tensor's entries
+  are read through the request's ``GATHER`` map, in the order the CPU kernel multiplies
+  them (`_ensemble_kernels._transposed_times`). So both backends do the same arithmetic.
+* Sizes (``N``, ``M``, ``n_w``), the tableau and the step-control constants are
+  compile-time constants of the kernel (its local arrays need them).
+
+numba-cuda is imported with this module: import it through
+`invimbed._backends._cuda_device.import_cuda` first, which names the extra if it is
+missing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import cuda, float64, int64
+
+from .._core.integrators.ensemble import MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
+from . import _ensemble_parts as parts
+from ._cuda_device import device, simulated
+from ._ensemble_kernels import K_DONE, K_MAX_STEPS, K_NONFINITE, K_UNDERFLOW
+
+#: The row code of a forward pass whose dense output filled its buffer (not a
+#: `RowCode`: the host runs such a row again with a larger buffer).
+K_FULL = 100
+
+#: The derivatives the kernel evaluates, as ``(which, dz, dth)``.
+KEYS = (("f", 0, 0), ("R", 0, 0), ("f", 1, 0), ("R", 1, 0), ("f", 0, 1), ("R", 0, 1),
+        ("T", 0, 0), ("T", 1, 0))
+
+
+def _nothing(t, z, th, out):  # pragma: no cover - compiled
+    """The ``point`` of a request whose entries are all zero."""
+    return
+
+
+def generated(provider: Any, key: tuple[str, int, int]) -> tuple[Any, np.ndarray, int]:
+    """``(point, gather, size)`` of the generated code of derivative ``key``: the device
+    function writing the request's distinct values, the map from the tensor's entries
+    (C order) to them, and the buffer size (one slot beyond them stays zero)."""
+    fn = provider.sample_function(*key)
+    glb = fn.py_func.__globals__
+    gather = np.ascontiguousarray(glb["GATHER"], dtype=np.int64)
+    point = glb.get("point")
+    size = int(gather.max()) + 2 if gather.size else 1
+    if point is None:
+        return device_noop(), gather, size
+    return (_compiled_on_cpu(point) if simulated() else device(point)), gather, size
+
+
+def _compiled_on_cpu(point: Any) -> Any:
+    """In the simulator: ``point`` as numba compiled it for the CPU. The simulator runs
+    device functions as Python, whose ``x ** 4`` is libm's ``pow`` where compiled code
+    (a GPU's too) multiplies; the compiled twin keeps the arithmetic of both."""
+    def call(t, z, th, out):
+        point(t, z, getattr(th, "_ary", th), out)     # the simulator's array: its numpy
+    return cuda.jit(device=True)(call)
+
+
+def device_noop() -> Any:
+    return cuda.jit(device=True)(_nothing)
+
+
+def build_kernel(provider: Any, N: int, M: int, nw: int, method: str) -> Any:
+    """The kernel of the module docstring for ``provider``'s generated code, and the
+    floats per step of its dense output."""
+    tab = TABLEAUX[method]
+    A, Bw, C, E, P = (np.ascontiguousarray(a, dtype=float) for a in
+                      (tab.A, tab.B, tab.C, tab.E, tab.P))
+    NS, KQ, ORDER = int(Bw.shape[0]), int(P.shape[1]), int(tab.error_order)
+    NS1 = NS + 1          # a constant: local arrays' shapes must be
+    STIFF = -1 if tab.stiff_stage is None else int(tab.stiff_stage)
+    S, SB = N + 1, N + nw
+    SMAX = max(S, SB)
+    MW = max(M, 1)
+    pts, gat, off = [], [], [0]
+    for key in KEYS:
+        pt, g, size = generated(provider, key)
+        pts.append(pt)
+        gat.append(g)
+        off.append(off[-1] + size)
+    f_pt, r_pt, fz_pt, rz_pt, fth_pt, rth_pt, t_pt, tz_pt = pts
+    GF, GR, GFZ, GRZ, GFTH, GRTH, GT, GTZ = gat
+    OF, OR, OFZ, ORZ, OFTH, ORTH, OT, OTZ, TOTAL = off
+    EXPONENT = -1.0 / (ORDER + 1)
+    WIDTH = 2 + S + S * KQ
+    dense_z = device(parts._dense_z)
+    finite = device(parts._finite)
+    fmin, fmax = device(parts._fmin), device(parts._fmax)
+    next_stop, piece_of = device(parts._next_stop), device(parts._piece)
+    rms, sum_squares = device(parts._rms), device(parts._sum_squares)
+    h0_rule, h1_rule = device(parts.initial_step_h0), device(parts.initial_step)
+    grow, shrink = device(parts.grow_factor), device(parts.shrink_factor)
+    stage, step = device(parts.stage_state), device(parts.weighted_step)
+    scaled, coef = device(parts.scaled_error), device(parts.dense_coefficient)
+
+    @cuda.jit(device=True)
+    def _rhs(mode, t, y, piece, out, values, dense, nd, ptr, zb, gacc, vals):
+        """`_ensemble_kernels._rhs` on the generated code: forward (``mode == 0``)
+        ``[f, R]``; backward ``[-(f_z^T lam + R_z), -((f_th^T lam + R_th) dtheta/dw)]``
+        at ``z(t)`` of the dense output."""
+        th = values[piece]
+        if mode == 0:
+            for i in range(N):
+                zb[i] = y[i]
+            f_pt(t, zb, th, vals[OF:OR])
+            for i in range(N):
+                out[i] = vals[OF + GF[i]]
+            r_pt(t, zb, th, vals[OR:OFZ])
+            out[N] = vals[OR + GR[0]]
+            return
+        dense_z(t, dense, nd, ptr, N, KQ, zb)
+        fz_pt(t, zb, th, vals[OFZ:ORZ])
+        for c in range(N):          # f_z^T lam, j in order
+            acc = 0.0
+            for j in range(N):
+                acc += vals[OFZ + GFZ[j * N + c]] * y[j]
+            out[c] = acc
+        rz_pt(t, zb, th, vals[ORZ:OFTH])
+        for i in range(N):
+            out[i] = -(out[i] + vals[ORZ + GRZ[i]])
+        if nw == 0:
+            return
+        fth_pt(t, zb, th, vals[OFTH:ORTH])
+        for c in range(M):          # f_theta^T lam
+            acc = 0.0
+            for j in range(N):
+                acc += vals[OFTH + GFTH[j * M + c]] * y[j]
+            gacc[c] = acc
+        for w in range(nw):
+            out[N + w] = 0.0
+        rth_pt(t, zb, th, vals[ORTH:OT])
+        for m in range(M):
+            out[N + piece * M + m] = -(gacc[m] + vals[ORTH + GRTH[m]])
+
+    @cuda.jit(device=True)
+    def _integrate(mode, t0, t1, y, K, f, y_new, ys, y_stiff, a, knots, values, stops,
+                   dense, nd, cap, ptr, zb, gacc, vals, rtol, atol, first_step, max_step,
+                   max_steps):
+        """`_ensemble_kernels._integrate` for one row (see the module docstring):
+        ``(status, t, nsteps, nfev, h_lambda, nd)``."""
+        S_ = y.shape[0]
+        ptr[0] = nd - 1 if nd > 0 else 0
+        direction = 1.0 if t1 > t0 else (-1.0 if t1 < t0 else 0.0)
+        t = t0
+        nsteps = 0
+        nfev = 0
+        h_lambda = 0.0
+        if direction == 0:
+            return K_DONE, t, nsteps, nfev, h_lambda, nd
+        stop = next_stop(t, t1, direction, stops)
+        piece = piece_of(knots, t, stop)
+        _rhs(mode, t, y, piece, f, values, dense, nd, ptr, zb, gacc, vals)
+        nfev += 1
+        if not finite(f):
+            return K_NONFINITE, t, nsteps, nfev, h_lambda, nd
+        span = abs(stop - t)
+        if first_step > 0:
+            h = fmin(first_step, span)
+        else:
+            d1, h0 = h0_rule(y, f, rtol, atol, span, a)
+            for i in range(S_):
+                ys[i] = y[i] + (h0 * direction) * f[i]
+            _rhs(mode, t + h0 * direction, ys, piece, K[1], values, dense, nd, ptr, zb,
+                 gacc, vals)
+            nfev += 1
+            h = h1_rule(y, f, K[1], rtol, atol, d1, h0, ORDER, span, a)
+        rejected = False
+        last_bad = False
+        while True:
+            stop = next_stop(t, t1, direction, stops)
+            piece = piece_of(knots, t, stop)
+            min_step = 10.0 * abs(math.nextafter(t, direction * math.inf) - t)
+            if rejected and h < min_step:
+                status = K_NONFINITE if last_bad else K_UNDERFLOW
+                return status, t, nsteps, nfev, h_lambda, nd
+            h_try = fmin(fmax(h, min_step), max_step)
+            dist = abs(stop - t)
+            hit = h_try >= dist
+            ha = dist if hit else h_try
+            t_new = stop if hit else t + direction * ha
+            hstep = t_new - t
+            for i in range(S_):
+                K[0, i] = f[i]
+            for s in range(1, NS):
+                stage(y, K, A, s, hstep, S_, ys)
+                _rhs(mode, t + C[s] * hstep, ys, piece, K[s], values, dense, nd, ptr, zb,
+                     gacc, vals)
+                nfev += 1
+                if s == STIFF:
+                    for i in range(S_):
+                        y_stiff[i] = ys[i]
+            step(y, K, Bw, NS, hstep, S_, y_new)
+            _rhs(mode, t_new, y_new, piece, K[NS], values, dense, nd, ptr, zb, gacc, vals)
+            nfev += 1
+            scaled(y, y_new, K, E, NS + 1, hstep, rtol, atol, S_, a)
+            norm = rms(a)
+            ok = math.isfinite(norm) and finite(K[NS]) and finite(y_new)
+            accept = ok and norm < 1.0
+            nsteps += 1
+            if accept:
+                factor = grow(norm, rejected, SAFETY, MAX_FACTOR, EXPONENT)
+            elif ok:
+                factor = shrink(norm, SAFETY, MIN_FACTOR, EXPONENT)
+            else:
+                factor = MIN_FACTOR
+            h = ha * factor
+            rejected = not accept
+            last_bad = not ok
+            if accept:
+                if mode == 0:     # dense output: t_old, h, y_old, Q = K^T P
+                    if nd == cap:
+                        return K_FULL, t, nsteps, nfev, h_lambda, nd
+                    dense[nd, 0] = t
+                    dense[nd, 1] = hstep
+                    for i in range(S_):
+                        dense[nd, 2 + i] = y[i]
+                        for c in range(KQ):
+                            dense[nd, 2 + S_ + i * KQ + c] = coef(K, P, NS + 1, i, c)
+                    nd += 1
+                if STIFF >= 0:   # Shampine: |h| |K_last - K_stiff| / |y_new - y_stiff|
+                    for i in range(S_):
+                        a[i] = K[NS, i] - K[STIFF, i]
+                        ys[i] = y_new[i] - y_stiff[i]
+                    num_ = math.sqrt(sum_squares(a))
+                    den_ = math.sqrt(sum_squares(ys))
+                    h_lambda = abs(hstep) * num_ / den_ if den_ > 0 else 0.0
+                t = t_new
+                for i in range(S_):
+                    y[i] = y_new[i]
+                    f[i] = K[NS, i]
+                if t_new == t1:
+                    return K_DONE, t, nsteps, nfev, h_lambda, nd
+                if hit:   # a stop: the next step starts from the next piece's derivative
+                    nxt = next_stop(t, t1, direction, stops)
+                    _rhs(mode, t, y, piece_of(knots, t, nxt), f, values, dense, nd, ptr, zb,
+                         gacc, vals)
+                    nfev += 1
+                    if not finite(f):
+                        return K_NONFINITE, t, nsteps, nfev, h_lambda, nd
+            if nsteps >= max_steps:
+                return K_MAX_STEPS, t, nsteps, nfev, h_lambda, nd
+
+    @cuda.jit
+    def kernel(rows, X, depths, q, knots, values, stops, num, max_steps, dense, out_z, out_v,
+               out_a, out_w, out_g, out_steps, out_nfev, out_status, out_t, out_hl):
+        """Thread ``j``: row ``r = rows[j] = i B + b`` (depth ``depths[i]``, input
+        ``X[b]``) into the outputs' entry ``r`` (written whole: NaN fields where the row
+        fails), with ``dense[:, :, j]`` as its dense output."""
+        j = cuda.grid(1)
+        if j >= rows.shape[0]:
+            return
+        r = rows[j]
+        B = X.shape[0]
+        p = depths[r // B]
+        for i in range(N):
+            out_z[r, i] = math.nan
+            out_a[r, i] = math.nan
+        for w in range(nw):
+            out_w[r, w] = math.nan
+        out_v[r] = math.nan
+        out_g[r] = math.nan
+        out_status[r, 1] = K_DONE
+        rtol, atol, first_step, max_step = num[0], num[1], num[2], num[3]
+        cap = dense.shape[0]
+        dn = dense[:, :, j]
+        ptr = cuda.local.array(1, int64)
+        zb = cuda.local.array(N, float64)
+        gacc = cuda.local.array(MW, float64)
+        vals = cuda.local.array(TOTAL, float64)
+        for i in range(TOTAL):
+            vals[i] = 0.0
+        K = cuda.local.array((NS1, SMAX), float64)
+        f = cuda.local.array(SMAX, float64)
+        y_new = cuda.local.array(SMAX, float64)
+        ys = cuda.local.array(SMAX, float64)
+        y_stiff = cuda.local.array(SMAX, float64)
+        a = cuda.local.array(SMAX, float64)
+        y = cuda.local.array(SMAX, float64)
+        for i in range(N):            # forward: y = [z, int R] from p to q
+            y[i] = X[r % B, i]
+        y[N] = 0.0
+        st, t_end, nst, nfe, hl, nd = _integrate(
+            0, p, q, y[:S], K[:, :S], f[:S], y_new[:S], ys[:S], y_stiff[:S], a[:S], knots,
+            values, stops, dn, 0, cap, ptr, zb, gacc, vals, rtol, atol, first_step,
+            max_step, max_steps)
+        out_status[r, 0] = st
+        out_steps[r] = nst
+        out_nfev[r] = nfe
+        out_t[r] = t_end
+        out_hl[r] = hl
+        if st != K_DONE:
+            return
+        zq = cuda.local.array(N, float64)
+        for i in range(N):
+            zq[i] = y[i]
+        th0 = values[0]
+        t_pt(0.0, zq, th0, vals[OT:OTZ])
+        value = y[N] + vals[OT + GT[0]]
+        tz_pt(0.0, zq, th0, vals[OTZ:TOTAL])
+        for i in range(SB):           # backward: [lambda, mu] from q down to p
+            y[i] = 0.0
+        for i in range(N):
+            y[i] = vals[OTZ + GTZ[i]]
+        st, t_end, nst, nfe, hl, nd = _integrate(
+            1, q, p, y[:SB], K[:, :SB], f[:SB], y_new[:SB], ys[:SB], y_stiff[:SB], a[:SB],
+            knots, values, stops, dn, nd, cap, ptr, zb, gacc, vals, rtol, atol, first_step,
+            max_step, max_steps)
+        out_status[r, 1] = st
+        out_steps[r] += nst
+        out_nfev[r] += nfe
+        out_t[r] = t_end
+        out_hl[r] = hl
+        if st != K_DONE:
+            return
+        for i in range(N):
+            out_z[r, i] = zq[i]
+            out_a[r, i] = y[i]
+        for w in range(nw):
+            out_w[r, w] = y[N + w]
+        out_v[r] = value
+        # dJ/dp = -(lambda . f + R) at (p, x), theta(p) from above (`depth_gradient`),
+        # summed in `sum_products`' order
+        th = values[piece_of(knots, p, p)]
+        for i in range(N):
+            zq[i] = X[r % B, i]
+        f_pt(p, zq, th, vals[OF:OR])
+        r_pt(p, zq, th, vals[OR:OFZ])
+        acc = y[0] * vals[OF + GF[0]]
+        for i in range(1, N):
+            acc = acc + y[i] * vals[OF + GF[i]]
+        out_g[r] = -(acc + vals[OR + GR[0]])
+
+    return kernel, WIDTH
