@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.inputs.arguments import Setup
+from .._core.setup.arguments import Setup
 from .._core.integrators.ensemble import DONE, TABLEAUX
 from .._core.reference.row_chunks import RowCost, output_bytes
 from .._core.results.failures import empty_fields
