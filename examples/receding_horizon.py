@@ -138,8 +138,9 @@ def main() -> None:
     print("\n     t        z1        z2    u(t_k)   V window  J window  check  solve wall [s]  "
           "solve CPU [s]  simulate [s]" + ("" if args.sweep else "  iterations"))
     for r in out["records"]:
+        J = f"{r['J']:8.5f}" if np.isfinite(r["J"]) else f"{'-':>8}"      # the sweep's only
         print(f"  {r['t']:4.2f}  {r['z'][0]:8.4f}  {r['z'][1]:8.4f}  {r['u']:8.4f}  "
-              f"{r['V']:8.5f}  {r['J']:8.5f}  {'ok' if r['ok'] else 'no':>5}  ".replace("nan", "  -")
+              f"{r['V']:8.5f}  {J}  {'ok' if r['ok'] else 'no':>5}  "
               f"{r['solve']:14.3f}  {r['cpu']:13.3f}  {r['sim']:12.3f}"
               + ("" if args.sweep else f"  {r['nit']:3d} {'warm' if r['warm'] else 'cold'}"))
     for what in ("solve", "cpu"):
