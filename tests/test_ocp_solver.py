@@ -176,3 +176,33 @@ def test_bad_arguments_are_named():
 def test_ipopt_option_refused_when_the_solver_is_built():
     with pytest.raises(ValueError, match="IPOPT refused the option 'no_such_option'"):
         vdp_solver(solver_options={"no_such_option": 1})
+
+
+@pytest.mark.parametrize("free", [False, True], ids=["fixed-horizon", "free-horizon"])
+def test_generated_variational_rhs_equals_the_six_call_path(free, monkeypatch):
+    """A sympy problem's intervals integrated with the one generated right-hand side
+    (`invimbed._control.ocp.variational`) give the end states, costs and sensitivities
+    of the generic path (six derivative calls and a matrix product), on a
+    time-dependent problem with running and terminal losses."""
+    import invimbed._control.ocp.shooting as shooting
+    from test_ocp import nonautonomous_problem
+    problem = nonautonomous_problem(q=1.0)
+    prov = problem.provider(2, 1)
+    assert shooting.variational_rhs(prov) is not None
+    tau = np.array([0.0, 0.3, 0.6, 1.0])
+    w = np.random.default_rng(3).normal(scale=0.5, size=3 * 3 + int(free))
+    if free:
+        w[-1] = 1.3
+
+    def solve():
+        sh = shooting.Shooting(prov, np.array([0.4, -0.2]), 1.0, tau, free_horizon=free,
+                               horizon=1.3, m=1, rtol=1e-9, atol=1e-11)
+        return sh.solve(w)
+
+    fused = solve()
+    monkeypatch.setattr(shooting, "variational_rhs", lambda provider: None)
+    generic = solve()
+    for name in ("F", "C", "Fs", "Fu", "Cs", "Cu", "FH", "CH"):
+        np.testing.assert_allclose(getattr(fused, name), getattr(generic, name),
+                                   rtol=1e-10, atol=1e-12, err_msg=name)
+    assert fused.nfev == generic.nfev

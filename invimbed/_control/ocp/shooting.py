@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._core.results.failures import row_failure_reason
+from .variational import variational_rhs
 
 #: What `solve_ocp` recommends for a stiff interval (its ensemble is explicit only).
 STIFF_REMEDY = ("split the interval (more `intervals`, or a finer `grid` there) or raise "
@@ -149,13 +150,15 @@ class Shooting:
         U = np.concatenate([a[1] for a in parts])             # (P K, m)
         t = np.stack([self.times(a[2]) for a in parts])       # (P, K + 1)
         f, f_z, f_u, R, R_z, R_u = self._evaluators()
-        i_c = n
         i_S = n + 1
         i_cS = i_S + n * nm
+        fused = variational_rhs(self.prov)
 
         def rhs(tt, y, rows, piece):
             z = y[:, :n]
             u = U[rows]
+            if fused is not None:                   # one generated call (sympy problems)
+                return fused(tt, y, u)
             Sk = y[:, i_S:i_cS].reshape(-1, n, nm)
             dS = np.matmul(f_z(tt, z, u), Sk)
             dS[:, :, n:] += f_u(tt, z, u)
