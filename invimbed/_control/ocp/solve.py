@@ -115,6 +115,11 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         For invalid arguments, naming the argument (an IPOPT option IPOPT refuses
         included).
 
+    See Also
+    --------
+    OCPSolver : the same transcription built once, re-solved from new initial states
+        with warm starts (model-predictive control).
+
     Examples
     --------
     >>> import numpy as np, invimbed
