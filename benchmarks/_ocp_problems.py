@@ -262,7 +262,7 @@ class CasadiOCP:
     def guess(self, x0) -> np.ndarray:
         """The start that invimbed takes by default: the straight line from ``x0`` to
         the target (``x0`` where free), controls 0 clipped into their bounds."""
-        spec, K, n, m = self.spec, self.K, self.spec.n, self.spec.m
+        spec, K = self.spec, self.K
         x0 = np.asarray(x0, dtype=float)
         end = x0 if spec.final_state is None else np.where(
             np.isnan(spec.final_state), x0, spec.final_state)
