@@ -45,6 +45,16 @@ def problem() -> invimbed.BolzaProblem:
                                running_loss=x1**2 + x2**2 + u**2)
 
 
+def apply(pb, z, control, dt: float, k: int):
+    """The plant: ``control`` applied from ``z`` for ``dt`` (simulated), and the time it
+    took."""
+    t0 = time.perf_counter()
+    sim = invimbed.simulate(pb, z, control, dt, rtol=1e-8, atol=1e-10, n_points=5)
+    if not sim.success:
+        raise RuntimeError(f"step {k}: {sim.message}")
+    return sim, time.perf_counter() - t0
+
+
 def receding_horizon(pb, x0, steps: int, dt: float, H: float, intervals: int = 20) -> dict:
     """The loop with `invimbed.OCPSolver`, built once; returns the per-step records and
     the total true cost."""
@@ -68,11 +78,7 @@ def receding_horizon(pb, x0, steps: int, dt: float, H: float, intervals: int = 2
         # the plan's first dt, moved to [-dt, 0] where simulate runs
         plan = invimbed.PiecewiseConstant(res.times[:shift + 1] + H - dt,
                                           res.controls[:shift])
-        t0 = time.perf_counter()
-        sim = invimbed.simulate(pb, z, plan, dt, rtol=1e-8, atol=1e-10, n_points=5)
-        sim_time = time.perf_counter() - t0
-        if not sim.success:
-            raise RuntimeError(f"step {k}: {sim.message}")
+        sim, sim_time = apply(pb, z, plan, dt, k)
         total += float(sim.running_cost)
         records.append(dict(t=k * dt, z=z.copy(), u=float(res.controls[0, 0]),
                             V=float(res.fun), J=np.nan, ok=bool(res.success), nit=res.nit,
@@ -101,11 +107,7 @@ def receding_horizon_sweep(pb, x0, steps: int, dt: float, H: float, order: int) 
             # simulate runs t in [-dt, 0]; the window's feedback runs from -H
             return policy(t + dt - H, zz)
 
-        t0 = time.perf_counter()
-        sim = invimbed.simulate(pb, z, feedback, dt, rtol=1e-8, atol=1e-10, n_points=5)
-        sim_time = time.perf_counter() - t0
-        if not sim.success:
-            raise RuntimeError(f"step {k}: {sim.message}")
+        sim, sim_time = apply(pb, z, feedback, dt, k)
         total += float(sim.running_cost)
         records.append(dict(t=k * dt, z=z.copy(), u=float(res.feedback[0, 0]),
                             V=float(res.value[0]), J=float(res.closed_loop_value[0]),

@@ -178,12 +178,11 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
 
     Examples
     --------
-    >>> import numpy as np, invimbed
-    >>> problem = invimbed.BolzaProblem(          # x' = u, J = int u^2/2 + x^2/2
-    ...     lambda t, z, u: u, lambda t, z, u: 0.5 * (u[:, 0]**2 + z[:, 0]**2),
-    ...     q=1.0, vectorized=True, autonomous=True)
-    >>> mpc = invimbed.OCPSolver(problem, [1.0], p=0.0, intervals=10, n_controls=1,
-    ...                          control_bounds=(-1, 1), solver="slsqp")
+    >>> import invimbed, sympy as sp
+    >>> t, x, u = sp.symbols("t x u")           # x' = x (1 - x) + u, J = int x^2 + u^2
+    >>> problem = invimbed.from_sympy(t, [x], [u], [x * (1 - x) + u], x**2 + u**2, q=1.0)
+    >>> mpc = invimbed.OCPSolver(problem, [1.0], p=0.0, intervals=10, control_bounds=(-1, 1),
+    ...                          solver="slsqp")
     >>> first = mpc.solve()                       # cold, from x = 1
     >>> second = mpc.solve([0.9])                 # from a new state, warm-started
     >>> bool(first.success and second.success), second.warm_start
