@@ -54,13 +54,17 @@ def _gallery_arguments(name: str, K: int, monkeypatch) -> tuple:
 
 
 @needs_ipopt
-@pytest.mark.parametrize("name", ["ocp_vanderpol", "ocp_min_time", "ocp_bryson_denham"])
+@pytest.mark.parametrize("name", [
+    "ocp_vanderpol", "ocp_min_time", "ocp_bryson_denham", "ocp_lq_tracking",
+    pytest.param("ocp_rayleigh", marks=pytest.mark.slow),
+    "ocp_hypersensitive"])
 def test_solver_object_equals_solve_ocp_on_the_gallery(name, monkeypatch):
     """Built once, the solver gives `solve_ocp`'s result (the same iterates: one code
     path); a second cold solve gives it again (IPOPT's problem reused, its warm-start
     options set back); a warm re-solve of the same window from its own optimum stays
     there in at most two iterations."""
-    problem, x, kw, ref = _gallery_arguments(name, 20, monkeypatch)
+    problem, x, kw, ref = _gallery_arguments(name, None if "hyper" in name else 20,
+                                             monkeypatch)
     assert ref.success, ref.message
     solver = invimbed.OCPSolver(problem, x, **kw)
     first = solver.solve()
@@ -70,7 +74,7 @@ def test_solver_object_equals_solve_ocp_on_the_gallery(name, monkeypatch):
     np.testing.assert_array_equal(again.x, ref.x)
     warm = solver.solve(shift=0)
     assert warm.success and warm.warm_start, warm.message
-    assert warm.nit <= 2 < ref.nit
+    assert warm.nit <= min(2, ref.nit)
     assert abs(warm.fun - ref.fun) <= 1e-7 * max(1.0, abs(ref.fun))
 
 
