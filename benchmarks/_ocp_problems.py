@@ -39,6 +39,7 @@ from typing import Any, Callable
 import numpy as np
 
 import invimbed
+from invimbed._control.ocp.solvers import WARM_START
 
 
 @dataclass
@@ -253,7 +254,7 @@ class CasadiOCP:
         opts.update(ipopt_options or {})
         nlp = {"x": w, "p": x0, "f": J, "g": ca.vertcat(*g)}
         self.cold = ca.nlpsol("cold", "ipopt", nlp, {"print_time": False, "ipopt": opts})
-        warm = {**opts, "warm_start_init_point": "yes", **WARM_OPTIONS}
+        warm = {**opts, **WARM_START}            # invimbed's warm-start options
         self._warm = lambda: ca.nlpsol("warm", "ipopt", nlp, {"print_time": False,
                                                                "ipopt": warm})
         self.warm = None
@@ -297,14 +298,6 @@ class CasadiOCP:
                 "lam_x": np.asarray(out["lam_x"]).ravel(),
                 "lam_g": np.asarray(out["lam_g"]).ravel(), "iter": int(stats["iter_count"]),
                 "success": bool(stats["success"]), "status": stats["return_status"]}
-
-
-#: IPOPT's options for a warm start, the same on both sides: the given point and
-#: multipliers pushed off their bounds by no more than 1e-9 (IPOPT's defaults, 1e-3,
-#: move them away from where they were).
-WARM_OPTIONS = {"warm_start_bound_push": 1e-9, "warm_start_bound_frac": 1e-9,
-                "warm_start_slack_bound_push": 1e-9, "warm_start_slack_bound_frac": 1e-9,
-                "warm_start_mult_bound_push": 1e-9, "mu_init": 1e-6}
 
 
 def shift_variables(v: np.ndarray, K: int, block: int, shift: int) -> np.ndarray:
