@@ -179,6 +179,13 @@ class Shooting:
         return [self._unpack_rows(out, j, S[j], U[j * K:(j + 1) * K], t[j])
                 for j in range(P)]
 
+    def generate(self) -> None:
+        """Generate the code that `solve_points` runs (the provider's derivative code, and
+        for a sympy problem the one right-hand side of `variational_rhs`) now, once,
+        rather than at the first solve."""
+        self._evaluators()
+        variational_rhs(self.prov)
+
     def _evaluators(self) -> tuple:
         """``f, f_z, f_theta, R, R_z, R_theta`` of the provider, for the ensemble's loop."""
         if self._evals is None:

@@ -288,6 +288,7 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
             blocks.append(Path(sh, None, path_points, "state_bounds", nodes=False, lo=x_lo,
                                hi=x_hi))
         nlp = ShootingNLP(sh, blocks, lb, ub)
+        sh.generate()
         self.nlp = nlp
         self.tol, self.constraint_tol = tol, constraint_tol
         self.trajectory_points = trajectory_points
