@@ -272,16 +272,16 @@ class Shooting:
         return np.concatenate(rows), np.concatenate(cols)
 
     def defect_jacobian(self, sol: IntervalSolve) -> np.ndarray:
-        """The values of the defects' Jacobian in the order of `defect_structure`."""
-        vals = []
-        for k in range(self.K):
-            vals.append(np.ones(self.n))
-            vals.append(-sol.Fu[k].ravel())
-            if k:
-                vals.append(-sol.Fs[k].ravel())
-            if self.free_horizon:
-                vals.append(-sol.FH[k])
-        return np.concatenate(vals)
+        """The values of the defects' Jacobian in the order of `defect_structure`: per
+        interval ``I``, ``-Fu``, ``-Fs`` (not for interval 0: ``s_0`` is fixed), ``-FH``."""
+        n, m, K = self.n, self.m, self.K
+        parts = [np.ones((K, n)), -sol.Fu.reshape(K, n * m), -sol.Fs.reshape(K, n * n)]
+        if self.free_horizon:
+            parts.append(-sol.FH)
+        vals = np.concatenate(parts, axis=1)
+        keep = np.ones(vals.shape, dtype=bool)
+        keep[0, n + n * m:n + n * m + n * n] = False
+        return vals[keep]
 
     # -- inside the intervals --------------------------------------------------------
     def interior(self, w: np.ndarray, sol: IntervalSolve, fractions: np.ndarray
