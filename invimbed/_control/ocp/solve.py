@@ -1,10 +1,12 @@
-"""`solve_ocp`: optimal control by multiple shooting on the exact ensemble.
+"""`solve_ocp` and `OCPSolver`: optimal control by multiple shooting on the exact ensemble.
 
 The transcription is `invimbed._control.ocp.shooting` (every shooting interval one row of one
 ensemble solve, exact sensitivities), the constraints `invimbed._control.ocp.constraints`,
 the NLP and our optimality check `invimbed._control.ocp.nlp`, the solvers
-`invimbed._control.ocp.solvers`. This module checks the arguments, builds the NLP, runs it
-and packs the result (docs/optimization.md, "Optimal control problems").
+`invimbed._control.ocp.solvers`, the starts `invimbed._control.ocp.guess`. `OCPSolver`
+checks the arguments and builds the NLP and its solver once; its `solve` runs it from an
+initial state (warm-started from the last solution) and packs the result; `solve_ocp` is
+one `OCPSolver` solved once (docs/optimization.md, "Optimal control problems").
 """
 
 from __future__ import annotations
@@ -323,12 +325,12 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
             As `solve_ocp` returns it, with ``warm_start`` (whether this solve was
             warm-started).
         """
-        if x is not None:
-            self.nlp.set_initial_state(_state(x, self.sh.n))
         if not isinstance(warm_start, (bool, np.bool_)):
             raise TypeError(f"`warm_start` must be True or False, but got "
                             f"{describe(warm_start)}")
         shift = as_int(shift, "shift", minimum=0)
+        if x is not None:
+            self.nlp.set_initial_state(_state(x, self.sh.n))
         nlp, sh = self.nlp, self.sh
         warm = None
         if initial_guess is None and warm_start and self._last is not None:
