@@ -20,8 +20,27 @@ graph is built before), that of invimbed the example's whole ``solve`` call: bui
 the problem with `from_sympy`, generating its derivative code (every call builds a new
 problem) and ``solve_ocp``; one untimed call before warms the imports.
 
+Then the problems of ``benchmarks/_ocp_problems.py``, each solved by both tools in one
+run, in alternation, best of ``--repeats`` (both sides on a problem built before the
+clock starts: invimbed's `from_sympy` problem with its code generated, CasADi's
+``nlpsol`` with its expression graph):
+
+- the Goddard rocket (COPS; free final time; published ``h(tf) = 1.0128``), 100
+  intervals; the cart-pole swing-up, 40 intervals (target: time ratio <= 2); the
+  obstacle avoidance, feasible and infeasible (the target inside the obstacle), 40
+  intervals: objective (or the infeasibility verdict), IPOPT iterations, times, ratio;
+- the MPC loop (``--only mpc``): Van der Pol, 20 intervals a window of ``H = 1``,
+  re-solved every ``dt = 0.25`` (5 intervals) from ``z(0) = (1, 0)``, 20 re-solves, the
+  plant simulated by scipy (the same for both sides, not timed).
+  `invimbed.OCPSolver` built once and CasADi's ``nlpsol`` built once, both warm-started
+  from the last solution moved 5 intervals on with its multipliers (IPOPT's
+  ``warm_start_init_point``, the same warm-start options on both sides:
+  ``invimbed._control.ocp.solvers.WARM_START``). Printed: the median time per re-solve
+  (the best of the ``--repeats`` loops), the warm iterations, the loop's true cost
+  (target: median ratio <= 2).
+
 Run:  python benchmarks/bench_ocp.py [--quick] [--repeats R] [--casadi collocation]
-      [--hessian finite-differences] [--only NAME]
+      [--hessian finite-differences] [--only NAME] [--skip-gallery]
 """
 
 from __future__ import annotations
@@ -34,6 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
+import _ocp_problems as problems
 from _machine import machine_info
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -156,6 +176,127 @@ def run_invimbed(ex, K, repeats, hessian):
     return res, best
 
 
+# -- the problems of _ocp_problems: both sides in one run ---------------------------------
+def _best_alternating(fns: list, repeats: int) -> tuple[list, list[float], list[float]]:
+    """Each of ``fns`` called in turn ``repeats`` times: the last outputs, the best wall
+    times and the best CPU times (this process's, which other jobs on a loaded machine
+    lengthen less)."""
+    best, cpu, outs = [np.inf] * len(fns), [np.inf] * len(fns), [None] * len(fns)
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            t0, c0 = time.perf_counter(), time.process_time()
+            outs[i] = fn()
+            best[i] = min(best[i], time.perf_counter() - t0)
+            cpu[i] = min(cpu[i], time.process_time() - c0)
+    return outs, best, cpu
+
+
+def bench_problem(spec, repeats: int, hessian: str | None) -> tuple[str, float]:
+    """One problem of `_ocp_problems`, both sides; returns (line, time ratio)."""
+    import invimbed
+    pb = problems.invimbed_problem(spec)
+    kw = problems.invimbed_options(spec)
+    if hessian is not None:
+        kw["hessian"] = hessian
+    cas = problems.CasadiOCP(spec)
+    invimbed.solve_ocp(pb, spec.x0, **kw)              # code generation, imports
+    cas.solve(spec.x0)
+    (c, r), (tc, ti), (cc, ci) = _best_alternating(
+        [lambda: cas.solve(spec.x0), lambda: invimbed.solve_ocp(pb, spec.x0, **kw)], repeats)
+    if spec.name == "goddard":
+        note = f"tf {r.horizon:.5f}; published J {spec.published}"
+    elif spec.name.endswith("infeasible"):
+        note = f"casadi: {c['status']}; invimbed: status {r.status}, {r.solver_message}"
+    else:
+        note = "" if r.success else f"NOT SUCCESS: {r.message[:60]}"
+    Jr = f"{r.fun:>12.7f}" if np.isfinite(r.fun) else f"{'nan':>12}"
+    line = (f"{spec.name:<20} {spec.intervals:>4} {c['f']:>12.7f} {Jr} "
+            f"{abs(r.fun - c['f']) / abs(c['f']):>9.1e} {tc:>8.3f}s {ti:>9.3f}s "
+            f"{ti / tc:>6.1f} {c['iter']:>3}/{r.nit:<4}  CPU {cc:.3f}/{ci:.3f} s "
+            f"(ratio {ci / cc:.1f}); {note}")
+    return line, ti / tc
+
+
+def mpc_loops(spec, hessian: str | None) -> tuple:
+    """The two MPC loops of ``spec`` (`_ocp_problems.VDP_MPC`): each a callable that
+    runs the whole loop and returns (per-step solve times, iterations, true cost)."""
+    import invimbed
+    K, shift, steps = spec.intervals, spec.notes["shift"], spec.notes["steps"]
+    h = spec.horizon / K
+    pb = problems.invimbed_problem(spec)
+    kw = problems.invimbed_options(spec)
+    if hessian is not None:
+        kw["hessian"] = hessian
+    mpc = invimbed.OCPSolver(pb, spec.x0, **kw)
+    cas = problems.CasadiOCP(spec)
+    cas.solve(spec.x0, cas.solve(spec.x0), shift)      # builds the warm solver
+
+    def loop(solve):
+        z, total, last = np.asarray(spec.x0, dtype=float), 0.0, None
+        times, cpu, its = [], [], []
+        for _ in range(steps):
+            t0, c0 = time.perf_counter(), time.process_time()
+            U, nit, last = solve(z, last)
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+            its.append(nit)
+            z, cost = problems.simulate(spec, z, U, h, shift)
+            total += cost
+        return np.array(times), its, total, np.array(cpu)
+
+    def ours(z, last):
+        res = mpc.solve(z, shift=shift, warm_start=last is not None)
+        if not res.success:
+            raise RuntimeError(f"OCPSolver: {res.message}")
+        return res.controls, res.nit, True
+
+    def theirs(z, last):
+        out = cas.solve(z, last, shift)
+        if not out["success"]:
+            raise RuntimeError(f"casadi: {out['status']}")
+        return out["x"][:K * (spec.n + spec.m)].reshape(K, -1)[:, :spec.m], out["iter"], out
+
+    return (lambda: loop(theirs)), (lambda: loop(ours))
+
+
+def bench_mpc(spec, repeats: int, hessian: str | None) -> float:
+    cas_loop, our_loop = mpc_loops(spec, hessian)
+    best = [None, None]
+    for _ in range(repeats):
+        for i, fn in enumerate((cas_loop, our_loop)):
+            out = fn()
+            if best[i] is None or np.median(out[0]) < np.median(best[i][0]):
+                best[i] = out
+    (tc, itc, Jc, cc), (ti, iti, Ji, ci) = best
+    ratio = np.median(ti) / np.median(tc)
+    print(f"\nMPC loop, Van der Pol, {spec.intervals} intervals a window of H = "
+          f"{spec.horizon}, re-solved every {spec.notes['dt']} ({spec.notes['shift']} "
+          f"intervals), {spec.notes['steps']} re-solves, warm-started; best of {repeats} loops")
+    for name, t, it, J, c in (("casadi", tc, itc, Jc, cc), ("invimbed", ti, iti, Ji, ci)):
+        print(f"  {name:<9} median {1e3 * np.median(t):8.2f} ms per re-solve (CPU "
+              f"{1e3 * np.median(c):.2f} ms; first, cold: {1e3 * t[0]:.1f} ms; max "
+              f"{1e3 * t.max():.1f} ms); iterations {it}; loop's true cost {J:.6f}")
+    print(f"  ratio of the medians (invimbed / casadi): {ratio:.2f} (target <= 2); of the "
+          f"CPU medians: {np.median(ci) / np.median(cc):.2f}")
+    return ratio
+
+
+def bench_problems(args) -> list:
+    print(f"\n{'problem':<20} {'K':>4} {'J casadi':>12} {'J invimbed':>12} {'rel diff':>9} "
+          f"{'t casadi':>9} {'t invimbed':>10} {'ratio':>6} {'it c/i':>8}  note")
+    rows = []
+    for name, spec in problems.PROBLEMS.items():
+        if args.only and args.only not in name:
+            continue
+        if name == "vdp-mpc":
+            rows.append(("MPC loop", bench_mpc(spec, args.repeats, args.hessian)))
+            continue
+        line, ratio = bench_problem(spec, args.repeats, args.hessian)
+        print(line, flush=True)
+        rows.append((name, ratio))
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="K = 20 for every problem")
@@ -164,6 +305,7 @@ def main() -> int:
     ap.add_argument("--hessian", choices=("limited-memory", "finite-differences"),
                     default=None, help="default: each example's own choice")
     ap.add_argument("--only", default=None, help="run the problems whose name contains this")
+    ap.add_argument("--skip-gallery", action="store_true", help="the new problems only")
     args = ap.parse_args()
     print(machine_info("casadi", "cyipopt", "sympy"))
     print(f"\ncasadi scheme: {args.casadi}; invimbed hessian: {args.hessian}; "
@@ -173,7 +315,7 @@ def main() -> int:
             f"{'t casadi':>9} {'t invimbed':>10} {'ratio':>6} {'it c/i':>8}  note")
     print(head)
     for title, name, K in GALLERY:
-        if args.only and args.only not in name:
+        if args.skip_gallery or (args.only and args.only not in name):
             continue
         K = 20 if args.quick and K else K
         ex = load(name)
@@ -191,10 +333,15 @@ def main() -> int:
                 f"{ti:>9.2f}s {ti / tc:>6.1f} {itc:>3}/{res.nit:<4}  {note}")
         print(line, flush=True)
         rows.append((title, rel, ti / tc))
+    more = bench_problems(args)
     print("\ntargets: rel diff <= 1e-4, ratio <= 3 (invimbed / casadi wall time)")
     for title, rel, ratio in rows:
         print(f"  {title:<14} objective {'ok' if rel <= 1e-4 else 'MISSED'}, "
               f"time {'ok' if ratio <= 3 else 'MISSED'}")
+    for title, ratio in more:
+        if title in ("cart-pole", "MPC loop"):
+            print(f"  {title:<14} time ratio {ratio:.2f}: {'ok' if ratio <= 2 else 'MISSED'} "
+                  f"(target <= 2)")
     return 0
 
 

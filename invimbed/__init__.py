@@ -35,6 +35,7 @@ from ._control.depth import DepthResult as DepthResult
 from ._control.depth import optimal_depth as optimal_depth
 from ._control.optimize import optimize_control as optimize_control
 from ._control.ocp.solve import OCP_STATUS as OCP_STATUS
+from ._control.ocp.solve import OCPSolver as OCPSolver
 from ._control.ocp.solve import solve_ocp as solve_ocp
 from ._core.problem.bolza import BolzaProblem as BolzaProblem
 from ._core.results.results import STATUS as STATUS
@@ -58,6 +59,7 @@ __all__ = [
     "FiniteDifferences",
     "ImbeddingResult",
     "MLPDynamics",
+    "OCPSolver",
     "OCP_STATUS",
     "OpenLoopControl",
     "OptimalityError",

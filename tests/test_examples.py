@@ -21,7 +21,10 @@ def test_examples_exist():
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_runs(script, tmp_path):
-    env = {**os.environ, "MPLBACKEND": "Agg"}
+    # the scripts import this tree's invimbed, not another installed copy
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": path}
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 0, f"{script.name} failed:\n{proc.stdout}\n{proc.stderr}"

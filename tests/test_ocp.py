@@ -588,13 +588,14 @@ def test_no_message_recommends_an_option_its_function_rejects():
     cases = {
         invimbed.solve_ocp: (ocp_call, ["ocp.solve", "ocp.nlp", "ocp.solvers",
                                         "ocp.constraints", "ocp.hessian", "ocp.shooting",
-                                        "ocp.collocation", "ocp.collocation_hessian"],
+                                        "ocp.collocation", "ocp.collocation_hessian",
+                                        "ocp.guess"],
                              [str(stiff_res.value)] + [failures.row_failure_reason(
                                  code, 10, h, shooting.STIFF_REMEDY)
                                  for code in (failures.MAX_STEPS, failures.NONFINITE,
                                               failures.UNDERFLOW) for h in (0.0, 10.0)]),
-        invimbed.solve_optimal: (optimal_call, ["optimal", "feedback", "closed_loop", "policy",
-                                                "riccati", "simulate"],
+        invimbed.solve_optimal: (optimal_call, ["optimal", "feedback", "closed_loop",
+                                                "policy", "riccati", "simulate"],
                                  [not_converged.message] + [failures.row_failure_reason(
                                      failures.MAX_STEPS, 10, 10.0)]),
     }

@@ -192,6 +192,17 @@ def test_solve_ocp_is_within_its_grid_of_the_riccati_optimum():
     assert riccati(-1.0) * (1 - 1e-8) <= res.fun <= riccati(-1.0) * 1.02
 
 
+@uses("OCPSolver")
+def test_ocp_solver_built_once_solves_again_from_a_new_state():
+    solver = invimbed.OCPSolver(LQ, [X], p=-1.0, intervals=20, n_controls=1)
+    first = solver.solve()
+    np.testing.assert_allclose(first.fun, invimbed.solve_ocp(LQ, [X], p=-1.0, intervals=20,
+                                                             n_controls=1).fun, rtol=1e-8)
+    again = solver.solve([0.5 * X])              # warm: the LQ cost scales with x^2
+    assert again.success
+    np.testing.assert_allclose(again.fun, 0.25 * first.fun, rtol=1e-5)
+
+
 @uses("endpoint_loss", "fit_endpoint_dynamics", "MLPDynamics")
 def test_endpoint_fit_lowers_the_loss_and_its_gradient_is_exact():
     model = invimbed.MLPDynamics(1, hidden=3, linear=True)

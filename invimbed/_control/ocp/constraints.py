@@ -42,6 +42,12 @@ class Block:
     def size(self) -> int:
         return int(self.lower.size)
 
+    def shifted_rows(self, shift: int) -> np.ndarray:
+        """For each row, the row whose multiplier it takes when the solution moves
+        ``shift`` intervals on (`invimbed.OCPSolver`): itself, unless the block is per
+        interval."""
+        return np.arange(self.size)
+
 
 class Defects(Block):
     """The continuity defects ``s_(k+1) - F_k = 0`` (the equations of the transcription:
@@ -57,6 +63,9 @@ class Defects(Block):
 
     def evaluate(self, w, sol):
         return self.sh.defects(w, sol), self.sh.defect_jacobian(sol)
+
+    def shifted_rows(self, shift: int) -> np.ndarray:
+        return shift_index(self.sh.K, self.sh.n, shift)
 
 
 class FinalState(Block):
@@ -195,6 +204,12 @@ class Path(Block):
             cols.append(np.tile(v, self.k))
         self.rows, self.cols = np.concatenate(rows), np.concatenate(cols)
 
+    def shifted_rows(self, shift: int) -> np.ndarray:
+        K = self.sh.K
+        at = {where: i for i, where in enumerate(self.where)}
+        src = np.array([at[(min(k + shift, K - 1), a)] for k, a in self.where], dtype=int)
+        return (src[:, None] * self.k + np.arange(self.k)[None, :]).ravel()
+
     def evaluate(self, w, sol):
         sh, k_g = self.sh, self.k
         S, U, H = sh.unpack(w)
@@ -235,6 +250,15 @@ class Path(Block):
             vals.append(c)
             jac.append(np.concatenate(parts, axis=1).ravel())
         return np.concatenate(vals), np.concatenate(jac)
+
+
+def shift_index(K: int, block: int, shift: int, tail: int = 0) -> np.ndarray:
+    """For each entry of ``K`` blocks of ``block`` entries (and ``tail`` entries after
+    them), the entry it takes when moved ``shift`` blocks on: block ``k`` takes block
+    ``min(k + shift, K - 1)`` (the last one repeated), the tail stays."""
+    src = np.minimum(np.arange(K) + shift, K - 1)
+    idx = (src[:, None] * block + np.arange(block)[None, :]).ravel()
+    return np.concatenate([idx, K * block + np.arange(tail)])
 
 
 def as_pair(value: Any, size: int, name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -49,6 +49,18 @@ class ShootingNLP:
     def n(self) -> int:
         return self.sh.n_vars
 
+    def set_initial_state(self, x: np.ndarray) -> None:
+        """Solve from ``s_0 = x`` from now on (the cached solve forgotten)."""
+        self.sh.x = np.array(x, dtype=float)
+        self._key = self._sol = self._cons = None
+
+    def shifted_rows(self, shift: int) -> np.ndarray:
+        """For each constraint, the one whose multiplier it takes when the solution
+        moves ``shift`` intervals on (`Block.shifted_rows`)."""
+        offsets = np.cumsum([0] + [b.size for b in self.blocks])
+        return np.concatenate([b.shifted_rows(shift) + o
+                               for b, o in zip(self.blocks, offsets)])
+
     @property
     def m(self) -> int:
         return int(self.cl.size)

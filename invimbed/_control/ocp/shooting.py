@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._core.results.failures import row_failure_reason
+from .variational import variational_rhs
 
 from ..._core.integrators.ensemble import DONE, TABLEAUX, DenseRows, integrate_rows
 
@@ -155,13 +156,15 @@ class Shooting:
         U = np.concatenate([a[1] for a in parts])             # (P K, m)
         t = np.stack([self.times(a[2]) for a in parts])       # (P, K + 1)
         f, f_z, f_u, R, R_z, R_u = self._evaluators()
-        i_c = n
         i_S = n + 1
         i_cS = i_S + n * nm
+        fused = variational_rhs(self.prov)
 
         def rhs(tt, y, rows, piece):
             z = y[:, :n]
             u = U[rows]
+            if fused is not None:                   # one generated call (sympy problems)
+                return fused(tt, y, u)
             Sk = y[:, i_S:i_cS].reshape(-1, n, nm)
             dS = np.matmul(f_z(tt, z, u), Sk)
             dS[:, :, n:] += f_u(tt, z, u)
@@ -181,6 +184,13 @@ class Shooting:
                              max_step=self.max_step, record=record)
         return [self._unpack_rows(out, j, S[j], U[j * K:(j + 1) * K], t[j])
                 for j in range(P)]
+
+    def generate(self) -> None:
+        """Generate the code that `solve_points` runs (the provider's derivative code, and
+        for a sympy problem the one right-hand side of `variational_rhs`) now, once,
+        rather than at the first solve."""
+        self._evaluators()
+        variational_rhs(self.prov)
 
     def _evaluators(self) -> tuple:
         """``f, f_z, f_theta, R, R_z, R_theta`` of the provider, for the ensemble's loop."""
@@ -268,16 +278,16 @@ class Shooting:
         return np.concatenate(rows), np.concatenate(cols)
 
     def defect_jacobian(self, sol: IntervalSolve) -> np.ndarray:
-        """The values of the defects' Jacobian in the order of `defect_structure`."""
-        vals = []
-        for k in range(self.K):
-            vals.append(np.ones(self.n))
-            vals.append(-sol.Fu[k].ravel())
-            if k:
-                vals.append(-sol.Fs[k].ravel())
-            if self.free_horizon:
-                vals.append(-sol.FH[k])
-        return np.concatenate(vals)
+        """The values of the defects' Jacobian in the order of `defect_structure`: per
+        interval ``I``, ``-Fu``, ``-Fs`` (not for interval 0: ``s_0`` is fixed), ``-FH``."""
+        n, m, K = self.n, self.m, self.K
+        parts = [np.ones((K, n)), -sol.Fu.reshape(K, n * m), -sol.Fs.reshape(K, n * n)]
+        if self.free_horizon:
+            parts.append(-sol.FH)
+        vals = np.concatenate(parts, axis=1)
+        keep = np.ones(vals.shape, dtype=bool)
+        keep[0, n + n * m:n + n * m + n * n] = False
+        return vals[keep]
 
     # -- inside the intervals --------------------------------------------------------
     def interior(self, w: np.ndarray, sol: IntervalSolve, fractions: np.ndarray

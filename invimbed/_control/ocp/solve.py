@@ -1,10 +1,12 @@
-"""`solve_ocp`: optimal control by multiple shooting on the exact ensemble.
+"""`solve_ocp` and `OCPSolver`: optimal control by multiple shooting on the exact ensemble.
 
 The transcription is `invimbed._control.ocp.shooting` (every shooting interval one row of one
 ensemble solve, exact sensitivities), the constraints `invimbed._control.ocp.constraints`,
 the NLP and our optimality check `invimbed._control.ocp.nlp`, the solvers
-`invimbed._control.ocp.solvers`. This module checks the arguments, builds the NLP, runs it
-and packs the result (docs/optimization.md, "Optimal control problems").
+`invimbed._control.ocp.solvers`, the starts `invimbed._control.ocp.guess`. `OCPSolver`
+checks the arguments and builds the NLP and its solver once; its `solve` runs it from an
+initial state (warm-started from the last solution) and packs the result; `solve_ocp` is
+one `OCPSolver` solved once (docs/optimization.md, "Optimal control problems").
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from ..._core.inputs.validation import (as_float_array, as_int, as_positive_int,
                                         check_callable, check_choice, describe)
 from .constraints import Defects, FinalState, Path, Terminal, as_pair, bounds_size
 from .nlp import ShootingNLP, kkt_check
-from .solvers import HESSIANS, SOLVERS, have_ipopt, run_solver
+from .guess import _get, _initial_guess, moved
+from .solvers import HESSIANS, SOLVERS, have_ipopt, make_runner
 from ..options import SolverFailure
 from .shooting import Shooting
 from .collocation import TRANSCRIPTIONS, Collocation, check_collocation
@@ -124,6 +127,11 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         For invalid arguments, naming the argument (an IPOPT option IPOPT refuses
         included).
 
+    See Also
+    --------
+    OCPSolver : the same transcription built once, re-solved from new initial states
+        with warm starts (model-predictive control).
+
     Examples
     --------
     >>> import numpy as np, invimbed
@@ -135,122 +143,252 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     >>> bool(res.success), res.controls.shape
     (True, (10, 1))
     """
-    if not isinstance(problem, BolzaProblem):
-        raise TypeError(f"`problem` must be an invimbed.BolzaProblem, but got {describe(problem)}")
-    x0 = as_float_array(x, "x")
-    if x0.ndim != 1 or x0.size == 0:
-        raise ValueError(f"`x` must be one initial state, shape (N,), but got shape {x0.shape}")
-    if not np.all(np.isfinite(x0)):
-        raise ValueError("`x` must be finite")
-    N, q = x0.size, problem.q
-    tau, p0 = _grid(grid, p, intervals, q)
-    K = tau.size - 1
-    M = _control_size(problem, n_controls, control_bounds, initial_guess)
-    problem.check_sizes(N, M)
-    check_choice(solver, "solver", SOLVERS)
-    check_choice(transcription, "transcription", TRANSCRIPTIONS)
-    if hessian is None:
-        hessian = ("exact" if transcription == "collocation" and not (
-            terminal_equality or terminal_inequality or path_constraints) else
-            "limited-memory")
-    check_choice(hessian, "hessian", HESSIANS)
-    check_choice(method, "method", ENSEMBLE_METHODS)
-    tol = as_real(tol, "tol", positive=True)
-    constraint_tol = as_real(constraint_tol, "constraint_tol", positive=True)
-    rtol = as_real(rtol, "rtol", positive=True)
-    atol = as_real(atol, "atol", positive=True)
-    max_iter = as_positive_int(max_iter, "max_iter")
-    max_steps = as_positive_int(max_steps, "max_steps")
-    trajectory_points = as_int(trajectory_points, "trajectory_points", minimum=2)
-    path_points = as_int(path_points, "path_points", minimum=0)
-    check_callable(path_constraints, "path_constraints", allow_none=True)
-    check_callable(terminal_equality, "terminal_equality", allow_none=True)
-    check_callable(terminal_inequality, "terminal_inequality", allow_none=True)
-    check_callable(callback, "callback", allow_none=True)
-    if not isinstance(free_horizon, (bool, np.bool_)):
-        raise TypeError(f"`free_horizon` must be True or False, but got {describe(free_horizon)}")
-    if horizon_bounds is not None and not free_horizon:
-        raise ValueError("`horizon_bounds` is given but `free_horizon` is False: the horizon "
-                         "is fixed; pass free_horizon=True to optimise it")
-    if solver_options is not None and not isinstance(solver_options, dict):
-        raise TypeError(f"`solver_options` must be a dict, but got {describe(solver_options)}")
-    if solver == "ipopt" and not have_ipopt():
-        raise ValueError("solver='ipopt' needs cyipopt: pip install \"invimbed[ipopt]\" "
-                         "(the cyipopt-wheels wheel, IPOPT bundled), or cyipopt built against "
-                         "a system IPOPT; or use solver='slsqp' or 'trust-constr'")
-    name = ("ipopt" if have_ipopt() else "slsqp") if solver == "auto" else solver
+    return OCPSolver(problem, x, p=p, intervals=intervals, grid=grid, n_controls=n_controls,
+                     control_bounds=control_bounds, state_bounds=state_bounds,
+                     path_constraints=path_constraints, path_points=path_points,
+                     final_state=final_state, terminal_equality=terminal_equality,
+                     terminal_inequality=terminal_inequality, free_horizon=free_horizon,
+                     horizon_bounds=horizon_bounds, initial_guess=initial_guess,
+                     solver=solver, hessian=hessian, tol=tol, constraint_tol=constraint_tol,
+                     max_iter=max_iter, solver_options=solver_options, callback=callback,
+                     rtol=rtol, atol=atol, method=method, max_steps=max_steps,
+                     trajectory_points=trajectory_points, transcription=transcription,
+                     collocation_degree=collocation_degree).solve()
 
-    H0 = q - p0
-    u_lo, u_hi = (as_pair(control_bounds, M, "control_bounds") if control_bounds is not None
-                  else (np.full(M, -np.inf), np.full(M, np.inf)))
-    x_lo, x_hi = (as_pair(state_bounds, N, "state_bounds") if state_bounds is not None
-                  else (np.full(N, -np.inf), np.full(N, np.inf)))
-    target = None
-    if final_state is not None:
-        target = as_float_array(final_state, "final_state")
-        if target.shape != (N,):
-            raise ValueError(f"`final_state` must have shape ({N},) (NaN for a free entry), "
-                             f"but got shape {target.shape}")
-        if np.all(np.isnan(target)):
-            raise ValueError("`final_state` has no entry that is not NaN")
-    if transcription == "collocation":
-        check_collocation(hessian, path_points)
-        sh = Collocation(problem.provider(N, M), x0, q, tau, horizon=H0, m=M,
-                         degree=as_positive_int(collocation_degree, "collocation_degree"),
-                         free_horizon=bool(free_horizon))
-    else:
-        if hessian == "exact":
-            raise ValueError("`hessian`: the exact Hessian ('exact') is the collocation "
-                             "transcription's: pass transcription='collocation', or "
-                             "hessian='limited-memory' or 'finite-differences'")
-        sh = Shooting(problem.provider(N, M), x0, q, tau, free_horizon=bool(free_horizon),
-                      horizon=H0, m=M, method=method, rtol=rtol, atol=atol,
-                      max_steps=max_steps)
-    S_guess, U_guess, H_guess = _initial_guess(initial_guess, sh, target, u_lo, u_hi)
-    problem.check_shapes(float(sh.times(H_guess)[0]), x0[None, :], U_guess[0], control="u")
 
-    lb = np.full(sh.n_vars, -np.inf)
-    ub = np.full(sh.n_vars, np.inf)
-    for k in range(K):
-        lb[sh.u_index(k)], ub[sh.u_index(k)] = u_lo, u_hi
-        lb[sh.s_index(k + 1)], ub[sh.s_index(k + 1)] = x_lo, x_hi
-    if transcription == "collocation":            # the interior collocation states
-        inner = sh.inner_positions()
-        lb[inner], ub[inner] = np.resize(x_lo, inner.size), np.resize(x_hi, inner.size)
-    if free_horizon:
-        h_lo, h_hi = (as_pair(horizon_bounds, 1, "horizon_bounds")
-                      if horizon_bounds is not None else (np.array([1e-6 * H0]), np.array([np.inf])))
-        if h_hi[0] <= 0:
-            raise ValueError(f"`horizon_bounds` must allow a positive horizon, but got "
-                             f"high = {h_hi[0]}")
-        lb[-1], ub[-1] = max(h_lo[0], 1e-12 * H0), h_hi[0]
-    blocks = [Defects(sh)]
-    if target is not None:
-        blocks.append(FinalState(sh, target))
-    for fn, eq, label in ((terminal_equality, True, "terminal_equality"),
-                          (terminal_inequality, False, "terminal_inequality")):
-        if fn is not None:
-            blocks.append(Terminal(sh, fn, eq, label, S_guess[-1]))
-    if path_constraints is not None:
-        blocks.append(Path(sh, path_constraints, path_points, "path_constraints",
-                           u_guess=U_guess[0]))
-    if path_points and (np.any(np.isfinite(x_lo)) or np.any(np.isfinite(x_hi))):
-        blocks.append(Path(sh, None, path_points, "state_bounds", nodes=False, lo=x_lo,
-                           hi=x_hi))
-    nlp = ShootingNLP(sh, blocks, lb, ub)
-    w0 = np.clip(sh.pack(S_guess, U_guess, H_guess), lb, ub)
-    try:
-        nlp.objective(w0)
-    except SolverFailure as exc:
-        raise ValueError(f"the initial guess cannot be integrated: {exc}; give a better "
-                         f"`initial_guess`") from exc
-    run = run_solver(name, nlp, w0, tol=tol, constraint_tol=constraint_tol,
-                     max_iter=max_iter, options=solver_options, callback=callback,
-                     hessian=hessian)
-    res = _result(nlp, run, tol, constraint_tol, trajectory_points)
-    if free_horizon and horizon_bounds is None:
-        res["message"] += _runaway_horizon(res, H_guess, lb[-1])
-    return res
+class OCPSolver:
+    r"""An optimal-control problem transcribed once, to be solved again and again: the
+    solver of a receding horizon (model-predictive control).
+
+    The constructor does what `solve_ocp` does before it solves: it checks the
+    arguments, generates the problem's derivative code, builds the multiple-shooting
+    NLP (its variables, bounds, constraints and sparsity) and the NLP solver (IPOPT's
+    problem and options). `solve` then solves from any initial state, by default
+    warm-started from the last solution moved ``shift`` intervals on: the controls and
+    node states, and with IPOPT the multipliers of the constraints and bounds
+    (``warm_start_init_point``). ``solve_ocp(problem, x, **kw)`` is
+    ``OCPSolver(problem, x, **kw).solve()``. Details: docs/optimization.md, "A solver
+    built once: OCPSolver"; the paper's problem is eq. (4).
+
+    Parameters
+    ----------
+    problem : BolzaProblem
+        As in `solve_ocp`.
+    x : array_like, shape (N,)
+        An initial state: it sets the state size and is where `solve` starts while it
+        is given no other.
+    p, intervals, grid, n_controls, control_bounds, state_bounds, path_constraints, \
+path_points, final_state, terminal_equality, terminal_inequality, free_horizon, \
+horizon_bounds, initial_guess, solver, hessian, tol, constraint_tol, max_iter, \
+solver_options, callback, rtol, atol, method, max_steps, trajectory_points
+        The keywords of `solve_ocp`, with its meanings and defaults. ``initial_guess``
+        is the start of the first `solve` (and of every cold one).
+
+    Raises
+    ------
+    TypeError, ValueError
+        For invalid arguments, naming the argument, as `solve_ocp`.
+
+    Examples
+    --------
+    >>> import invimbed, sympy as sp
+    >>> t, x, u = sp.symbols("t x u")           # x' = x (1 - x) + u, J = int x^2 + u^2
+    >>> problem = invimbed.from_sympy(t, [x], [u], [x * (1 - x) + u], x**2 + u**2, q=1.0)
+    >>> mpc = invimbed.OCPSolver(problem, [1.0], p=0.0, intervals=10, control_bounds=(-1, 1),
+    ...                          solver="slsqp")
+    >>> first = mpc.solve()                       # cold, from x = 1
+    >>> second = mpc.solve([0.9])                 # from a new state, warm-started
+    >>> bool(first.success and second.success), second.warm_start
+    (True, True)
+    """
+
+    def __init__(self, problem: BolzaProblem, x: Any, *, p: float | None = None,
+                 intervals: int = 20, grid: Any = None, n_controls: int | None = None,
+                 control_bounds: Any = None, state_bounds: Any = None,
+                 path_constraints: Callable | None = None, path_points: int = 0,
+                 final_state: Any = None, terminal_equality: Callable | None = None,
+                 terminal_inequality: Callable | None = None, free_horizon: bool = False,
+                 horizon_bounds: Any = None, initial_guess: Any = None,
+                 solver: str = "auto", hessian: str | None = None,
+                 tol: float = 1e-6, constraint_tol: float = 1e-6,
+                 max_iter: int = 1000, solver_options: dict | None = None,
+                 callback: Callable | None = None, rtol: float = 1e-8, atol: float = 1e-10,
+                 method: str = "RK45", max_steps: int = 10_000,
+                 trajectory_points: int = 10, transcription: str = "shooting",
+                 collocation_degree: int = 3) -> None:
+        if not isinstance(problem, BolzaProblem):
+            raise TypeError(f"`problem` must be an invimbed.BolzaProblem, but got "
+                            f"{describe(problem)}")
+        x0 = _state(x, None)
+        N, q = x0.size, problem.q
+        tau, p0 = _grid(grid, p, intervals, q)
+        K = tau.size - 1
+        M = _control_size(problem, n_controls, control_bounds, initial_guess)
+        problem.check_sizes(N, M)
+        check_choice(solver, "solver", SOLVERS)
+        check_choice(transcription, "transcription", TRANSCRIPTIONS)
+        if hessian is None:
+            hessian = ("exact" if transcription == "collocation" and not (
+                terminal_equality or terminal_inequality or path_constraints) else
+                "limited-memory")
+        check_choice(hessian, "hessian", HESSIANS)
+        check_choice(method, "method", ENSEMBLE_METHODS)
+        tol = as_real(tol, "tol", positive=True)
+        constraint_tol = as_real(constraint_tol, "constraint_tol", positive=True)
+        rtol = as_real(rtol, "rtol", positive=True)
+        atol = as_real(atol, "atol", positive=True)
+        max_iter = as_positive_int(max_iter, "max_iter")
+        max_steps = as_positive_int(max_steps, "max_steps")
+        trajectory_points = as_int(trajectory_points, "trajectory_points", minimum=2)
+        path_points = as_int(path_points, "path_points", minimum=0)
+        check_callable(path_constraints, "path_constraints", allow_none=True)
+        check_callable(terminal_equality, "terminal_equality", allow_none=True)
+        check_callable(terminal_inequality, "terminal_inequality", allow_none=True)
+        check_callable(callback, "callback", allow_none=True)
+        if not isinstance(free_horizon, (bool, np.bool_)):
+            raise TypeError(f"`free_horizon` must be True or False, but got "
+                            f"{describe(free_horizon)}")
+        if horizon_bounds is not None and not free_horizon:
+            raise ValueError("`horizon_bounds` is given but `free_horizon` is False: the "
+                             "horizon is fixed; pass free_horizon=True to optimise it")
+        if solver_options is not None and not isinstance(solver_options, dict):
+            raise TypeError(f"`solver_options` must be a dict, but got "
+                            f"{describe(solver_options)}")
+        if solver == "ipopt" and not have_ipopt():
+            raise ValueError("solver='ipopt' needs cyipopt: pip install \"invimbed[ipopt]\" "
+                             "(the cyipopt-wheels wheel, IPOPT bundled), or cyipopt built against "
+                             "a system IPOPT; or use solver='slsqp' or 'trust-constr'")
+        name = ("ipopt" if have_ipopt() else "slsqp") if solver == "auto" else solver
+
+        H0 = q - p0
+        u_lo, u_hi = (as_pair(control_bounds, M, "control_bounds") if control_bounds is not None
+                      else (np.full(M, -np.inf), np.full(M, np.inf)))
+        x_lo, x_hi = (as_pair(state_bounds, N, "state_bounds") if state_bounds is not None
+                      else (np.full(N, -np.inf), np.full(N, np.inf)))
+        target = None
+        if final_state is not None:
+            target = as_float_array(final_state, "final_state")
+            if target.shape != (N,):
+                raise ValueError(f"`final_state` must have shape ({N},) (NaN for a free entry), "
+                                 f"but got shape {target.shape}")
+            if np.all(np.isnan(target)):
+                raise ValueError("`final_state` has no entry that is not NaN")
+        if transcription == "collocation":
+            check_collocation(hessian, path_points)
+            sh = Collocation(problem.provider(N, M), x0, q, tau, horizon=H0, m=M,
+                             degree=as_positive_int(collocation_degree, "collocation_degree"),
+                             free_horizon=bool(free_horizon))
+        else:
+            if hessian == "exact":
+                raise ValueError("`hessian`: the exact Hessian ('exact') is the collocation "
+                                 "transcription's: pass transcription='collocation', or "
+                                 "hessian='limited-memory' or 'finite-differences'")
+            sh = Shooting(problem.provider(N, M), x0, q, tau, free_horizon=bool(free_horizon),
+                          horizon=H0, m=M, method=method, rtol=rtol, atol=atol,
+                          max_steps=max_steps)
+        S_guess, U_guess, H_guess = _initial_guess(initial_guess, sh, target, u_lo, u_hi)
+        self.sh, self.target, self.u_bounds = sh, target, (u_lo, u_hi)
+        self.initial_guess = initial_guess
+        problem.check_shapes(float(sh.times(H_guess)[0]), x0[None, :], U_guess[0], control="u")
+
+        lb = np.full(sh.n_vars, -np.inf)
+        ub = np.full(sh.n_vars, np.inf)
+        for k in range(K):
+            lb[sh.u_index(k)], ub[sh.u_index(k)] = u_lo, u_hi
+            lb[sh.s_index(k + 1)], ub[sh.s_index(k + 1)] = x_lo, x_hi
+        if transcription == "collocation":            # the interior collocation states
+            inner = sh.inner_positions()
+            lb[inner], ub[inner] = np.resize(x_lo, inner.size), np.resize(x_hi, inner.size)
+        if free_horizon:
+            h_lo, h_hi = (as_pair(horizon_bounds, 1, "horizon_bounds")
+                          if horizon_bounds is not None else
+                          (np.array([1e-6 * H0]), np.array([np.inf])))
+            if h_hi[0] <= 0:
+                raise ValueError(f"`horizon_bounds` must allow a positive horizon, but got "
+                                 f"high = {h_hi[0]}")
+            lb[-1], ub[-1] = max(h_lo[0], 1e-12 * H0), h_hi[0]
+        blocks = [Defects(sh)]
+        if target is not None:
+            blocks.append(FinalState(sh, target))
+        for fn, eq, label in ((terminal_equality, True, "terminal_equality"),
+                              (terminal_inequality, False, "terminal_inequality")):
+            if fn is not None:
+                blocks.append(Terminal(sh, fn, eq, label, S_guess[-1]))
+        if path_constraints is not None:
+            blocks.append(Path(sh, path_constraints, path_points, "path_constraints",
+                               u_guess=U_guess[0]))
+        if path_points and (np.any(np.isfinite(x_lo)) or np.any(np.isfinite(x_hi))):
+            blocks.append(Path(sh, None, path_points, "state_bounds", nodes=False, lo=x_lo,
+                               hi=x_hi))
+        nlp = ShootingNLP(sh, blocks, lb, ub)
+        if transcription == "shooting":
+            sh.generate()
+        self.nlp = nlp
+        self.tol, self.constraint_tol = tol, constraint_tol
+        self.trajectory_points = trajectory_points
+        self._horizon_hint = free_horizon and horizon_bounds is None
+        self._run = make_runner(name, nlp, tol=tol, constraint_tol=constraint_tol,
+                                max_iter=max_iter, options=solver_options,
+                                callback=callback, hessian=hessian)
+        self._last: tuple | None = None        # (w, IPOPT's multipliers) of the last solve
+
+    def solve(self, x: Any = None, *, initial_guess: Any = None, warm_start: bool = True,
+              shift: int = 1) -> OptimizeResult:
+        """Solve from the initial state ``x``, warm-started.
+
+        Parameters
+        ----------
+        x : array_like, shape (N,), optional
+            The initial state ``z(p)``; the last one given (at first the constructor's)
+            without it.
+        initial_guess : OptimizeResult or dict, optional
+            A start as `solve_ocp` takes it; it replaces the warm start.
+        warm_start : bool, default True
+            Start from the last solution moved ``shift`` intervals on (with IPOPT,
+            its multipliers too); False, or before any solution: a cold start (the
+            constructor's ``initial_guess``, or the straight line to the target).
+        shift : int, default 1
+            Intervals to move the last solution on: the intervals that passed since
+            it was found (0: the same window again).
+
+        Returns
+        -------
+        OptimizeResult
+            As `solve_ocp` returns it, with ``warm_start`` (whether this solve was
+            warm-started).
+        """
+        if not isinstance(warm_start, (bool, np.bool_)):
+            raise TypeError(f"`warm_start` must be True or False, but got "
+                            f"{describe(warm_start)}")
+        shift = as_int(shift, "shift", minimum=0)
+        if x is not None:
+            self.nlp.set_initial_state(_state(x, self.sh.n))
+        nlp, sh = self.nlp, self.sh
+        warm = None
+        if initial_guess is None and warm_start and self._last is not None:
+            w0, warm = moved(*self._last, nlp, shift)
+        else:
+            guess = self.initial_guess if initial_guess is None else initial_guess
+            S, U, H = _initial_guess(guess, sh, self.target, *self.u_bounds)
+            w0 = np.clip(sh.pack(S, U, H), nlp.lb, nlp.ub)
+        try:
+            nlp.objective(w0)
+        except SolverFailure as exc:
+            what = "the warm start (the last solution, moved on)" if warm is not None else (
+                "the initial guess")
+            raise ValueError(f"{what} cannot be integrated: {exc}; give a better "
+                             f"`initial_guess`") from exc
+        run = self._run(w0, warm)
+        res = _result(nlp, run, self.tol, self.constraint_tol, self.trajectory_points)
+        res["warm_start"] = warm is not None or (initial_guess is None and warm_start
+                                                 and self._last is not None)
+        if self._horizon_hint:
+            res["message"] += _runaway_horizon(res, float(sh.unpack(w0)[2]), nlp.lb[-1])
+        if res.status != Status.FAILED:
+            mult = (None if run.bound_multipliers is None else
+                    (run.multipliers[0], *run.bound_multipliers))
+            self._last = (run.w, mult)
+        return res
 
 
 def _runaway_horizon(res: OptimizeResult, start: float, low: float) -> str:
@@ -320,6 +458,17 @@ def _result(nlp: ShootingNLP, run, tol: float, constraint_tol: float,
     return res
 
 
+def _state(x: Any, size: int | None) -> np.ndarray:
+    """The initial state ``x``: one finite state of shape (N,), ``size`` where known."""
+    x0 = as_float_array(x, "x")
+    if x0.ndim != 1 or x0.size == 0 or (size is not None and x0.size != size):
+        raise ValueError(f"`x` must be one initial state, shape "
+                         f"({'N' if size is None else size},), but got shape {x0.shape}")
+    if not np.all(np.isfinite(x0)):
+        raise ValueError("`x` must be finite")
+    return x0
+
+
 def _grid(grid: Any, p: Any, intervals: Any, q: float) -> tuple[np.ndarray, float]:
     """``(tau, p)``: the nodes as fractions of the horizon, and the start time."""
     if grid is not None:
@@ -355,79 +504,3 @@ def _control_size(problem: BolzaProblem, n_controls: Any, bounds: Any, guess: An
         return bounds_size(bounds)
     raise ValueError("the control size M is unknown: pass `n_controls=M` (or "
                      "`control_bounds`, or an `initial_guess` with controls)")
-
-
-def _get(guess: Any, key: str) -> Any:
-    if isinstance(guess, dict):
-        return guess.get(key)
-    return getattr(guess, key, None)
-
-
-#: The keys of an `initial_guess` dict.
-GUESS_KEYS = ("states", "controls", "horizon", "times")
-
-
-def _guess_fractions(gt: Any, rows: int, nodes: int, sh: Shooting, what: str) -> np.ndarray:
-    """The node fractions of a guess of ``rows`` nodes: its ``times`` as fractions of
-    their span; without them this grid's own nodes where the guess has as many, and
-    equally spaced fractions otherwise."""
-    if gt is not None:
-        if gt.size != rows:
-            raise ValueError(f"`initial_guess['times']` has {gt.size} node times but "
-                             f"`initial_guess['{what}']` has {nodes} rows (needs "
-                             f"{rows} times)")
-        return (gt - gt[0]) / (gt[-1] - gt[0])
-    return sh.tau if rows == sh.K + 1 else np.linspace(0.0, 1.0, rows)
-
-
-def _initial_guess(guess: Any, sh: Shooting, target: np.ndarray | None, u_lo: np.ndarray,
-                   u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """The start ``(S, U, H)``: the straight line to the target with controls 0 (clipped),
-    or the warm start ``guess`` (a result or a dict of `GUESS_KEYS`) on this grid."""
-    K, N, M = sh.K, sh.n, sh.m
-    H = sh.horizon
-    end = sh.x if target is None else np.where(np.isnan(target), sh.x, target)
-    S = sh.x[None, :] + sh.tau[:, None] * (end - sh.x)[None, :]
-    U = np.tile(np.clip(0.0, u_lo, u_hi), (K, 1))
-    if guess is None:
-        return S, U, H
-    if not isinstance(guess, dict) and not hasattr(guess, "states"):
-        raise TypeError(f"`initial_guess` must be a solve_ocp result or a dict with "
-                        f"{', '.join(map(repr, GUESS_KEYS))}, but got {describe(guess)}")
-    if isinstance(guess, dict) and not isinstance(guess, OptimizeResult):
-        unknown = sorted(set(guess) - set(GUESS_KEYS), key=str)
-        if unknown:
-            raise ValueError(f"`initial_guess` has the unknown key(s) "
-                             f"{', '.join(map(repr, unknown))}; the keys are "
-                             f"{', '.join(map(repr, GUESS_KEYS))}")
-    gH = _get(guess, "horizon")
-    if gH is not None and sh.free_horizon:
-        H = as_real(gH, "initial_guess['horizon']", positive=True)
-    gS, gU = _get(guess, "states"), _get(guess, "controls")
-    gt = _get(guess, "times")
-    if gt is not None:
-        gt = as_float_array(gt, "initial_guess['times']")
-        if gt.ndim != 1 or gt.size < 2 or not np.all(np.isfinite(gt)) or not np.all(
-                np.diff(gt) > 0):
-            raise ValueError(f"`initial_guess['times']` must be the guess's node times, "
-                             f"finite and strictly increasing, shape (K' + 1,), but got "
-                             f"{describe(gt)}")
-    if gS is not None:
-        gS = as_float_array(gS, "initial_guess['states']")
-        if gS.ndim != 2 or gS.shape[1] != N or gS.shape[0] < 2:
-            raise ValueError(f"`initial_guess['states']` must have shape (K' + 1, {N}), but got "
-                             f"shape {gS.shape}")
-        gtau = _guess_fractions(gt, gS.shape[0], gS.shape[0], sh, "states")
-        S = np.stack([np.interp(sh.tau, gtau, gS[:, i]) for i in range(N)], axis=1)
-    if gU is not None:
-        gU = as_float_array(gU, "initial_guess['controls']")
-        if gU.ndim == 1 and M == 1:
-            gU = gU[:, None]
-        if gU.ndim != 2 or gU.shape[1] != M:
-            raise ValueError(f"`initial_guess['controls']` must have shape (K', {M}), but got "
-                             f"shape {gU.shape}")
-        gtau = _guess_fractions(gt, gU.shape[0] + 1, gU.shape[0], sh, "controls")
-        mid = 0.5 * (sh.tau[:-1] + sh.tau[1:])
-        idx = np.clip(np.searchsorted(gtau, mid, side="right") - 1, 0, gU.shape[0] - 1)
-        U = np.clip(gU[idx], u_lo, u_hi)
-    return S, U, float(H)

@@ -55,7 +55,21 @@ class Run:
     failure: str | None = None             # an integration that failed and stopped it
     stopped: bool = False                  # the user's callback asked it to stop
     multipliers: tuple | None = None       # (y, zb) of the constraints and bounds, if given
+    bound_multipliers: tuple | None = None  # IPOPT's (z_lower, z_upper), both >= 0
     history: list = field(default_factory=list)
+
+
+#: IPOPT's options for a warm start (`OCPSolver.solve`): IPOPT starts from the given
+#: point and multipliers (``warm_start_init_point``), moved off their bounds by at most
+#: 1e-9 (IPOPT's defaults, 1e-3 and 1e-2, would move a solution that was optimal away
+#: from where it was), with a barrier parameter that starts small. `solver_options`
+#: override them.
+WARM_START = {"warm_start_init_point": "yes", "warm_start_bound_push": 1e-9,
+              "warm_start_bound_frac": 1e-9, "warm_start_slack_bound_push": 1e-9,
+              "warm_start_slack_bound_frac": 1e-9, "warm_start_mult_bound_push": 1e-9,
+              "mu_init": 1e-6}
+#: The same options for a cold start (IPOPT's defaults), set back after a warm one.
+COLD_START = {"warm_start_init_point": "no", "mu_init": 0.1}
 
 
 def run_solver(name: str, nlp: ShootingNLP, w0: np.ndarray, *, tol: float,
@@ -63,83 +77,116 @@ def run_solver(name: str, nlp: ShootingNLP, w0: np.ndarray, *, tol: float,
                callback: Callable | None, hessian: str = "limited-memory") -> Run:
     """Run the solver ``name`` (``"ipopt"``, ``"trust-constr"`` or ``"slsqp"``); IPOPT
     with the ``hessian`` of `HESSIANS`."""
+    return make_runner(name, nlp, tol=tol, constraint_tol=constraint_tol,
+                       max_iter=max_iter, options=options, callback=callback,
+                       hessian=hessian)(w0)
+
+
+def make_runner(name: str, nlp: ShootingNLP, *, tol: float, constraint_tol: float,
+                max_iter: int, options: dict | None, callback: Callable | None,
+                hessian: str = "limited-memory") -> Callable[..., Run]:
+    """The solver ``name`` built once for ``nlp``: ``runner(w0, warm=None) -> Run``,
+    ``warm`` the multipliers ``(y, z_lower, z_upper)`` of a warm start (IPOPT's; the
+    scipy solvers take the point ``w0`` only). IPOPT's problem and options are set up
+    here, once: an option IPOPT refuses raises `ValueError` naming it."""
     if name == "ipopt":
-        return _ipopt(nlp, w0, tol, constraint_tol, max_iter, options or {}, callback,
-                      hessian)
-    return _scipy(name, nlp, w0, tol, constraint_tol, max_iter, options or {}, callback)
+        return _Ipopt(nlp, tol, constraint_tol, max_iter, options or {}, callback, hessian)
+
+    def runner(w0: np.ndarray, warm: tuple | None = None) -> Run:
+        return _scipy(name, nlp, w0, tol, constraint_tol, max_iter, options or {}, callback)
+    return runner
 
 
-def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callback,
-           hessian) -> Run:
-    import cyipopt
+class _Ipopt:
+    """IPOPT through ``cyipopt``, its problem (sparsity, bounds, options) built once and
+    solved from any start."""
 
-    colored = (CollocationHessian(nlp.sh, nlp) if hessian == "exact" else
-               ColoredHessian(nlp) if hessian == "finite-differences" else None)
+    def __init__(self, nlp: ShootingNLP, tol, constraint_tol, max_iter, options, callback,
+                 hessian) -> None:
+        import cyipopt
 
-    last: dict[str, Any] = {"w": np.array(w0, dtype=float), "failure": None, "stopped": False}
-    history: list = []
+        colored = (CollocationHessian(nlp.sh, nlp) if hessian == "exact" else
+                   ColoredHessian(nlp) if hessian == "finite-differences" else None)
+        self.state: dict[str, Any] = {"failure": None, "stopped": False, "history": []}
+        state = self.state
 
-    def guard(fn):
-        def call(w, *args):
+        def guard(fn):
+            def call(w, *args):
+                try:
+                    out = fn(w, *args)
+                except SolverFailure as exc:
+                    state["failure"] = str(exc)
+                    raise cyipopt.CyIpoptEvaluationError(str(exc)) from exc
+                return out
+            return call
+
+        class Adapter:
+            objective = staticmethod(guard(nlp.objective))
+            gradient = staticmethod(guard(nlp.gradient))
+            constraints = staticmethod(guard(nlp.constraints))
+            jacobian = staticmethod(guard(nlp.jacobian_values))
+
+            @staticmethod
+            def jacobianstructure():
+                return nlp.rows, nlp.cols
+
+            if colored is not None:
+                hessianstructure = staticmethod(colored.structure)
+                hessian = staticmethod(guard(colored.values))
+
+            @staticmethod
+            def intermediate(alg_mod, iter_count, obj_value, inf_pr, inf_du, *rest):
+                state["history"].append((int(iter_count), float(obj_value), float(inf_pr),
+                                         float(inf_du)))
+                if callback is not None and iter_count > 0:
+                    state["stopped"] = callback(int(iter_count), float(obj_value),
+                                                float(inf_pr)) is True
+                    return not state["stopped"]
+                return True
+
+        self.prob = cyipopt.Problem(n=nlp.n, m=nlp.m, problem_obj=Adapter(), lb=nlp.lb,
+                                    ub=nlp.ub, cl=nlp.cl, cu=nlp.cu)
+        self.options = options
+        self.settings = {"print_level": 0, "sb": "yes", "tol": tol,
+                         "constr_viol_tol": constraint_tol, "max_iter": max_iter,
+                         "hessian_approximation": "limited-memory" if colored is None
+                         else "exact", "mu_strategy": "adaptive"}
+        self._set({**self.settings, **COLD_START})
+
+    def _set(self, settings: dict) -> None:
+        for key, value in {**settings, **self.options}.items():
             try:
-                out = fn(w, *args)
-            except SolverFailure as exc:
-                last["failure"] = str(exc)
-                raise cyipopt.CyIpoptEvaluationError(str(exc)) from exc
-            return out
-        return call
+                self.prob.add_option(key, value)
+            except TypeError as exc:            # cyipopt's "Error while assigning an option"
+                raise ValueError(
+                    f"IPOPT refused the option {key!r} = {value!r}"
+                    + (" of `solver_options`" if key in self.options else "")
+                    + ": no option of that name, or a value of the wrong type or out of its "
+                      "range (IPOPT's options: https://coin-or.github.io/Ipopt/OPTIONS.html)"
+                ) from exc
 
-    class Adapter:
-        objective = staticmethod(guard(nlp.objective))
-        gradient = staticmethod(guard(nlp.gradient))
-        constraints = staticmethod(guard(nlp.constraints))
-        jacobian = staticmethod(guard(nlp.jacobian_values))
-
-        @staticmethod
-        def jacobianstructure():
-            return nlp.rows, nlp.cols
-
-        if colored is not None:
-            hessianstructure = staticmethod(colored.structure)
-            hessian = staticmethod(guard(colored.values))
-
-        @staticmethod
-        def intermediate(alg_mod, iter_count, obj_value, inf_pr, inf_du, *rest):
-            history.append((int(iter_count), float(obj_value), float(inf_pr), float(inf_du)))
-            if callback is not None and iter_count > 0:
-                last["stopped"] = callback(int(iter_count), float(obj_value),
-                                           float(inf_pr)) is True
-                return not last["stopped"]
-            return True
-
-    prob = cyipopt.Problem(n=nlp.n, m=nlp.m, problem_obj=Adapter(), lb=nlp.lb, ub=nlp.ub,
-                           cl=nlp.cl, cu=nlp.cu)
-    settings = {"print_level": 0, "sb": "yes", "tol": tol,
-                "constr_viol_tol": constraint_tol, "max_iter": max_iter,
-                "hessian_approximation": "limited-memory" if colored is None else "exact",
-                "mu_strategy": "adaptive"}
-    settings.update(options)
-    for key, value in settings.items():
-        try:
-            prob.add_option(key, value)
-        except TypeError as exc:            # cyipopt's "Error while assigning an option"
-            raise ValueError(
-                f"IPOPT refused the option {key!r} = {value!r}"
-                + (" of `solver_options`" if key in options else "")
-                + ": no option of that name, or a value of the wrong type or out of its "
-                  "range (IPOPT's options: https://coin-or.github.io/Ipopt/OPTIONS.html)"
-            ) from exc
-    w, info = prob.solve(np.array(w0, dtype=float))
-    status = int(info["status"])
-    msg = info["status_msg"]
-    msg = msg.decode() if isinstance(msg, bytes) else str(msg)
-    nit = history[-1][0] if history else 0
-    failure = last["failure"] if status not in (0, 1) else None
-    mult = (np.asarray(info["mult_g"], dtype=float),
-            np.asarray(info["mult_x_U"], dtype=float) - np.asarray(info["mult_x_L"], dtype=float))
-    return Run(w=np.asarray(w, dtype=float), solver="ipopt", solver_status=status,
-               message=f"IPOPT: {msg}", nit=nit, failure=failure, history=history,
-               multipliers=mult, stopped=last["stopped"])
+    def __call__(self, w0: np.ndarray, warm: tuple | None = None) -> Run:
+        self.state.update(failure=None, stopped=False, history=[])
+        history = self.state["history"]
+        self._set(COLD_START if warm is None else WARM_START)
+        if warm is None:
+            w, info = self.prob.solve(np.array(w0, dtype=float))
+        else:
+            y, z_lo, z_hi = (np.array(a, dtype=float) for a in warm)
+            w, info = self.prob.solve(np.array(w0, dtype=float), lagrange=y, zl=z_lo,
+                                      zu=z_hi)
+        status = int(info["status"])
+        msg = info["status_msg"]
+        msg = msg.decode() if isinstance(msg, bytes) else str(msg)
+        nit = history[-1][0] if history else 0
+        failure = self.state["failure"] if status not in (0, 1) else None
+        z_lo = np.asarray(info["mult_x_L"], dtype=float)
+        z_hi = np.asarray(info["mult_x_U"], dtype=float)
+        y = np.asarray(info["mult_g"], dtype=float)
+        return Run(w=np.asarray(w, dtype=float), solver="ipopt", solver_status=status,
+                   message=f"IPOPT: {msg}", nit=nit, failure=failure, history=history,
+                   multipliers=(y, z_hi - z_lo), bound_multipliers=(z_lo, z_hi),
+                   stopped=self.state["stopped"])
 
 
 def _scipy(name, nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callback) -> Run:
