@@ -22,6 +22,7 @@ from ..._core.inputs.validation import (as_float_array, as_int, as_positive_int,
                                         check_callable, check_choice, describe)
 from .constraints import Defects, FinalState, Path, Terminal, as_pair, bounds_size
 from .nlp import ShootingNLP, kkt_check
+from .second_order import has_exact_second_derivatives
 from .solvers import HESSIANS, SOLVERS, have_ipopt, run_solver
 from ..options import SolverFailure
 from .shooting import Shooting
@@ -49,7 +50,8 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
               final_state: Any = None, terminal_equality: Callable | None = None,
               terminal_inequality: Callable | None = None, free_horizon: bool = False,
               horizon_bounds: Any = None, initial_guess: Any = None,
-              solver: str = "auto", hessian: str = "limited-memory", tol: float = 1e-6, constraint_tol: float = 1e-6,
+              solver: str = "auto", hessian: str = "auto", tol: float = 1e-6,
+              constraint_tol: float = 1e-6,
               max_iter: int = 1000, solver_options: dict | None = None,
               callback: Callable | None = None, rtol: float = 1e-8, atol: float = 1e-10,
               method: str = "RK45", max_steps: int = 10_000,
@@ -85,9 +87,12 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         A warm start: a previous result, or a dict of ``"states"``, ``"controls"``,
         ``"horizon"``, ``"times"`` (the guess's node times; without them a guess with
         ``K + 1`` nodes is taken node for node); other keys are refused.
-    solver, hessian : str, default "auto", "limited-memory"
+    solver, hessian : str, default "auto", "auto"
         ``"ipopt"`` (``cyipopt``, the default where installed), ``"trust-constr"`` or
-        ``"slsqp"``; IPOPT's Hessian by L-BFGS or ``"finite-differences"``.
+        ``"slsqp"``; IPOPT's Hessian of the Lagrangian: ``"exact"`` (second-order
+        sensitivities; the default where the problem's derivatives are exact:
+        `from_sympy`, traced), ``"limited-memory"`` (L-BFGS; the default otherwise) or
+        ``"finite-differences"`` (docs/optimization.md, "Which Hessian").
     tol, constraint_tol : float, default 1e-6
         The KKT tolerance of our check; the largest constraint violation accepted.
     max_iter, solver_options : int (default 1000), dict
@@ -178,7 +183,9 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
                              f"but got shape {target.shape}")
         if np.all(np.isnan(target)):
             raise ValueError("`final_state` has no entry that is not NaN")
-    sh = Shooting(problem.provider(N, M), x0, q, tau, free_horizon=bool(free_horizon),
+    provider = problem.provider(N, M)
+    hessian = _hessian_choice(hessian, provider)
+    sh = Shooting(provider, x0, q, tau, free_horizon=bool(free_horizon),
                   horizon=H0, m=M, method=method, rtol=rtol, atol=atol, max_steps=max_steps)
     S_guess, U_guess, H_guess = _initial_guess(initial_guess, sh, target, u_lo, u_hi)
     problem.check_shapes(float(sh.times(H_guess)[0]), x0[None, :], U_guess[0], control="u")
@@ -222,6 +229,22 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     if free_horizon and horizon_bounds is None:
         res["message"] += _runaway_horizon(res, H_guess, lb[-1])
     return res
+
+
+def _hessian_choice(hessian: str, provider) -> str:
+    """The Hessian `run_solver` gets: ``"auto"`` resolved by the provider's exactness;
+    ``"exact"`` refused where its second derivatives would be finite differences."""
+    exact = has_exact_second_derivatives(provider)
+    source = getattr(provider, "derivative_source", provider.name)
+    if hessian == "auto":
+        return "exact" if exact else "limited-memory"
+    if hessian == "exact" and not exact:
+        raise ValueError(
+            f"`hessian='exact'` needs exact second derivatives of the dynamics and losses, "
+            f"but this problem's derivatives are {source!r}; write it "
+            f"with `invimbed.from_sympy` or in traceable numpy, or use "
+            f"hessian='finite-differences' or 'limited-memory'")
+    return hessian
 
 
 def _runaway_horizon(res: OptimizeResult, start: float, low: float) -> str:

@@ -22,14 +22,19 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import BFGS, Bounds, NonlinearConstraint, minimize
 
+from .exact_hessian import LagrangianHessian
 from .hessian import ColoredHessian
 from .nlp import ShootingNLP
 from ..options import SolverFailure
 
 SOLVERS = ("auto", "ipopt", "trust-constr", "slsqp")
-#: IPOPT's Hessians: L-BFGS, or colored differences of the exact Lagrangian gradient
-#: (`invimbed._control.ocp.hessian`).
-HESSIANS = ("limited-memory", "finite-differences")
+#: IPOPT's Hessians of the Lagrangian: ``"auto"`` (``"exact"`` where the problem's
+#: derivatives are exact, else ``"limited-memory"``), exact from second-order
+#: sensitivities (`invimbed._control.ocp.exact_hessian`), L-BFGS, or colored differences
+#: of the exact Lagrangian gradient (`invimbed._control.ocp.hessian`).
+HESSIANS = ("auto", "exact", "limited-memory", "finite-differences")
+#: The Hessian objects of IPOPT's ``hessian_approximation="exact"``, by `HESSIANS` name.
+HESSIAN_CLASSES = {"exact": LagrangianHessian, "finite-differences": ColoredHessian}
 
 
 def have_ipopt() -> bool:
@@ -71,7 +76,8 @@ def _ipopt(nlp: ShootingNLP, w0, tol, constraint_tol, max_iter, options, callbac
            hessian) -> Run:
     import cyipopt
 
-    colored = ColoredHessian(nlp) if hessian == "finite-differences" else None
+    cls = HESSIAN_CLASSES.get(hessian)
+    colored = cls(nlp) if cls is not None else None
 
     last: dict[str, Any] = {"w": np.array(w0, dtype=float), "failure": None, "stopped": False}
     history: list = []
