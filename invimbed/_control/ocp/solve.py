@@ -111,6 +111,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         stopped by ``callback``, -1 an interval's integration or a constraint's value
         failed), ``fun`` (``J``), ``times``, ``states``, ``controls``, ``control``,
         ``horizon``, ``kkt`` (scaled as IPOPT's own check: docs/optimization.md),
+        ``hessian`` (IPOPT's Hessian, ``"auto"`` resolved; None for scipy's solvers),
         ``constraint_violation``, ``trajectory``, ...
 
     Raises
@@ -226,6 +227,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
                      max_iter=max_iter, options=solver_options, callback=callback,
                      hessian=hessian)
     res = _result(nlp, run, tol, constraint_tol, trajectory_points)
+    res["hessian"] = hessian if name == "ipopt" else None
     if free_horizon and horizon_bounds is None:
         res["message"] += _runaway_horizon(res, H_guess, lb[-1])
     return res
