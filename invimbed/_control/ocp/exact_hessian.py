@@ -92,8 +92,7 @@ class LagrangianHessian:
             elif isinstance(b, Path):
                 entries.extend(self._path(b, w, yb, solved))
         blocks = np.einsum("ki,kixy->kxy", weights, ends.d2)
-        for k in range(K):
-            entries.append((self._index(k), blocks[k]))
+        entries.append((np.stack([self._index(k) for k in range(K)]), blocks))
         S_K = w[sh.s_index(K)][None, :]
         T_zz = sh.prov.derivative("T", sh.q, S_K, None, dz=2)[0]
         entries.append((sh.s_index(K), sigma * T_zz))
@@ -159,15 +158,18 @@ class LagrangianHessian:
         return out
 
     def _gather(self, entries: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-        """Sum the dense blocks ``(positions, block)`` into the lower triangle's values
-        in the order of `structure`."""
+        """Sum the dense blocks ``(positions, block)`` (or stacks of them, positions
+        (B, E) and blocks (B, E, E)) into the lower triangle's values in the order of
+        `structure`."""
         rr, cc, vv = [], [], []
         for idx, block in entries:
-            a, b = np.meshgrid(idx, idx, indexing="ij")
+            idx = np.atleast_2d(idx)
+            a = np.broadcast_to(idx[:, :, None], idx.shape + idx.shape[1:])
+            b = np.swapaxes(a, 1, 2)
             keep = (a >= b) & (b >= 0)
             rr.append(a[keep])
             cc.append(b[keep])
-            vv.append(np.asarray(block)[keep])
+            vv.append(np.asarray(block).reshape(a.shape)[keep])
         keys = np.concatenate(rr) * self.nlp.n + np.concatenate(cc)
         pos = self._order[np.searchsorted(self._keys, keys)]
         return np.bincount(pos, weights=np.concatenate(vv), minlength=self.rows.size)
