@@ -173,3 +173,17 @@ def test_goddard_without_a_guess_in_casadis_iterations():
     assert res.success, res.message
     assert res.nit <= 1.5 * 21
     assert abs(-res.fun - 1.0128) <= 1e-4
+
+
+@needs_ipopt
+@pytest.mark.slow
+def test_hypersensitive_on_the_docs_grid_with_the_default_hessian():
+    """The gallery's hypersensitive problem on its grid (docs/optimization.md, K = 164)
+    with its guess and the default Hessian (exact): a success, as with the colored
+    differences; L-BFGS, the default before, was refused (status -2)."""
+    from test_ocp import _example
+    ex = _example("ocp_hypersensitive")
+    res = ex.solve()
+    assert res.hessian == "exact"
+    assert res.success, res.message
+    assert abs(res.fun - ex.PUBLISHED) <= ex.TOLERANCE * ex.PUBLISHED
