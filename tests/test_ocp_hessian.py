@@ -52,6 +52,34 @@ def test_exact_hessian_matches_differences_of_the_exact_gradient(free):
         assert np.max(np.abs(H[-1])) > 1e-2 * np.max(np.abs(ref))
 
 
+def test_linear_dynamics_carry_only_the_cost_second_order():
+    """A double integrator around a disc (a path constraint at the nodes and inside):
+    only the cost's row carries second-order sensitivities (the dynamics' are zero), and
+    the Hessian still matches central differences of the exact gradient (1e-6)."""
+    sp = pytest.importorskip("sympy")
+    t, x, y_, vx, vy, ax, ay = sp.symbols("t x y vx vy ax ay")
+    problem = invimbed.from_sympy(t, [x, y_, vx, vy], [ax, ay], [vx, vy, ax, ay],
+                                  (ax ** 2 + ay ** 2) / 2 + x ** 2 * y_ ** 2, q=2.0)
+    sh = Shooting(problem.provider(4, 2), np.zeros(4), 2.0, np.linspace(0, 1, 4),
+                  free_horizon=True, horizon=2.0, m=2, rtol=1e-11, atol=1e-13)
+    from invimbed._control.ocp.constraints import Path
+    disc = Path(sh, lambda t, z, u: np.array([1.0 - (z[0] - 1) ** 2 - z[1] ** 2]), 1, "g")
+    nlp = ShootingNLP(sh, [Defects(sh), disc], np.full(sh.n_vars, -np.inf),
+                      np.full(sh.n_vars, np.inf))
+    w = np.random.default_rng(4).normal(scale=0.5, size=sh.n_vars)
+    w[-1] = 2.0
+    yv = np.random.default_rng(5).normal(size=nlp.m)
+    hess = LagrangianHessian(nlp)
+    H = dense(hess, hess.values(w, yv, 1.3))
+    assert hess.rows_so.active.tolist() == [4]          # the cost's row only
+    steps = 1e-4 * np.maximum(1.0, np.abs(w))
+    D = np.diag(steps)
+    grads = nlp.lagrangian_gradients(np.concatenate([w + D, w - D]), yv, 1.3)
+    ref = ((grads[:w.size] - grads[w.size:]) / (2 * steps[:, None])).T
+    ref = 0.5 * (ref + ref.T)
+    assert np.max(np.abs(H - ref)) <= 1e-6 * np.max(np.abs(ref))
+
+
 def bilinear(sp_or_np, z, u):
     """``z1' = u z1``, ``z2' = z1 + u^2 / 2``: a nonlinear flow in closed form."""
     return [u[0] * z[0], z[0] + 0.5 * u[0] ** 2]

@@ -76,8 +76,8 @@ class SecondOrderRows:
         self.P = n + m
         self.E = self.P + int(sh.free_horizon)
         self.i1 = n + 1                                  # Y_p starts
-        self.i2 = self.i1 + (n + 1) * self.P             # Y_pp starts
-        self.width = self.i2 + (n + 1) * self.P ** 2
+        self.i2 = self.i1 + (n + 1) * self.P             # Y_pp starts (its active rows)
+        self.active: np.ndarray | None = None            # rows of y whose Y_pp can be nonzero
         self._evals = None
 
     def _evaluators(self):
@@ -125,6 +125,30 @@ class SecondOrderRows:
         W[:, n:, n:] = np.eye(self.sh.m)
         return W
 
+    def _active_rows(self, t: np.ndarray, S: np.ndarray, U: np.ndarray) -> np.ndarray:
+        """The rows ``i`` of ``y`` whose ``Y_pp[i]`` can be nonzero: those with
+        ``g_ww[i]`` nonzero, and those whose ``g_z[i]`` reads such a row (the closure),
+        found at the start nodes moved by random relative steps of 1e-2 (a zero there is
+        taken as an exact zero: linear dynamics carry no second-order rows but the
+        cost's). A false zero would make the Hessian inexact, never the solution wrong
+        (optimality is judged from the exact gradients)."""
+        n = self.sh.n
+        rng = np.random.default_rng(0)
+        pts = [S * (1 + 1e-2 * rng.uniform(-1, 1, S.shape)) + 1e-2 * rng.uniform(-1, 1, S.shape)
+               for _ in range(2)]
+        us = [U + 1e-2 * np.maximum(1.0, np.abs(U)) * rng.uniform(-1, 1, U.shape)
+              for _ in range(2)]
+        ww = np.concatenate([self._g_ww(t, z, u) for z, u in zip(pts, us)])
+        gz = np.concatenate([self._g_w(t, z, u)[:, :, :n] for z, u in zip(pts, us)])
+        nonzero = lambda a, axes: np.any((a != 0) | ~np.isfinite(a), axis=axes)  # noqa: E731
+        active = nonzero(ww, (0, 2, 3))
+        reads = nonzero(gz, 0)                                  # (n + 1, n)
+        while True:
+            grown = active | np.any(reads[:, active[:n]], axis=1)
+            if np.array_equal(grown, active):
+                return np.flatnonzero(active)
+            active = grown
+
     # -- the ensemble solve -----------------------------------------------------------
     def solve(self, w: np.ndarray, *, record: bool = False):
         """One ensemble solve of the ``K`` rows with second-order sensitivities.
@@ -136,21 +160,27 @@ class SecondOrderRows:
         S, U, H = sh.unpack(np.asarray(w, dtype=float))
         t = sh.times(H)
         i1, i2 = self.i1, self.i2
+        if self.active is None:
+            self.active = self._active_rows(t[:-1], S[:-1], U)
+        A = self.active
+        Az = A[A < n]                                        # active state rows
+        pos_z = np.flatnonzero(A < n)
 
         def rhs(tt, y, rows, piece):
             z, u = y[:, :n], U[rows]
-            Yp = y[:, i1:i2].reshape(-1, n + 1, P)
-            Ypp = y[:, i2:].reshape(-1, n + 1, P, P)
+            B = len(rows)
+            Yp = y[:, i1:i2].reshape(B, n + 1, P)
+            Ypp = y[:, i2:].reshape(B, A.size, P, P)
             gw = self._g_w(tt, z, u)
             W = self._W(Yp)
             dYp = np.matmul(gw, W)
             Wb = W[:, None]                                  # (B, 1, P, P)
-            B = len(rows)
-            dYpp = ((gw[:, :, :n] @ Ypp[:, :n].reshape(B, n, -1)).reshape(B, -1)
-                    + (np.swapaxes(Wb, 2, 3) @ self._g_ww(tt, z, u) @ Wb).reshape(B, -1))
+            coupled = gw[:, A][:, :, Az] @ Ypp[:, pos_z].reshape(B, Az.size, P * P)
+            dYpp = (coupled.reshape(B, -1)
+                    + (np.swapaxes(Wb, 2, 3) @ self._g_ww(tt, z, u)[:, A] @ Wb).reshape(B, -1))
             return np.concatenate([self._g(tt, z, u), dYp.reshape(B, -1), dYpp], axis=1)
 
-        y0 = np.zeros((K, self.width))
+        y0 = np.zeros((K, i2 + A.size * P * P))
         y0[:, :n] = S[:-1]
         Y0 = np.zeros((K, n + 1, P))
         Y0[:, np.arange(n), np.arange(n)] = 1.0
@@ -202,7 +232,8 @@ class SecondOrderRows:
         B = y.shape[0]
         z = y[:, :n]
         Yp = y[:, self.i1:self.i2].reshape(B, n + 1, P)
-        Ypp = y[:, self.i2:].reshape(B, n + 1, P, P)
+        Ypp = np.zeros((B, n + 1, P, P))
+        Ypp[:, self.active] = y[:, self.i2:].reshape(B, self.active.size, P, P)
         d1 = np.zeros((B, n + 1, E))
         d2 = np.zeros((B, n + 1, E, E))
         d1[:, :, :P] = Yp
