@@ -23,8 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..options import SolverFailure
-from .constraints import _H_REL, Path, Terminal, _jacobian
+from .constraints import _H_REL, Path, Terminal, _finite, _jacobian
 from .hessian import ColoredHessian
 from .nlp import ShootingNLP
 from .second_order import SecondOrderRows
@@ -87,8 +86,11 @@ class LagrangianHessian:
                 weights[:, :n] -= yb.reshape(K, n)
             elif isinstance(b, Terminal) and np.any(yb):
                 z = w[sh.s_index(K)]
-                entries.append((sh.s_index(K), _weighted_derivatives(
-                    b.fn, [z], yb, np.ones(n, dtype=bool), b.name)[1]))
+                hz = _weighted_derivatives(b.fn, [z], yb, np.ones(n, dtype=bool),
+                                           gradient=False)[1]
+                _finite(b.name, f"the last node (node {K}, t = q)", np.zeros(1), [hz], (z,),
+                        "z")
+                entries.append((sh.s_index(K), hz))
             elif isinstance(b, Path):
                 entries.extend(self._path(b, w, yb, solved))
         blocks = np.einsum("ki,kixy->kxy", weights, ends.d2)
@@ -149,8 +151,11 @@ class LagrangianHessian:
                 fn, args = (lambda zz, uu, t=t, fn=b.fn: fn(t, zz, uu)), [z, u]
             if id(b) not in self._reads:
                 self._reads[id(b)] = _reads(fn, args)
-            grad, hess = _weighted_derivatives(fn, args, yk, self._reads[id(b)], b.name,
+            grad, hess = _weighted_derivatives(fn, args, yk, self._reads[id(b)],
                                                gradient=d2z is not None)
+            where = (f"node {k + int(a == 1.0)}" if a in (0.0, 1.0) else
+                     f"a point inside interval {k}") + f", t = {t:.6g}"
+            _finite(b.name, where, np.zeros(1), [grad, hess], (z, u), "z u")
             block = J.T @ hess @ J
             if d2z is not None:                        # z inside: its second derivatives
                 block += np.einsum("i,ixy->xy", grad[int(free):int(free) + n], d2z)
@@ -191,25 +196,30 @@ def _flat(args: list) -> tuple[np.ndarray, Callable]:
 def _reads(fn: Callable, args: list) -> np.ndarray:
     """Which entries of the flattened ``args`` the function reads: those whose change
     (by two random steps of relative size 1e-3 from a random point near ``args``)
-    changes its value; all where a value is not finite."""
+    changes its value; all where a value is not finite or the function raises. (A
+    wrong answer would only make the Hessian inexact: optimality is judged from the
+    exact gradients.)"""
     v0, unflat = _flat(args)
     rng = np.random.default_rng(0)
     v = v0 + 1e-3 * np.maximum(1.0, np.abs(v0)) * rng.uniform(-1, 1, v0.size)
-    base = np.asarray(fn(*unflat(v)), dtype=float)
-    out = np.zeros(v0.size, dtype=bool)
-    for i in range(v0.size):
-        for step in (0.37e-2, -0.61e-2):
-            vi = v.copy()
-            vi[i] += step * max(1.0, abs(v[i]))
-            val = np.asarray(fn(*unflat(vi)), dtype=float)
-            if not (np.all(np.isfinite(val)) and np.all(np.isfinite(base))) or np.any(
-                    val != base):
-                out[i] = True
+    try:
+        with np.errstate(all="ignore"):
+            base = np.asarray(fn(*unflat(v)), dtype=float)
+            out = np.zeros(v0.size, dtype=bool)
+            for i in range(v0.size):
+                for step in (0.37e-2, -0.61e-2):
+                    vi = v.copy()
+                    vi[i] += step * max(1.0, abs(v[i]))
+                    val = np.asarray(fn(*unflat(vi)), dtype=float)
+                    out[i] |= bool(not (np.all(np.isfinite(val)) and np.all(np.isfinite(base)))
+                                   or np.any(val != base))
+    except Exception:                      # noqa: BLE001 - any failure: read everything
+        return np.ones(v0.size, dtype=bool)
     return out
 
 
 def _weighted_derivatives(fn: Callable, args: list, weights: np.ndarray,
-                          reads: np.ndarray, name: str, gradient: bool = True
+                          reads: np.ndarray, gradient: bool = True
                           ) -> tuple[np.ndarray, np.ndarray]:
     """The gradient and Hessian of ``weights . fn(*args)`` in all its arguments together
     (scalars and vectors, flattened in order), by central differences in the entries
@@ -238,8 +248,4 @@ def _weighted_derivatives(fn: Callable, args: list, weights: np.ndarray,
             ej[j] = h[j]
             Hm[i, j] = Hm[j, i] = (phi(v0 + ei + ej) - phi(v0 + ei - ej) - phi(v0 - ei + ej)
                                    + phi(v0 - ei - ej)) / (4 * h[i] * h[j])
-    if not (np.all(np.isfinite(Hm)) and np.all(np.isfinite(grad))):
-        raise SolverFailure(f"`{name}` has second derivatives (central differences) that "
-                            f"are not finite at {', '.join(map(str, args))}; it must be "
-                            f"finite near the iterates")
     return grad, Hm
