@@ -65,8 +65,29 @@ class LagrangianHessian:
         return np.concatenate(parts)
 
     def values(self, w: np.ndarray, y: np.ndarray, sigma: float) -> np.ndarray:
-        """The lower triangle of the Hessian of the Lagrangian at ``w``, multipliers
-        ``y`` and objective factor ``sigma``, in the order of `structure`."""
+        """The lower triangle of the Hessian of the Lagrangian, in the order of
+        `structure` (IPOPT's ``hessian`` callback; docs/optimization.md, "Which Hessian").
+
+        Parameters
+        ----------
+        w : ndarray, shape (n_vars,)
+            The decision vector.
+        y : ndarray, shape (m,)
+            The constraints' multipliers, in the order of the NLP's blocks.
+        sigma : float
+            The objective's factor.
+
+        Returns
+        -------
+        ndarray, shape (len(rows),)
+            ``sigma grad^2 J + sum_i y_i grad^2 c_i`` at the positions of `structure`.
+
+        Raises
+        ------
+        SolverFailure
+            Where a row's integration fails, or a constraint's second derivatives are
+            not finite (naming the function and the node).
+        """
         nlp, sh = self.nlp, self.nlp.sh
         w = np.asarray(w, dtype=float)
         y = np.asarray(y, dtype=float)

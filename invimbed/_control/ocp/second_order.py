@@ -1,5 +1,6 @@
 """Second-order sensitivities of the shooting rows (docs/optimization.md, "Which
-Hessian").
+Hessian"; the first-order variational equations read forward: docs/theory.md, "The
+classical adjoint method").
 
 Every shooting interval ``k`` is one row of one ensemble solve (`Shooting.solve_points`).
 Here a row carries, beside its state ``z`` and running cost ``c`` (together the

@@ -9,7 +9,8 @@ IPOPT (Wachter & Biegler 2006) is reached through ``cyipopt``: the ``ipopt`` ext
 installs the ``cyipopt-wheels`` wheel, which bundles IPOPT and MUMPS; a ``cyipopt`` built
 against a system IPOPT (``pip install cyipopt`` after ``apt-get install
 coinor-libipopt-dev liblapack-dev libblas-dev pkg-config``) serves alike. It gets the
-sparse Jacobian and a limited-memory quasi-Newton (L-BFGS) Hessian. Without it,
+sparse Jacobian and the Hessian of the Lagrangian of `HESSIANS` (docs/optimization.md,
+"Which Hessian"): exact, L-BFGS or colored differences. Without it,
 ``scipy.optimize.minimize`` runs ``"trust-constr"`` (sparse Jacobian, BFGS Hessian) or
 ``"SLSQP"`` (dense).
 """
