@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import invimbed
-from invimbed._control.ocp.constraints import Defects, Terminal
+from invimbed._control.ocp.constraints import Defects, Path, Terminal
 from invimbed._control.ocp.exact_hessian import LagrangianHessian
 from invimbed._control.ocp.nlp import ShootingNLP
 from invimbed._control.ocp.shooting import Shooting
@@ -30,11 +30,15 @@ def dense(hess: LagrangianHessian, vals: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("free", [False, True], ids=["fixed-horizon", "free-horizon"])
 def test_exact_hessian_matches_differences_of_the_exact_gradient(free):
     """Every block (defects, objective, a terminal inequality, a path constraint at the
-    nodes and inside the intervals, the free horizon) of a nonlinear, time-dependent
+    nodes and inside the intervals, state bounds inside them, the free horizon) of a
+    nonlinear, time-dependent
     problem: the exact Hessian against central differences (step 1e-4) of the exact
     Lagrangian gradient, column by column; one ensemble solve per Hessian. The
     differences' own error is O(1e-8) (step^2, rtol 1e-11 / step): tolerance 1e-6."""
     nlp, w = every_block_nlp(free, rtol=1e-11, atol=1e-13)
+    box = Path(nlp.sh, None, 2, "state_bounds", nodes=False, lo=np.array([-1.0, -np.inf]),
+               hi=np.array([1.0, 0.8]))                  # linear in z, inside the intervals
+    nlp = ShootingNLP(nlp.sh, nlp.blocks + [box], nlp.lb, nlp.ub)
     y = np.random.default_rng(3).normal(size=nlp.m)
     sigma = 0.7
     hess = LagrangianHessian(nlp)
@@ -62,7 +66,6 @@ def test_linear_dynamics_carry_only_the_cost_second_order():
                                   (ax ** 2 + ay ** 2) / 2 + x ** 2 * y_ ** 2, q=2.0)
     sh = Shooting(problem.provider(4, 2), np.zeros(4), 2.0, np.linspace(0, 1, 4),
                   free_horizon=True, horizon=2.0, m=2, rtol=1e-11, atol=1e-13)
-    from invimbed._control.ocp.constraints import Path
     disc = Path(sh, lambda t, z, u: np.array([1.0 - (z[0] - 1) ** 2 - z[1] ** 2]), 1, "g")
     nlp = ShootingNLP(sh, [Defects(sh), disc], np.full(sh.n_vars, -np.inf),
                       np.full(sh.n_vars, np.inf))
