@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from .constraints import _H_REL, Path, Terminal, _finite, _jacobian
+from .constraints import _H_REL, Defects, Path, Terminal, _finite, _jacobian
 from .hessian import ColoredHessian
 from .nlp import ShootingNLP
 from .second_order import SecondOrderRows
@@ -103,7 +103,7 @@ class LagrangianHessian:
         weights[:, n] = sigma
         for b, o in zip(nlp.blocks, offsets):
             yb = y[o:o + b.size]
-            if b.name == "continuity defects":
+            if isinstance(b, Defects):
                 weights[:, :n] -= yb.reshape(K, n)
             elif isinstance(b, Terminal) and np.any(yb):
                 z = w[sh.s_index(K)]
