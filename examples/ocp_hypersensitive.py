@@ -12,7 +12,7 @@ cut into equal intervals of at most 100 (K = 164); the control is constant on ea
 Longer middle intervals make the shooting map strongly nonlinear (and stiff wherever an
 iterate leaves the slow manifold), and IPOPT then wanders. The initial guess follows the
 boundary layers (``exp(-t)`` and ``1.5 exp(t - tf)``, 0 in between), and the Hessian is
-``"finite-differences"``: IPOPT converges in a few iterations. J = 3.37063 (2.5e-3
+the default, exact (``from_sympy``): IPOPT converges in a few iterations. J = 3.37063 (2.5e-3
 relative to the published optimum: the piecewise-constant control in the layers).
 
 Needs IPOPT (``cyipopt``); without it the script says so and stops.
@@ -74,7 +74,6 @@ def problem() -> invimbed.BolzaProblem:
 
 def solve(intervals: int | None = None, **kwargs):
     g = grid()
-    kwargs.setdefault("hessian", "finite-differences")
     return invimbed.solve_ocp(problem(), X0, grid=g, final_state=TARGET,
                               initial_guess=initial_guess(g), **kwargs)
 

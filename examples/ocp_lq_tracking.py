@@ -67,8 +67,7 @@ def problem() -> invimbed.BolzaProblem:
 
 
 def solve(intervals: int = 20, **kwargs):
-    # a quadratic program: with the Hessian of the Lagrangian IPOPT needs one iteration
-    kwargs.setdefault("hessian", "finite-differences")
+    # a quadratic program: with the exact Hessian (the default) IPOPT needs one iteration
     return invimbed.solve_ocp(problem(), X0, grid=SPEC["grid"](intervals), **kwargs)
 
 

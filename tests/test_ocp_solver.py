@@ -78,21 +78,22 @@ def test_solver_object_equals_solve_ocp_on_the_gallery(name, monkeypatch):
     assert abs(warm.fun - ref.fun) <= 1e-7 * max(1.0, abs(ref.fun))
 
 
-def _window_pair(solver_name: str):
+def _window_pair(solver_name: str, **kw):
     """A warm re-solve from the state 5 intervals on (the last solution moved 5
     intervals), and a cold solve from that state by a fresh solver."""
-    mpc = vdp_solver(solver=solver_name)
+    mpc = vdp_solver(solver=solver_name, **kw)
     first = mpc.solve()
     assert first.success, first.message
     x1 = first.states[5] + np.array([0.01, -0.01])   # the plant drifted off the plan
     warm = mpc.solve(x1, shift=5)
-    cold = vdp_solver(solver=solver_name).solve(x1)
+    cold = vdp_solver(solver=solver_name, **kw).solve(x1)
     return first, warm, cold
 
 
 @needs_ipopt
 def test_warm_resolve_from_a_moved_state_is_faster_and_reaches_the_cold_optimum():
-    first, warm, cold = _window_pair("ipopt")
+    # tol 1e-8: two optima of our KKT check at tol 1e-6 may differ by ~1e-6 in J
+    first, warm, cold = _window_pair("ipopt", tol=1e-8)
     assert warm.success and cold.success and warm.warm_start and not cold.warm_start
     assert warm.nit < cold.nit, (warm.nit, cold.nit)
     assert abs(warm.fun - cold.fun) <= 1e-7 * abs(cold.fun)

@@ -320,7 +320,7 @@ def check_collocation(hessian: str, path_points: int) -> None:
     if hessian == "finite-differences":
         raise ValueError("hessian='finite-differences' differences shooting's exact "
                          "gradients; transcription='collocation' has its exact Hessian "
-                         "(the default, hessian=None) or L-BFGS (hessian='limited-memory')")
+                         "(the default, hessian='auto') or L-BFGS (hessian='limited-memory')")
     if path_points:
         raise ValueError(f"path_points = {path_points}: transcription='collocation' "
                          f"enforces path constraints and state bounds at the nodes and "

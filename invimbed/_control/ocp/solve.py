@@ -25,6 +25,7 @@ from ..._core.inputs.validation import (as_float_array, as_int, as_positive_int,
 from .constraints import Defects, FinalState, Path, Terminal, as_pair, bounds_size
 from .nlp import ShootingNLP, kkt_check
 from .guess import _get, _initial_guess, moved
+from .second_order import has_exact_second_derivatives
 from .solvers import HESSIANS, SOLVERS, have_ipopt, make_runner
 from ..options import SolverFailure
 from .shooting import Shooting
@@ -53,7 +54,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
               final_state: Any = None, terminal_equality: Callable | None = None,
               terminal_inequality: Callable | None = None, free_horizon: bool = False,
               horizon_bounds: Any = None, initial_guess: Any = None,
-              solver: str = "auto", hessian: str | None = None, tol: float = 1e-6,
+              solver: str = "auto", hessian: str = "auto", tol: float = 1e-6,
               constraint_tol: float = 1e-6,
               max_iter: int = 1000, solver_options: dict | None = None,
               callback: Callable | None = None, rtol: float = 1e-8, atol: float = 1e-10,
@@ -91,11 +92,14 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         A warm start: a previous result, or a dict of ``"states"``, ``"controls"``,
         ``"horizon"``, ``"times"`` (the guess's node times; without them a guess with
         ``K + 1`` nodes is taken node for node); other keys are refused.
-    solver, hessian : str, default "auto", None
+    solver, hessian : str, default "auto", "auto"
         ``"ipopt"`` (``cyipopt``, the default where installed), ``"trust-constr"`` or
-        ``"slsqp"``; IPOPT's Hessian: ``"limited-memory"`` (L-BFGS),
-        ``"finite-differences"`` (shooting), ``"exact"`` (collocation); None: the
-        exact one for collocation without constraint functions, else L-BFGS.
+        ``"slsqp"``; IPOPT's Hessian of the Lagrangian: ``"exact"`` (second-order
+        sensitivities, or the collocation's own; the default where the problem's
+        derivatives are exact: `from_sympy`, traced, and with collocation where no
+        constraint function is given), ``"limited-memory"`` (L-BFGS; the default
+        otherwise) or ``"finite-differences"`` (shooting; docs/optimization.md, "Which
+        Hessian").
     tol, constraint_tol : float, default 1e-6
         The KKT tolerance of our check; the largest constraint violation accepted.
     max_iter, solver_options : int (default 1000), dict
@@ -119,6 +123,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         stopped by ``callback``, -1 an interval's integration or a constraint's value
         failed), ``fun`` (``J``), ``times``, ``states``, ``controls``, ``control``,
         ``horizon``, ``kkt`` (scaled as IPOPT's own check: docs/optimization.md),
+        ``hessian`` (IPOPT's Hessian, ``"auto"`` resolved; None for scipy's solvers),
         ``constraint_violation``, ``trajectory``, ...
 
     Raises
@@ -209,7 +214,7 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
                  final_state: Any = None, terminal_equality: Callable | None = None,
                  terminal_inequality: Callable | None = None, free_horizon: bool = False,
                  horizon_bounds: Any = None, initial_guess: Any = None,
-                 solver: str = "auto", hessian: str | None = None,
+                 solver: str = "auto", hessian: str = "auto",
                  tol: float = 1e-6, constraint_tol: float = 1e-6,
                  max_iter: int = 1000, solver_options: dict | None = None,
                  callback: Callable | None = None, rtol: float = 1e-8, atol: float = 1e-10,
@@ -227,10 +232,6 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
         problem.check_sizes(N, M)
         check_choice(solver, "solver", SOLVERS)
         check_choice(transcription, "transcription", TRANSCRIPTIONS)
-        if hessian is None:
-            hessian = ("exact" if transcription == "collocation" and not (
-                terminal_equality or terminal_inequality or path_constraints) else
-                "limited-memory")
         check_choice(hessian, "hessian", HESSIANS)
         check_choice(method, "method", ENSEMBLE_METHODS)
         tol = as_real(tol, "tol", positive=True)
@@ -273,19 +274,21 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
                                  f"but got shape {target.shape}")
             if np.all(np.isnan(target)):
                 raise ValueError("`final_state` has no entry that is not NaN")
+        provider = problem.provider(N, M)
         if transcription == "collocation":
+            if hessian == "auto":            # its own exact Hessian, where no user function
+                hessian = ("limited-memory" if terminal_equality or terminal_inequality
+                           or path_constraints else "exact")
             check_collocation(hessian, path_points)
-            sh = Collocation(problem.provider(N, M), x0, q, tau, horizon=H0, m=M,
+            sh = Collocation(provider, x0, q, tau, horizon=H0, m=M,
                              degree=as_positive_int(collocation_degree, "collocation_degree"),
                              free_horizon=bool(free_horizon))
         else:
-            if hessian == "exact":
-                raise ValueError("`hessian`: the exact Hessian ('exact') is the collocation "
-                                 "transcription's: pass transcription='collocation', or "
-                                 "hessian='limited-memory' or 'finite-differences'")
-            sh = Shooting(problem.provider(N, M), x0, q, tau, free_horizon=bool(free_horizon),
+            hessian = _hessian_choice(hessian, provider)
+            sh = Shooting(provider, x0, q, tau, free_horizon=bool(free_horizon),
                           horizon=H0, m=M, method=method, rtol=rtol, atol=atol,
                           max_steps=max_steps)
+        self.hessian = hessian if name == "ipopt" else None
         S_guess, U_guess, H_guess = _initial_guess(initial_guess, sh, target, u_lo, u_hi)
         self.sh, self.target, self.u_bounds = sh, target, (u_lo, u_hi)
         self.initial_guess = initial_guess
@@ -380,6 +383,7 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
                              f"`initial_guess`") from exc
         run = self._run(w0, warm)
         res = _result(nlp, run, self.tol, self.constraint_tol, self.trajectory_points)
+        res["hessian"] = self.hessian
         res["warm_start"] = warm is not None or (initial_guess is None and warm_start
                                                  and self._last is not None)
         if self._horizon_hint:
@@ -389,6 +393,22 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
                     (run.multipliers[0], *run.bound_multipliers))
             self._last = (run.w, mult)
         return res
+
+
+def _hessian_choice(hessian: str, provider) -> str:
+    """The Hessian `run_solver` gets: ``"auto"`` resolved by the provider's exactness;
+    ``"exact"`` refused where its second derivatives would be finite differences."""
+    exact = has_exact_second_derivatives(provider)
+    source = getattr(provider, "derivative_source", provider.name)
+    if hessian == "auto":
+        return "exact" if exact else "limited-memory"
+    if hessian == "exact" and not exact:
+        raise ValueError(
+            f"`hessian='exact'` needs exact second derivatives of the dynamics and losses, "
+            f"but this problem's derivatives are {source!r}; write it "
+            f"with `invimbed.from_sympy` or in traceable numpy, or use "
+            f"hessian='finite-differences' or 'limited-memory'")
+    return hessian
 
 
 def _runaway_horizon(res: OptimizeResult, start: float, low: float) -> str:

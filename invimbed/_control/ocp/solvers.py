@@ -9,7 +9,8 @@ IPOPT (Wachter & Biegler 2006) is reached through ``cyipopt``: the ``ipopt`` ext
 installs the ``cyipopt-wheels`` wheel, which bundles IPOPT and MUMPS; a ``cyipopt`` built
 against a system IPOPT (``pip install cyipopt`` after ``apt-get install
 coinor-libipopt-dev liblapack-dev libblas-dev pkg-config``) serves alike. It gets the
-sparse Jacobian and a limited-memory quasi-Newton (L-BFGS) Hessian. Without it,
+sparse Jacobian and the Hessian of the Lagrangian of `HESSIANS` (docs/optimization.md,
+"Which Hessian"): exact, L-BFGS or colored differences. Without it,
 ``scipy.optimize.minimize`` runs ``"trust-constr"`` (sparse Jacobian, BFGS Hessian) or
 ``"SLSQP"`` (dense).
 """
@@ -22,16 +23,22 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import BFGS, Bounds, NonlinearConstraint, minimize
 
+from .collocation import Collocation
 from .collocation_hessian import CollocationHessian
+from .exact_hessian import LagrangianHessian
 from .hessian import ColoredHessian
 from .nlp import ShootingNLP
 from ..options import SolverFailure
 
 SOLVERS = ("auto", "ipopt", "trust-constr", "slsqp")
-#: IPOPT's Hessians: L-BFGS, colored differences of the exact Lagrangian gradient
-#: (`invimbed._control.ocp.hessian`), or the exact one of the collocation transcription
-#: (`invimbed._control.ocp.collocation_hessian`).
-HESSIANS = ("limited-memory", "finite-differences", "exact")
+#: IPOPT's Hessians of the Lagrangian: ``"auto"`` (``"exact"`` where the problem's
+#: derivatives are exact, else ``"limited-memory"``), exact (from second-order
+#: sensitivities, `invimbed._control.ocp.exact_hessian`; the collocation transcription's
+#: own, `invimbed._control.ocp.collocation_hessian`), L-BFGS, or colored differences of
+#: the exact Lagrangian gradient (`invimbed._control.ocp.hessian`).
+HESSIANS = ("auto", "exact", "limited-memory", "finite-differences")
+#: The Hessian objects of IPOPT's ``hessian_approximation="exact"``, by `HESSIANS` name.
+HESSIAN_CLASSES = {"exact": LagrangianHessian, "finite-differences": ColoredHessian}
 
 
 def have_ipopt() -> bool:
@@ -105,8 +112,11 @@ class _Ipopt:
                  hessian) -> None:
         import cyipopt
 
-        colored = (CollocationHessian(nlp.sh, nlp) if hessian == "exact" else
-                   ColoredHessian(nlp) if hessian == "finite-differences" else None)
+        if hessian == "exact" and isinstance(nlp.sh, Collocation):
+            colored = CollocationHessian(nlp.sh, nlp)
+        else:
+            cls = HESSIAN_CLASSES.get(hessian)
+            colored = cls(nlp) if cls is not None else None
         self.state: dict[str, Any] = {"failure": None, "stopped": False, "history": []}
         state = self.state
 
