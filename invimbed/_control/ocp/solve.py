@@ -17,7 +17,8 @@ from scipy.optimize import OptimizeResult
 from ..._core.problem.open_loop import PiecewiseConstant
 from ..._core.integrators.ensemble import ENSEMBLE_METHODS
 from ..._core.problem.bolza import BolzaProblem
-from ..._core.results.status import Status
+from ..._core.results.families import OCPResult
+from ..._core.results.status import Status, deprecated_alias
 from ..._core.inputs.validation import (as_float_array, as_int, as_positive_int, as_real,
                                         check_callable, check_choice, describe)
 from .constraints import Defects, FinalState, Path, Terminal, as_pair, bounds_size
@@ -26,20 +27,11 @@ from .solvers import HESSIANS, SOLVERS, have_ipopt, run_solver
 from ..options import SolverFailure
 from .shooting import Shooting
 
-#: The `invimbed.Status` members a `solve_ocp` result's ``status`` can hold, ``{code:
-#: meaning}``: the subset of `invimbed.STATUS` that `solve_ocp` returns, in its words.
-OCP_STATUS = {int(code): text for code, text in (
-    (Status.SUCCESS, "optimal: our check of the KKT residual and of the constraint violation "
-                     "passed (`tol`, `constraint_tol`)"),
-    (Status.NOT_CONVERGED, "not optimal: the NLP solver stopped (its status and message are "
-                           "in `solver_status`, `solver_message`) at a point that fails our "
-                           "KKT check; `kkt` and `constraint_violation` say by how much"),
-    (Status.FAILED, "an evaluation failed: the integration of a shooting interval, or a "
-                    "constraint function not finite (the message names the interval or "
-                    "the node)"),
-    (Status.STOPPED, "stopped: `callback` stopped the solver at a point that fails our KKT "
-                     "check; `kkt` and `constraint_violation` say by how much"),
-)}
+def __getattr__(name: str) -> Any:
+    """``OCP_STATUS``, the deprecated alias of `OCPResult.STATUS_CODES` (as ints)."""
+    if name == "OCP_STATUS":
+        return deprecated_alias(name, {int(k): v for k, v in OCPResult.STATUS_CODES.items()})
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
@@ -53,7 +45,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
               max_iter: int = 1000, solver_options: dict | None = None,
               callback: Callable | None = None, rtol: float = 1e-8, atol: float = 1e-10,
               method: str = "RK45", max_steps: int = 10_000,
-              trajectory_points: int = 10) -> OptimizeResult:
+              trajectory_points: int = 10) -> OCPResult:
     r"""Solve an optimal-control problem by multiple shooting with an NLP solver.
 
     Minimises ``J`` of eq. (4) from ``z(p) = x`` over controls constant on each interval
@@ -100,9 +92,10 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
 
     Returns
     -------
-    OptimizeResult
+    OCPResult
         ``success`` (our KKT check passed, never the solver's word alone), ``status``
-        (an `invimbed.Status`, one of `OCP_STATUS`: 0 optimal, -2 not optimal, -4
+        (an `invimbed.Status`, one of `OCPResult.STATUS_CODES` (docs/results.md): 0
+        optimal, -2 not optimal, -4
         stopped by ``callback``, -1 an interval's integration or a constraint's value
         failed), ``fun`` (``J``), ``times``, ``states``, ``controls``, ``control``,
         ``horizon``, ``kkt`` (scaled as IPOPT's own check: docs/optimization.md),
@@ -221,14 +214,14 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     res = _result(nlp, run, tol, constraint_tol, trajectory_points)
     if free_horizon and horizon_bounds is None:
         res["message"] += _runaway_horizon(res, H_guess, lb[-1])
-    return res
+    return OCPResult(res)
 
 
-def _runaway_horizon(res: OptimizeResult, start: float, low: float) -> str:
+def _runaway_horizon(res: dict, start: float, low: float) -> str:
     """A hint for a free horizon without `horizon_bounds` that ran away (ten times its
     start, or down to its default lower bound): nothing in the problem prices time."""
-    H = float(res.horizon)
-    if not (H >= 10 * start or H <= 10 * low) or (res.success and H > 10 * low):
+    H = float(res["horizon"])
+    if not (H >= 10 * start or H <= 10 * low) or (res["success"] and H > 10 * low):
         return ""
     grew = H >= 10 * start
     where = (f"grew from {start:.6g} to {H:.6g}" if grew else
@@ -239,14 +232,15 @@ def _runaway_horizon(res: OptimizeResult, start: float, low: float) -> str:
 
 
 def _result(nlp: ShootingNLP, run, tol: float, constraint_tol: float,
-            trajectory_points: int) -> OptimizeResult:
+            trajectory_points: int) -> dict:
+    """The fields of `solve_ocp`'s `OCPResult` (built once, by `solve_ocp`)."""
     sh = nlp.sh
     w = run.w
     S, U, H = sh.unpack(w)
     times = sh.times(H)
-    res = OptimizeResult(x=w, states=S, controls=U.copy(), times=times, horizon=H,
-                         p=float(times[0]), solver=run.solver, solver_status=run.solver_status,
-                         solver_message=run.message, nit=run.nit)
+    res = dict(x=w, states=S, controls=U.copy(), times=times, horizon=H,
+               p=float(times[0]), solver=run.solver, solver_status=run.solver_status,
+               solver_message=run.message, nit=run.nit, warnings=[])
     try:
         fun = nlp.objective(w)
         kkt = kkt_check(nlp, w, tol=tol, constraint_tol=constraint_tol,
