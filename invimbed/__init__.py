@@ -52,7 +52,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     """The deprecated aliases of `Status`: ``STATUS`` (``{code: message}``) and
     ``OCP_STATUS`` (`solve_ocp`'s codes, now `OCPResult.STATUS_CODES`), with a
-    DeprecationWarning (docs/results.md)."""
+    DeprecationWarning (docs/results-and-status.md)."""
     from ._core.results.status import deprecated_alias, status_table
 
     if name == "STATUS":

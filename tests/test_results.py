@@ -1,6 +1,6 @@
 """The result family: one base (status, message, warnings, success), a subclass per
 solver family, each built once; the deprecated aliases of `Status`; warnings in
-``warnings``, not in the message (docs/results.md)."""
+``warnings``, not in the message (docs/results-and-status.md)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_a_family_refuses_an_undeclared_field_and_setting_one_is_deprecated(resu
 
 
 def test_each_family_has_documented_status_codes():
-    docs = (ROOT.parent / "docs" / "results.md").read_text()
+    docs = (ROOT.parent / "docs" / "results-and-status.md").read_text()
     for cls in (ImbeddingResult, FeedbackResult, OCPResult, ControlResult, FitResult):
         assert cls.STATUS_CODES and all(isinstance(k, Status) for k in cls.STATUS_CODES)
         assert cls.__name__ in docs

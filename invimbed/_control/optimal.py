@@ -91,9 +91,9 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         with ``feedback`` (``Psi``, (n, [B,] M)), ``feedback_jacobian``
         (``d Psi / d x``, (n, [B,] M, N)), ``linear_quadratic``, ``policy``,
         ``closed_loop_value``, ``optimality_error``; ``status`` one of
-        `FeedbackResult.STATUS_CODES` (docs/results.md), and ``warnings`` (`SolverWarning`
-        s: ``"closed_loop_mismatch"``, ``"branch_switch"``, ...), which the message does
-        not repeat.
+        `FeedbackResult.STATUS_CODES` (docs/results-and-status.md), and ``warnings``
+        (`SolverWarning` s: ``"closed_loop_mismatch"``, ``"branch_switch"``, ...), which
+        the message does not repeat.
 
     Raises
     ------

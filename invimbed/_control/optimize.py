@@ -97,8 +97,8 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
         `invimbed.Status`: 0 where scipy reports success, -2 where it stopped short
         (scipy's own code in ``solver_status``), -4 where ``callback`` stopped it, -1
         where a solve failed (which ends the optimisation, with the solver's message):
-        `ControlResult.STATUS_CODES` (docs/results.md). The notes are in ``warnings``,
-        not in ``message``.
+        `ControlResult.STATUS_CODES` (docs/results-and-status.md). The notes are in
+        ``warnings``, not in ``message``.
 
     Raises
     ------

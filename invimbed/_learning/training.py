@@ -102,9 +102,9 @@ def fit_endpoint_dynamics(dynamics: Callable, w0: Any, x: Any, depths: Any, y: A
     FitResult
         ``x`` (the trained weights), ``fun``, ``jac``, ``history``, ``nit``,
         ``n_sweeps``, ``nfev``, ``success``, ``status`` (an `invimbed.Status`, one of
-        `FitResult.STATUS_CODES` (docs/results.md): 0, -2 where L-BFGS-B stopped short,
-        with scipy's code in ``solver_status``, -4 where ``callback`` stopped, -1 where a
-        sweep failed), ``message``, ``warnings``, and ``problem``
+        `FitResult.STATUS_CODES`, docs/results-and-status.md: 0, -2 where L-BFGS-B
+        stopped short, with scipy's code in ``solver_status``, -4 where ``callback``
+        stopped, -1 where a sweep failed), ``message``, ``warnings``, and ``problem``
         with ``control`` so that ``solve_imbedding(res.problem, x_new, depths,
         control=res.control).z`` predicts.
 

@@ -94,8 +94,8 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     -------
     OCPResult
         ``success`` (our KKT check passed, never the solver's word alone), ``status``
-        (an `invimbed.Status`, one of `OCPResult.STATUS_CODES` (docs/results.md): 0
-        optimal, -2 not optimal, -4
+        (an `invimbed.Status`, one of `OCPResult.STATUS_CODES`,
+        docs/results-and-status.md: 0 optimal, -2 not optimal, -4
         stopped by ``callback``, -1 an interval's integration or a constraint's value
         failed), ``fun`` (``J``), ``times``, ``states``, ``controls``, ``control``,
         ``horizon``, ``kkt`` (scaled as IPOPT's own check: docs/optimization.md),

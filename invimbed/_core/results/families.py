@@ -3,7 +3,8 @@
 
 Each is a `Result` (status, message, warnings, success; attribute and key access, a
 readable repr), built once by its solver from the fields it computed, with the field
-names of the scipy ``OptimizeResult`` these solvers returned before (docs/results.md).
+names of the scipy ``OptimizeResult`` these solvers returned before
+(docs/results-and-status.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Result objects, in the style of scipy's ``OdeResult``: the base `Result` and the sweep
 family (`ImbeddingResult`, `FeedbackResult`), built from a `Draft` once
-(docs/results.md)."""
+(docs/results-and-status.md)."""
 
 from __future__ import annotations
 
@@ -162,13 +162,13 @@ class Result(OptimizeResult):
     repr. Each solver family has its subclass (`ImbeddingResult`, `FeedbackResult`,
     `OCPResult`, `ControlResult`, `FitResult`), built once by its solver, in one place;
     setting a field afterwards is deprecated (a DeprecationWarning), and a field the
-    class does not declare is refused with a TypeError (docs/results.md).
+    class does not declare is refused with a TypeError (docs/results-and-status.md).
 
     Attributes
     ----------
     status : Status
         The one status vocabulary of the package (`invimbed.Status`); the codes each
-        family returns are its ``STATUS_CODES`` (docs/results.md).
+        family returns are its ``STATUS_CODES`` (docs/results-and-status.md).
     message : str
         What happened, and where; warnings are not repeated here.
     warnings : list
@@ -266,8 +266,8 @@ class ImbeddingResult(Result):
         10% of ``max(1, |field|)`` without it) or was recomputed exactly (``fallback``).
         A result without an estimate (status 1) was not checked against any tolerance.
     status : Status
-        One of `STATUS_CODES` (docs/results.md): 0 success; 1 reached but not checked
-        (no error estimate: ``closure="stencil"`` or ``"crop"``, ``method="disc"``,
+        One of `STATUS_CODES` (docs/results-and-status.md): 0 success; 1 reached but not
+        checked (no error estimate: ``closure="stencil"`` or ``"crop"``, ``method="disc"``,
         ``estimate_error=False``); -1 integration failure; -2 not converged (the error
         estimate exceeds the tolerance); -3 (`invimbed.dask.solve_batch` only) a chunk
         raised an exception; -5 a function of the problem is less precise than ``rtol``

@@ -2,7 +2,7 @@
 
 `Status` is what a result's ``status`` holds, the one public status vocabulary
 (``Status(code).message`` says what a code means; each result family lists the codes it
-returns in its ``STATUS_CODES``, docs/results.md). `RowCode` is the per-row (or
+returns in its ``STATUS_CODES``, docs/results-and-status.md). `RowCode` is the per-row (or
 per-input) code of the ensemble integrator, the compiled kernels and `invimbed.simulate`:
 plain integers inside the kernels (numba), defined here once, and turned into a `Status`
 by `row_status` only.
