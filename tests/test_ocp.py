@@ -559,7 +559,7 @@ def test_no_message_recommends_an_option_its_function_rejects():
     ``method='Radau'`` (it takes "RK45", "RK23") and `solve_optimal`
     ``fallback='adjoint'`` (it has no fallback)."""
     import importlib
-    from invimbed._core.results.results import failures
+    from invimbed._core.results import failures
     from invimbed._control.ocp.solve import shooting
     problem = lq_problem(**LQ, q=1.0)
 
