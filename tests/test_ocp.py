@@ -560,7 +560,7 @@ def test_no_message_recommends_an_option_its_function_rejects():
     ``fallback='adjoint'`` (it has no fallback)."""
     import importlib
     from invimbed._core.results import failures
-    from invimbed._control.ocp.solve import shooting
+    from invimbed._control.ocp import shooting
     problem = lq_problem(**LQ, q=1.0)
 
     def ocp_call(**kw):
@@ -586,13 +586,13 @@ def test_no_message_recommends_an_option_its_function_rejects():
                                            control_affine=True, closed_loop=False)
     assert not_converged.status == -2
     cases = {
-        invimbed.solve_ocp: (ocp_call, ["ocp", "ocp_nlp", "ocp_solvers", "ocp_constraints",
-                                        "ocp_hessian", "shooting"],
+        invimbed.solve_ocp: (ocp_call, ["ocp.solve", "ocp.nlp", "ocp.solvers",
+                                        "ocp.constraints", "ocp.hessian", "ocp.shooting"],
                              [str(stiff_res.value)] + [failures.row_failure_reason(
                                  code, 10, h, shooting.STIFF_REMEDY)
                                  for code in (failures.MAX_STEPS, failures.NONFINITE,
                                               failures.UNDERFLOW) for h in (0.0, 10.0)]),
-        invimbed.solve_optimal: (optimal_call, ["optimal", "feedback", "sweep", "policy",
+        invimbed.solve_optimal: (optimal_call, ["optimal", "feedback", "closed_loop", "policy",
                                                 "riccati", "simulate"],
                                  [not_converged.message] + [failures.row_failure_reason(
                                      failures.MAX_STEPS, 10, 10.0)]),
