@@ -34,37 +34,61 @@ from ._control.closed_loop import OptimalityError as OptimalityError
 from ._control.depth import DepthResult as DepthResult
 from ._control.depth import optimal_depth as optimal_depth
 from ._control.optimize import optimize_control as optimize_control
-from ._control.ocp.solve import OCP_STATUS as OCP_STATUS
 from ._control.ocp.solve import OCPSolver as OCPSolver
 from ._control.ocp.solve import solve_ocp as solve_ocp
 from ._core.problem.bolza import BolzaProblem as BolzaProblem
-from ._core.results.results import STATUS as STATUS
+from ._core.results.families import ControlResult as ControlResult
+from ._core.results.families import FitResult as FitResult
+from ._core.results.families import OCPResult as OCPResult
+from ._core.results.results import FeedbackResult as FeedbackResult
 from ._core.results.results import ImbeddingResult as ImbeddingResult
+from ._core.results.results import Result as Result
 from ._core.results.results import SolverWarning as SolverWarning
 from ._core.results.status import Status as Status
 from ._core.problem.sympy_problem import from_sympy as from_sympy
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    """The deprecated aliases of `Status`: ``STATUS`` (``{code: message}``) and
+    ``OCP_STATUS`` (`solve_ocp`'s codes, now `OCPResult.STATUS_CODES`), with a
+    DeprecationWarning (docs/results-and-status.md)."""
+    from ._core.results.status import deprecated_alias, status_table
+
+    if name == "STATUS":
+        return deprecated_alias(name, status_table())
+    if name == "OCP_STATUS":
+        return deprecated_alias(name, {int(k): v for k, v in OCPResult.STATUS_CODES.items()})
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"STATUS", "OCP_STATUS"})
+
+
 __all__ = [
     "BackendCompileError",
     "BolzaProblem",
     "Constant",
     "Control",
+    "ControlResult",
     "DenseSolution",
     "DepthResult",
     "DerivativeCheck",
     "DerivativeOrderError",
     "DerivativeProvider",
+    "FeedbackResult",
     "FiniteDifferences",
+    "FitResult",
     "ImbeddingResult",
     "MLPDynamics",
+    "OCPResult",
     "OCPSolver",
-    "OCP_STATUS",
     "OpenLoopControl",
     "OptimalityError",
     "PiecewiseConstant",
-    "STATUS",
+    "Result",
     "SimulationResult",
     "SolverWarning",
     "Status",

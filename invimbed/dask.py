@@ -30,7 +30,7 @@ from ._core.reference.adjoint import OPTIONS as _ADJOINT_OPTIONS
 from ._core.reference.adjoint import solve_adjoint
 from ._core.sweep.imbedding import solve_imbedding
 from ._core.problem.bolza import BolzaProblem
-from ._core.results.results import ImbeddingResult
+from ._core.results.results import ImbeddingResult, sweep_result
 from ._core.results.status import Status, as_status
 from ._core.inputs.validation import (SOLVE_IVP_OPTIONS, STEP_BUDGET, as_bool, as_depths,
                                       as_float_array, check_choice, describe,
@@ -433,18 +433,17 @@ def solve_batch(problem: BolzaProblem, x: Any, depths: Any, *, client: Any = Non
         warnings=list(dict.fromkeys(w for s in done for w in s["warnings"])),
     )
     if solver == "adjoint":
-        return ImbeddingResult(**common, nsteps=arrays["nsteps"], error_estimate=None,
-                               strategy=ok.get("strategy"), chunk_status=chunk_status)
+        return sweep_result(dict(common, nsteps=arrays["nsteps"], error_estimate=None,
+                                 strategy=ok.get("strategy"), chunk_status=chunk_status))
     error = ({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("error_estimate.")}
              or None)
     orders = [s["order"] for s in done if s["order"] is not None]
     runs = [s["orders_run"] for s in done if s["orders_run"] is not None]
-    return ImbeddingResult(**common,
-                           error_estimate=None if error is None else ImbeddingResult(error),
-                           **{k: arrays.get(k) for k in _PAIR_ARRAYS},
-                           order=max(orders) if orders else None,
-                           orders_run=sorted(set().union(*runs)) if runs else None,
-                           chunk_status=chunk_status)
+    return sweep_result(dict(common, error_estimate=error,
+                             **{k: arrays.get(k) for k in _PAIR_ARRAYS},
+                             order=max(orders) if orders else None,
+                             orders_run=sorted(set().union(*runs)) if runs else None,
+                             chunk_status=chunk_status))
 
 
 __all__ = ["solve_batch"]

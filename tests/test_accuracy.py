@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 import invimbed
-from invimbed import STATUS, BolzaProblem, solve_adjoint, solve_imbedding
+from invimbed import BolzaProblem, solve_adjoint, solve_imbedding
+from invimbed._core.results.status import status_table
+
+STATUS = status_table()    # {code: message}, the value of the deprecated invimbed.STATUS
 from problems import forced_double_pendulum
 
 sp = pytest.importorskip("sympy")

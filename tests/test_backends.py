@@ -28,6 +28,7 @@ import invimbed
 from invimbed import BolzaProblem, Constant, PiecewiseConstant, solve_imbedding
 from invimbed._core.runtime.namespace import array_namespace, is_cupy_array, to_numpy
 from invimbed._core.setup.arguments import prepare
+from invimbed._core.results.results import sweep_result
 from invimbed._core.sweep.imbedding import mark_unchecked
 from invimbed._core.integrators import ALL_METHODS
 from problems import lq_closed_form, pendulum_functions, sympy_pendulum, uncompilable_dynamics
@@ -188,8 +189,7 @@ def solve(backend: str, problem: BolzaProblem, x, depths, **kw) -> invimbed.Imbe
         res = sweep_xp(setup, np, closure=closure, order=kw.get("order", 1), method=method,
                        step=kw.get("step"), difference=kw.get("difference", "central"),
                        delta=kw.get("delta"), estimate_error=est, backend="xp-numpy")
-        mark_unchecked(res, closure, est, method)      # what solve_imbedding adds
-        return res
+        return sweep_result(mark_unchecked(res, closure, est, method))  # as solve_imbedding
     return solve_imbedding(problem, x, depths, backend=backend, **kw)
 
 

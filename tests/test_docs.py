@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["docs/tutorial.md", "docs/theory.md", "docs/index.md", "docs/method.md", "docs/closures.md",
-        "docs/ocp-tutorial.md", "README.md"]
+        "docs/ocp-tutorial.md", "docs/results-and-status.md", "README.md"]
 
 FENCE = re.compile(
     r"^(?P<indent>[ \t]*)```python[^\n]*\n(?P<code>.*?)^(?P=indent)```[ \t]*$",

@@ -589,7 +589,7 @@ def test_no_message_recommends_an_option_its_function_rejects():
         invimbed.solve_ocp: (ocp_call, ["ocp.solve", "ocp.nlp", "ocp.solvers",
                                         "ocp.constraints", "ocp.hessian", "ocp.shooting",
                                         "ocp.collocation", "ocp.collocation_hessian",
-                                        "ocp.guess"],
+                                        "ocp.guess", "ocp.outcome"],
                              [str(stiff_res.value)] + [failures.row_failure_reason(
                                  code, 10, h, shooting.STIFF_REMEDY)
                                  for code in (failures.MAX_STEPS, failures.NONFINITE,

@@ -269,8 +269,9 @@ def test_branch_switch_under_bounds_is_flagged():
     """Van der Pol with |u| <= 1 (examples/bounded_control.py): from x = (1, 0.5) the optimal
     force starts on its bound and leaves it later along the path, at depths s >= 0.5. The
     jet expands V on one branch of the Hamiltonian and is wrong there (0.946 against the
-    solve_bvp optimum 0.847, with a tiny estimate); the message must say so. At s = 0.1 the
-    control stays on its bound and no warning is given."""
+    solve_bvp optimum 0.847, with a tiny estimate); a "branch_switch" warning must say so
+    (in ``warnings``, not in the message). At s = 0.1 the control stays on its bound and no
+    warning is given."""
     z0_, z1_ = sp.symbols("z0 z1")
     pb = invimbed.from_sympy(t_, [z0_, z1_], [u_], [z1_, (1 - z0_ ** 2) * z1_ - z0_ + u_],
                              0.5 * (z0_ ** 2 + z1_ ** 2) + 0.05 * u_ ** 2, 0.5 * (z0_ ** 2 + z1_ ** 2))
@@ -279,9 +280,12 @@ def test_branch_switch_under_bounds_is_flagged():
     kw = dict(control_bounds=[[-1.0, 1.0]], control_affine=True, order=2, rtol=1e-9,
               atol=1e-11)
     far = solve_optimal(pb, [1.0, 0.5], [-0.5], **kw)
-    assert far.success and "switches between branches" in far.message
+    switch = [w for w in far.warnings if w.code == "branch_switch"]
+    assert far.success and len(switch) == 1 and "switches between branches" in switch[0].message
+    assert switch[0].depth == -0.5 and "switches" not in far.message
     near = solve_optimal(pb, [1.0, 0.5], [-0.1], **kw)
     assert near.success and "Warning" not in near.message
+    assert "branch_switch" not in [w.code for w in near.warnings]
 
 
 # -- the Riccati path, Newton's stopping rule, the estimate's convergence, control_affine ----

@@ -54,7 +54,7 @@ def uses(*names: str):
 
 
 @uses("BolzaProblem", "Constant", "solve_adjoint", "solve_imbedding", "ImbeddingResult",
-      "Status")
+      "Status", "Result")
 def test_solvers_agree_with_the_closed_form():
     ref = invimbed.solve_adjoint(PROBLEM, [X], DEPTHS, control=invimbed.Constant([W]),
                                  rtol=1e-10, atol=1e-12)
@@ -62,7 +62,7 @@ def test_solvers_agree_with_the_closed_form():
                                    tol=1e-7)
     z, J = exact(np.array(DEPTHS))
     for r in (ref, res):
-        assert isinstance(r, invimbed.ImbeddingResult)
+        assert isinstance(r, invimbed.ImbeddingResult) and isinstance(r, invimbed.Result)
         assert r.success and r.status == invimbed.Status.SUCCESS
         np.testing.assert_allclose(r.z[:, 0], z, rtol=1e-7)
         np.testing.assert_allclose(r.value, J, rtol=1e-7, atol=1e-12)
@@ -129,14 +129,14 @@ def test_an_order_beyond_the_provider_is_named():
         provider.derivative("f", 0.0, np.array([[X]]), np.array([[W]]), dz=limit + 1)
 
 
-@uses("optimize_control")
+@uses("optimize_control", "ControlResult")
 def test_optimize_control_finds_the_root_of_the_exact_gradient():
     s = 1.0                                   # from depth -1 to 0
     # dJ/dw = (z - Y) z s + RHO w s with z = X e^{w s}
     w_star = brentq(lambda w: (X * np.exp(w * s) - Y) * X * np.exp(w * s) + RHO * w,
                     -5.0, 5.0)
     res = invimbed.optimize_control(PROBLEM, [X], invimbed.Constant([0.0]), p=-s)
-    assert res.success
+    assert res.success and isinstance(res, invimbed.ControlResult)
     np.testing.assert_allclose(res.x, [w_star], atol=1e-5)
 
 
@@ -163,10 +163,11 @@ def riccati(p):
     return 0.5 * sol.y[0, -1] * X ** 2
 
 
-@uses("solve_optimal", "SweepFeedback", "optimality_residual", "OptimalityError")
+@uses("solve_optimal", "SweepFeedback", "optimality_residual", "OptimalityError",
+      "FeedbackResult")
 def test_solve_optimal_and_its_residual():
     res = invimbed.solve_optimal(LQ, [X], [-1.0], n_controls=1)
-    assert res.success
+    assert res.success and isinstance(res, invimbed.FeedbackResult)
     np.testing.assert_allclose(res.value, riccati(-1.0), rtol=1e-6)
     if res.policy is not None:
         assert isinstance(res.policy, invimbed.SweepFeedback)
@@ -184,10 +185,10 @@ def test_solve_optimal_and_its_residual():
     assert not failed.success and "not strictly convex" in failed.message
 
 
-@uses("solve_ocp")
+@uses("solve_ocp", "OCPResult")
 def test_solve_ocp_is_within_its_grid_of_the_riccati_optimum():
     res = invimbed.solve_ocp(LQ, [X], p=-1.0, intervals=20, n_controls=1)
-    assert res.success
+    assert res.success and isinstance(res, invimbed.OCPResult)
     # piecewise-constant controls on 20 intervals cost at least the optimum, and little more
     assert riccati(-1.0) * (1 - 1e-8) <= res.fun <= riccati(-1.0) * 1.02
 
@@ -203,7 +204,7 @@ def test_ocp_solver_built_once_solves_again_from_a_new_state():
     np.testing.assert_allclose(again.fun, 0.25 * first.fun, rtol=1e-5)
 
 
-@uses("endpoint_loss", "fit_endpoint_dynamics", "MLPDynamics")
+@uses("endpoint_loss", "fit_endpoint_dynamics", "MLPDynamics", "FitResult")
 def test_endpoint_fit_lowers_the_loss_and_its_gradient_is_exact():
     model = invimbed.MLPDynamics(1, hidden=3, linear=True)
     w0 = model.init_params(seed=0)
@@ -218,7 +219,7 @@ def test_endpoint_fit_lowers_the_loss_and_its_gradient_is_exact():
     down = invimbed.endpoint_loss(model, w0 - e, x, [-1.0], y, order=2).loss
     np.testing.assert_allclose(loss.grad[0], (up - down) / 2e-6, rtol=1e-6)
     fit = invimbed.fit_endpoint_dynamics(model, w0, x, [-1.0], y, epochs=5)
-    assert fit.fun < loss.loss
+    assert fit.fun < loss.loss and isinstance(fit, invimbed.FitResult)
 
 
 @uses("SolverWarning", "array_namespace", "BackendCompileError", "STATUS", "OCP_STATUS",

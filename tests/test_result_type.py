@@ -11,7 +11,7 @@ import pytest
 import invimbed
 from invimbed import Constant, ImbeddingResult, solve_adjoint, solve_imbedding, solve_optimal
 from invimbed._core.results.results import (COMMON_FIELDS, DROP, FIELDS, OPTIONAL_FIELDS,
-                                            PRIVATE_FIELDS, set_fields)
+                                            PRIVATE_FIELDS, Draft)
 
 
 def _lq():
@@ -78,21 +78,26 @@ def test_an_undeclared_field_is_refused():
     res = solve_adjoint(_lq(), X[0], [-0.5], control=C)
     for setter in (lambda: res.__setitem__("zz", 1), lambda: setattr(res, "zz", 1),
                    lambda: res.update(zz=1), lambda: res.setdefault("zz", 1),
-                   lambda: set_fields(res, zz=1)):
+                   lambda: Draft(res).but(zz=1)):
         with pytest.raises(TypeError, match="no field 'zz'"):
             setter()
     assert "zz" not in res
 
 
-def test_setting_a_field_directly_is_deprecated_and_set_fields_is_not():
+def test_setting_a_field_directly_is_deprecated_and_a_draft_is_never_changed():
     res = solve_adjoint(_lq(), X[0], [-0.5], control=C)
     with pytest.warns(DeprecationWarning, match="setting a field of an ImbeddingResult"):
         res["message"] = "mine"
     assert res.message == "mine"
+    draft = Draft(res)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
-        assert set_fields(res, message="again", strategy=DROP) is res
-    assert res.message == "again" and "strategy" not in res
+        again = draft.but(message="again", strategy=DROP)
+    assert again.message == "again" and "strategy" not in again
+    assert draft.message == "mine" and "strategy" in draft        # a new draft, not edited
+    for setter in (lambda: draft.__setitem__("message", 1), lambda: setattr(draft, "z", 1)):
+        with pytest.raises(TypeError, match="not changed in place"):
+            setter()
 
 
 def test_a_result_survives_pickle_without_warnings():
@@ -103,17 +108,3 @@ def test_a_result_survives_pickle_without_warnings():
     assert type(back) is ImbeddingResult and back.keys() == res.keys()
     np.testing.assert_array_equal(back.z, res.z)
     assert back.error_estimate.keys() == res.error_estimate.keys()
-
-
-def test_results_are_built_in_the_assembly_and_the_batch_only():
-    import ast
-    import pathlib
-
-    root = pathlib.Path(invimbed.__file__).parent
-    builders = set()
-    for path in root.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id == "ImbeddingResult"):
-                builders.add(path.relative_to(root).as_posix())
-    assert builders == {"_core/sweep/assembly.py", "dask.py"}

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 import invimbed
-from invimbed import (STATUS, Constant, Status, simulate, solve_adjoint, solve_imbedding,
+from invimbed import (Constant, Status, simulate, solve_adjoint, solve_imbedding,
                       solve_optimal)
 from invimbed._core.reference.row_chunks import row_outcome
-from invimbed._core.results.status import RowCode, as_status, row_status
+from invimbed._core.results.status import RowCode, as_status, row_status, status_table
+
+STATUS = status_table()    # {code: message}, the value of the deprecated invimbed.STATUS
 
 ROOT = pathlib.Path(invimbed.__file__).parent
 
@@ -226,9 +228,9 @@ def test_optimiser_statuses_are_the_enums():
     limit = invimbed.optimize_control(_ocp_lq(), [1.0], Constant([0.0]), p=0.0,
                                       options={"maxiter": 1})
     assert limit.status is Status.NOT_CONVERGED and limit.solver_status != 0
-    # solve_ocp's table is the subset of the one enum that it returns
-    assert set(invimbed.OCP_STATUS) == {0, -1, -2, -4} <= set(STATUS)
-    for code in invimbed.OCP_STATUS:
+    # solve_ocp's codes are the subset of the one enum that it returns
+    assert set(invimbed.OCPResult.STATUS_CODES) == {0, -1, -2, -4} <= set(STATUS)
+    for code in invimbed.OCPResult.STATUS_CODES:
         assert Status(code).success == (code >= 0)
 
 

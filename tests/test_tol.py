@@ -13,7 +13,10 @@ import numpy as np
 import pytest
 
 import invimbed
-from invimbed import STATUS, solve_adjoint, solve_imbedding
+from invimbed import solve_adjoint, solve_imbedding
+from invimbed._core.results.status import status_table
+
+STATUS = status_table()    # {code: message}, the value of the deprecated invimbed.STATUS
 
 sp = pytest.importorskip("sympy")
 

@@ -43,7 +43,6 @@ from .._core.results.failures import (below_min_step, budget_exhausted, first_ev
                                       step_collapsed, sweep_stopped)
 from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, segments
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
-from .._core.results.results import set_fields
 from .._core.sweep.memory import check_compiled
 from ._numba import _jet_tables, compile_loop, eval_signature
 from ._numba_functions import _types, function_tuple, import_numba
@@ -357,7 +356,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
 
         clo = JetClosure(prov, ctrl, setup.x, setup.q, order=order, estimate_error=est,
                          ratio_test=ratio_test, look_ahead=look_ahead)
-        attach_steps(res, setup, steps, clo, method, finish)
+        res = attach_steps(res, setup, steps, clo, method, finish)
     return (res, steps) if keep_steps else res
 
 
@@ -395,7 +394,8 @@ def _run_loop(loop: Any, one: Any, ev: Any, args: tuple, B: int) -> None:
 
 def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: str,
                  finish: Any = None) -> Any:
-    """Give ``res`` its ``sol`` (`invimbed._core.sweep.dense.DenseSolution`) from the kept steps:
+    """The draft ``res`` with its ``sol`` (`invimbed._core.sweep.dense.DenseSolution`) from
+    the kept steps:
     input ``b``'s continuous extension (`StateInterpolant.from_steps` on its own steps)
     fills its columns of the state of ``clo`` (`JetClosure`, the same jets as the kernel:
     `carried_orders`), `input_columns`; the fields and estimate of that state are the
@@ -403,9 +403,8 @@ def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: st
     reached; no ``sol`` (None) where an input took no step."""
     from .._core.sweep.dense import DenseSolution, StateInterpolant, input_columns
 
-    set_fields(res, sol=None)
     if steps.n_steps.size == 0 or steps.n_steps.min() < 1:
-        return res
+        return res.but(sol=None)
     parts, deepest = [], float(setup.depths_desc[-1])
     for b, n in enumerate(steps.n_steps):
         t, end = steps.t_old[b, n - 1], steps.t_old[b, n - 1] + steps.h[b, n - 1]
@@ -424,8 +423,7 @@ def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: st
                         _shapes(setup), stacked=stacked, finish=finish, closure="jet",
                         method=method, with_errors=clo.has_error_estimate, backend="numba")
     sol.layout = clo.layout
-    set_fields(res, sol=sol)
-    return res
+    return res.but(sol=sol)
 
 
 def _assemble(setup: Setup, out: np.ndarray, fr: np.ndarray, info: np.ndarray,

@@ -20,7 +20,6 @@ from .._progress import ProgressBar
 
 from .._core.integrators import NonFiniteError, Outcome
 from .._core.integrators import integrate as integrate_integrators
-from .._core.results.results import set_fields
 from .._core.inputs.validation import SOLVE_IVP_OPTIONS, as_ivp_options
 
 #: The keyword arguments the closed-loop solvers pass on to the integrator.
@@ -56,7 +55,7 @@ class OptimalityError(ArithmeticError):
         self.fields = {} if fields is None else dict(fields)
 
     def keep_reached(self, result: Any, keys: tuple[str, ...]) -> None:
-        """Attach the depths of ``result`` (an `ImbeddingResult` in the user's order)
+        """Attach the depths of ``result`` (a result's draft, in the user's order)
         whose fields are finite, and those fields (``keys``)."""
         n = np.size(result.depths)
         value = np.reshape(np.asarray(result.value, dtype=float), (n, -1))
@@ -187,9 +186,10 @@ def integrate(rhs: Callable, y0: np.ndarray, setup: Any, method: str, rtol: floa
 
 
 def finish(result: Any, outcome: Outcome, keys: tuple[str, ...]) -> Any:
-    """Attach an `OptimalityError` of ``outcome`` to ``result`` with the depths it reached."""
+    """The draft ``result`` with the `OptimalityError` of ``outcome`` (None if none), which
+    gets the depths it reached."""
     exc = outcome.extra.get("optimality_error")
-    set_fields(result, optimality_error=exc)
+    result = result.but(optimality_error=exc)
     if exc is not None:
         exc.keep_reached(result, keys)
     return result

@@ -46,7 +46,7 @@ from .._core.closures.jet import JetClosure
 from .._core.problem.open_loop import OpenLoopControl
 from .._core.derivatives.multiindex import (compose_split, monomials, multi_indices,
                                             n_coefficients, poly_derivatives, poly_mul)
-from .._core.results.results import ImbeddingResult, SolverWarning, set_fields
+from .._core.results.results import Draft, SolverWarning, feedback_result
 from .policy import policy_from_outcome
 from .closed_loop import OptimalityError, finish, integrate
 
@@ -366,7 +366,7 @@ def _dot_poly(F: np.ndarray, lam: np.ndarray, n: int, order: int) -> np.ndarray:
 def sweep_feedback(setup, clo: FeedbackJetClosure, method: str, rtol: float, atol: float,
                    step: float | None, options: dict[str, Any],
                    tol: tuple[float, float] | None = None, grid: np.ndarray | None = None,
-                   budget: Any = None) -> ImbeddingResult:
+                   budget: Any = None) -> Draft:
     """The closed-loop sweep of ``clo`` to every depth of ``setup``: a result like
     `solve_optimal`'s (``feedback``, ``feedback_jacobian`` and the core's depth gradient
     added to the jet's fields; an `OptimalityError` keeps the depths reached).
@@ -399,9 +399,10 @@ def sweep_feedback(setup, clo: FeedbackJetClosure, method: str, rtol: float, ato
     assembly = dict(closure="jet (optimal feedback)", method=method,
                     with_errors=clo.has_error_estimate, tol=tol if clo.has_ratio_test else None)
     res = collect_results(setup, outcome, per_depth, shapes, **assembly)
-    attach_dense(res, setup, outcome, per_depth, shapes, **assembly)
+    res = attach_dense(res, setup, outcome, per_depth, shapes, build=feedback_result,
+                       **assembly)
     if clo.stopped_at_noise:
-        set_fields(res, warnings=res.get("warnings", []) + [SolverWarning(
+        res = res.but(warnings=res.get("warnings", []) + [SolverWarning(
             "newton_at_derivative_noise",
             "Newton's method for the feedback stopped at the noise level of the "
             "finite-difference derivatives (above `newton_tol`); give exact derivatives "
@@ -413,5 +414,5 @@ def sweep_feedback(setup, clo: FeedbackJetClosure, method: str, rtol: float, ato
         coef[..., 0] = psi0
         return coef
 
-    set_fields(res, policy=policy_from_outcome(outcome, jet_at, clo.x, clo.order, clo.bounds))
+    res = res.but(policy=policy_from_outcome(outcome, jet_at, clo.x, clo.order, clo.bounds))
     return finish(res, outcome, FIELDS)

@@ -21,7 +21,7 @@ from .._core.problem.open_loop import Constant
 from .._core.sweep.dense import check_dense_output, dense_conflicts
 from .._core.integrators import ALL_METHODS
 from .._core.problem.bolza import BolzaProblem, _symbols
-from .._core.results.results import ImbeddingResult, set_fields
+from .._core.results.results import Draft, FeedbackResult, SolverWarning, feedback_result
 from .._core.inputs.validation import (as_bool, as_float_array, as_int, as_real,
                                        check_choice, describe, require_finite)
 from . import riccati
@@ -43,7 +43,7 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
                   theta0: Any = None, newton_tol: float | None = None, max_newton: int = 50,
                   tol: Any = None, closed_loop: bool | None = None, max_time: float | None = None,
                   progress: bool = False, dense_output: bool = False,
-                  **options: Any) -> ImbeddingResult:
+                  **options: Any) -> FeedbackResult:
     """Optimal feedback control of every depth by one imbedding sweep (Theorem 3).
 
     ``Psi(p, x)`` minimises the Hamiltonian ``R + Lam . f`` (eq. (13)); the value obeys
@@ -86,10 +86,14 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
 
     Returns
     -------
-    ImbeddingResult
-        ``z``, ``value`` (``V``), ``adjoint``, ``feedback`` (``Psi``, (n, [B,] M)),
-        ``feedback_jacobian`` (``d Psi / d x``, (n, [B,] M, N)), ``depth_grad``,
-        ``linear_quadratic``, ``policy``, ``closed_loop_value``, ``optimality_error``.
+    FeedbackResult
+        An `ImbeddingResult` (``z``, ``value`` (``V``), ``adjoint``, ``depth_grad``, ...)
+        with ``feedback`` (``Psi``, (n, [B,] M)), ``feedback_jacobian``
+        (``d Psi / d x``, (n, [B,] M, N)), ``linear_quadratic``, ``policy``,
+        ``closed_loop_value``, ``optimality_error``; ``status`` one of
+        `FeedbackResult.STATUS_CODES` (docs/results-and-status.md), and ``warnings``
+        (`SolverWarning` s: ``"closed_loop_mismatch"``, ``"branch_switch"``, ...), which
+        the message does not repeat.
 
     Raises
     ------
@@ -185,16 +189,16 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     finally:
         budget.close()
     if dense_output:
-        set_fields(res, sol=res.get("sol"))     # None where the sweep took no step (at q)
+        res = res.but(sol=res.get("sol"))     # None where the sweep took no step (at q)
     check = closed_loop if closed_loop is not None else not res.linear_quadratic
     if check and res.get("policy") is not None:
-        check_closed_loop(res, setup, res.policy, method, rtol, atol, options, tol_pair)
-    return mark_imprecise(setup, res)
+        res = check_closed_loop(res, setup, res.policy, method, rtol, atol, options, tol_pair)
+    return feedback_result(mark_imprecise(setup, res))
 
 
 def _sweep(setup, problem, grid, budget, *, method, rtol, atol, step, options, estimate_error,
            bounds, n_controls, control_affine, theta0, newton_tol, max_newton, tol_pair,
-           linear_quadratic, order) -> ImbeddingResult:
+           linear_quadratic, order) -> Draft:
     """The Riccati path or the HJB sweep (`solve_optimal`'s arguments, checked; ``grid``
     and ``budget`` as in `invimbed._control.feedback.sweep_feedback`)."""
     p_min = float(setup.depths_desc[-1])
@@ -209,7 +213,7 @@ def _sweep(setup, problem, grid, budget, *, method, rtol, atol, step, options, e
         if is_lq:
             res = riccati.solve_riccati(setup, varying, method, rtol, atol, step,
                                         dict(options), estimate_error, grid, budget)
-            return set_fields(res, linear_quadratic=True, warnings=res.get("warnings", []))
+            return res.but(linear_quadratic=True, warnings=res.get("warnings", []))
     clo = FeedbackJetClosure(setup.provider, setup.x, setup.q, n_controls, order=order,
                              estimate_error=estimate_error, bounds=bounds,
                              control_affine=control_affine, theta0=theta0,
@@ -218,17 +222,20 @@ def _sweep(setup, problem, grid, budget, *, method, rtol, atol, step, options, e
     res = sweep_feedback(setup, clo, method, rtol, atol, step, dict(options), tol_pair,
                          grid, budget)
     if bounds is not None and res.success:
-        set_fields(res, message=res.message + _branch_check(setup, res, bounds, n_controls,
-                                                            control_affine))
-    return set_fields(res, linear_quadratic=False)
+        switch = _branch_check(setup, res, bounds, n_controls, control_affine)
+        if switch is not None:
+            res = res.but(warnings=res.warnings + [switch])
+    return res.but(linear_quadratic=False)
 
 
-def _branch_check(setup, res, bounds: np.ndarray, n_controls: int, control_affine: bool) -> str:
+def _branch_check(setup, res, bounds: np.ndarray, n_controls: int,
+                  control_affine: bool) -> SolverWarning | None:
     """With bounds, the Hamiltonian's minimum is only piecewise smooth in ``Lam``: the jet
     expands ``V`` around ``x`` on one branch (one active set). Compare the active set of
     Theorem 3's control at ``(p, x)`` with the one at the end of the optimal path,
     ``(q, z(q))`` with ``Lam = grad T``; where they differ the path switches branch and the
-    jet (and its estimate, which sees the same branch) cannot be trusted."""
+    jet (and its estimate, which sees the same branch) cannot be trusted: the
+    ``"branch_switch"`` warning of the first such depth, None where none switches."""
     prov = setup.provider
     zq = res.z if setup.batched else res.z[:, None]
     fb = res.feedback if setup.batched else res.feedback[:, None]
@@ -249,13 +256,15 @@ def _branch_check(setup, res, bounds: np.ndarray, n_controls: int, control_affin
         if np.any(start != finish):
             names = {-1: "at its lower bound", 0: "inside its bounds", 1: "at its upper bound"}
             j = np.argwhere(start != finish)[0]
-            return (f" Warning: at depth p = {p:.6g} the optimal control is "
-                    f"{names[int(start[tuple(j)])]} at the start of the path and "
-                    f"{names[int(finish[tuple(j)])]} at its end: the "
-                    f"path switches between branches of the Hamiltonian, which the jet (and "
-                    f"its error estimate) cannot see; the value may be wrong there. Check "
-                    f"against a direct method (solve_bvp, optimize_control).")
-    return ""
+            return SolverWarning(
+                "branch_switch",
+                f"at depth p = {p:.6g} the optimal control is "
+                f"{names[int(start[tuple(j)])]} at the start of the path and "
+                f"{names[int(finish[tuple(j)])]} at its end: the "
+                f"path switches between branches of the Hamiltonian, which the jet (and "
+                f"its error estimate) cannot see; the value may be wrong there. Check "
+                f"against a direct method (solve_bvp, optimize_control).", float(p))
+    return None
 
 
 #: The keyword arguments `solve_optimal` names (for the suggestion on a misspelt one).

@@ -23,6 +23,7 @@ from .._core.problem.open_loop import OpenLoopControl
 from .._core.derivatives import DerivativeOrderError
 from .._core.sweep.imbedding import solve_imbedding
 from .._core.problem.bolza import BolzaProblem
+from .._core.results.families import ControlResult
 from .._core.results.status import Status
 from .._core.inputs.validation import as_bool, as_int, as_real, as_state, check_choice, describe
 from .._progress import ProgressBar
@@ -51,7 +52,7 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
                      method: str | Callable = "L-BFGS-B", bounds: Any = None,
                      options: dict | None = None, callback: Callable | None = None,
                      progress: bool = False, trajectory_points: int = 201,
-                     **solve_kwargs: Any) -> OptimizeResult:
+                     **solve_kwargs: Any) -> ControlResult:
     r"""Minimise the exact ``J(w; p, x)`` over the parameters ``w`` of an open-loop control.
 
     ``scipy.optimize.minimize`` on ``w -> J(w; p, x)``; the value is always the exact
@@ -89,13 +90,15 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
 
     Returns
     -------
-    OptimizeResult
+    ControlResult
         scipy's (``x = w*``, ``fun`` = the exact ``J(w*)``, ``jac``, ``success``, ...) plus
         ``control`` (``control.with_params(w*)``), ``jac_exact``, ``gradient_exact``,
         ``gradient_error``, ``warnings``, ``trajectory``, ``nsolve``. ``status`` is an
         `invimbed.Status`: 0 where scipy reports success, -2 where it stopped short
         (scipy's own code in ``solver_status``), -4 where ``callback`` stopped it, -1
-        where a solve failed (which ends the optimisation, with the solver's message).
+        where a solve failed (which ends the optimisation, with the solver's message):
+        `ControlResult.STATUS_CODES` (docs/results-and-status.md). The notes are in
+        ``warnings``, not in ``message``.
 
     Raises
     ------
@@ -245,31 +248,26 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
         # `fun` is the exact J at the returned x (a cache hit unless the method returned
         # a point it did not evaluate last)
         final = evaluate(np.asarray(res.x, dtype=float))
-        res["solver_status"] = int(res.status)
-        res["status"] = (Status.STOPPED if stopped[0] else
-                         Status.SUCCESS if res.success else Status.NOT_CONVERGED)
-        res["success"] = res.status.success
+        code = (Status.STOPPED if stopped[0] else
+                Status.SUCCESS if res.success else Status.NOT_CONVERGED)
+        fields = dict(res, solver_status=int(res.status), status=code, success=code.success)
     except SolverFailure:
         w_fail, which, msg = state["failure"]
         good = state["last_good"]
         w_best = good[0] if good is not None else w0
-        res = OptimizeResult(x=w_best, success=False, status=Status.FAILED, nit=nit[0],
-                             solver_status=None,
-                             nfev=state["nsolve"],
-                             message=f"The {which} failed at w = "
-                                     f"{np.array2string(w_fail, precision=6, threshold=8)}: "
-                                     f"{msg}")
+        fields = dict(x=w_best, success=False, status=Status.FAILED, nit=nit[0],
+                      solver_status=None, nfev=state["nsolve"],
+                      message=f"The {which} failed at w = "
+                              f"{np.array2string(w_fail, precision=6, threshold=8)}: {msg}")
         final = good[1:] if good is not None else None
     finally:
         bar.close()
-    w_opt = np.asarray(res.x, dtype=float)
+    w_opt = np.asarray(fields["x"], dtype=float)
     if final is None:
-        res["fun"], res["jac"], res["jac_exact"] = np.nan, None, None
+        fields.update(fun=np.nan, jac=None, jac_exact=None)
     else:
-        res["fun"], res["jac"], res["jac_exact"] = final[0], final[1].copy(), final[2].copy()
-    res["control"] = control.with_params(w_opt)
-    res["p"] = p
-    res["gradient"] = gradient
+        fields.update(fun=final[0], jac=final[1].copy(), jac_exact=final[2].copy())
+    fields.update(control=control.with_params(w_opt), p=p, gradient=gradient)
 
     gradient_error: float | None = 0.0
     if gradient == "imbedding" and use_jac:
@@ -308,20 +306,16 @@ def optimize_control(problem: BolzaProblem, x: Any, control: OpenLoopControl, *,
         gradient_error = None
     if final is None:                           # nothing was evaluated
         gradient_error = None
-    res["gradient_error"] = gradient_error
-    res["gradient_exact"] = bool(final is not None and (gradient == "adjoint" or (
-        use_jac and gradient_error is not None and gradient_error <= rtol)))
-    res["warnings"] = warnings
-    if warnings:
-        res["message"] = f"{res.get('message', '')} Note: {'; '.join(map(str, warnings))}."
-    res["nfev_solver"] = state["nfev"]
-    res["nsolve"] = state["nsolve"]
     tr_rtol = float(solve_kwargs.get("rtol", 1e-8))
     tr_atol = float(solve_kwargs.get("atol", 1e-10))
-    res["trajectory"] = forward_trajectory(problem, xb, batched, res["control"], p,
-                                           trajectory_points, rtol=min(tr_rtol, 1e-8),
-                                           atol=min(tr_atol, 1e-10))
-    return res
+    return ControlResult(
+        fields, gradient_error=gradient_error,
+        gradient_exact=bool(final is not None and (gradient == "adjoint" or (
+            use_jac and gradient_error is not None and gradient_error <= rtol))),
+        warnings=warnings, nfev_solver=state["nfev"], nsolve=state["nsolve"],
+        trajectory=forward_trajectory(problem, xb, batched, fields["control"], p,
+                                      trajectory_points, rtol=min(tr_rtol, 1e-8),
+                                      atol=min(tr_atol, 1e-10)))
 
 
 def forward_trajectory(problem: BolzaProblem, xb: np.ndarray, batched: bool,

@@ -24,7 +24,7 @@ from .._core.sweep.accuracy import _scale as tolerance_scale
 from .._core.derivatives.multiindex import multi_indices
 from .._core.integrators import FIXED_METHODS, SCIPY_METHODS
 from .._core.integrators.schedule import fixed_schedule
-from .._core.results.results import SolverWarning, set_fields
+from .._core.results.results import SolverWarning
 from .._core.results.status import Status
 from .simulate import run_rows
 
@@ -140,9 +140,9 @@ class SweepFeedback:
 
 
 def check_closed_loop(res: Any, setup: Any, policy: SweepFeedback, method: str, rtol: float,
-                      atol: float, options: dict, tol: tuple[float, float] | None) -> None:
+                      atol: float, options: dict, tol: tuple[float, float] | None) -> Any:
     """Simulate ``policy`` from ``(p_i, x)`` for every requested depth and compare the
-    true cost with the sweep's value; updates ``res`` in place: ``closed_loop_value``
+    true cost with the sweep's value; returns the draft ``res`` with ``closed_loop_value``
     (NaN where the sweep gave no value), ``converged``, and ``success``, ``status``,
     ``message`` and ``warnings`` where the two differ by more than the tolerance (``tol``,
     or 10% of ``max(1, |V|)`` without it: `invimbed._core.sweep.accuracy`)."""
@@ -176,11 +176,11 @@ def check_closed_loop(res: Any, setup: Any, policy: SweepFeedback, method: str, 
     shape = (n, B) if setup.batched else (n,)
     converged = res.get("converged")
     ok = ~refused
-    set_fields(res, closed_loop_value=J.reshape(shape), converged=(
+    res = res.but(closed_loop_value=J.reshape(shape), converged=(
         ok if converged is None else np.asarray(converged, dtype=bool).reshape(n, B) & ok
     ).reshape(shape))
     if not np.any(refused):
-        return
+        return res
     i, b = np.argwhere(refused)[0]
     p = float(setup.depths[i])
     inp = f" and input x[{b}]" if setup.batched else ""
@@ -193,9 +193,10 @@ def check_closed_loop(res: Any, setup: Any, policy: SweepFeedback, method: str, 
             f"{int(refused.sum())} of {int(reached.sum())} (depth, input) pairs differ; "
             f"V is not the cost of a feedback there (raise `order`, request shallower "
             f"depths, or use a direct method such as optimize_control).")
-    set_fields(res, warnings=res.warnings + [SolverWarning("closed_loop_mismatch", text, depth=p)])
+    res = res.but(warnings=res.warnings + [SolverWarning("closed_loop_mismatch", text, depth=p)])
     if res.success:
-        set_fields(res, success=False, status=Status.NOT_CONVERGED, message=text)
+        res = res.but(success=False, status=Status.NOT_CONVERGED, message=text)
+    return res
 
 
 def policy_from_outcome(outcome: Any, jet_at: Any, inputs: np.ndarray, order: int,

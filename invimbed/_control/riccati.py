@@ -37,7 +37,7 @@ import numpy as np
 
 from .._core.sweep.assembly import collect_results
 from .._core.sweep.dense import attach_dense
-from .._core.results.results import set_fields
+from .._core.results.results import feedback_result
 from .policy import policy_from_outcome
 from .closed_loop import OptimalityError, failed_outcome, finish, integrate
 
@@ -358,12 +358,13 @@ def solve_riccati(setup, varying: bool, method: str, rtol: float, atol: float,
               "feedback_jacobian": (B, M, N), "depth_grad": (B,)}
     res = collect_results(setup, outcome, per_depth, shapes, closure="riccati (linear-quadratic)",
                           method=method, with_errors=estimate_error)
-    attach_dense(res, setup, outcome, per_depth, shapes, closure="riccati (linear-quadratic)",
-                 method=method, with_errors=estimate_error)
+    res = attach_dense(res, setup, outcome, per_depth, shapes,
+                       closure="riccati (linear-quadratic)", method=method,
+                       with_errors=estimate_error, build=feedback_result)
 
     def jet_at(p: float, y: np.ndarray) -> np.ndarray:
         fl = sweep.fields(p, y, setup.x)
         return np.concatenate([fl["feedback"][..., None], fl["feedback_jacobian"]], axis=-1)
 
-    set_fields(res, policy=policy_from_outcome(outcome, jet_at, setup.x, 1))
+    res = res.but(policy=policy_from_outcome(outcome, jet_at, setup.x, 1))
     return finish(res, outcome, tuple(shapes))

@@ -31,6 +31,7 @@ import numpy as np
 from scipy.optimize import OptimizeResult, OptimizeWarning, minimize
 
 from .._core.problem.open_loop import Constant
+from .._core.results.families import FitResult
 from .._core.results.status import Status
 from .._core.inputs.validation import as_bool, as_int, as_real, check_callable, describe
 from .._progress import ProgressBar
@@ -64,7 +65,7 @@ def fit_endpoint_dynamics(dynamics: Callable, w0: Any, x: Any, depths: Any, y: A
                           optimizer: str = "adam", learning_rate: float = 1e-2,
                           epochs: int = 200, gtol: float = 0.0, options: dict | None = None,
                           callback: Callable | None = None, progress: bool = False,
-                          **solve_kwargs: Any) -> OptimizeResult:
+                          **solve_kwargs: Any) -> FitResult:
     r"""Learn ``dz/dt = f(t, z; w)`` from end-point observations ``y(q; p_i, x_b)``.
 
     The paper's time-series architecture (Appendix C): the loss of `endpoint_loss`
@@ -98,11 +99,12 @@ def fit_endpoint_dynamics(dynamics: Callable, w0: Any, x: Any, depths: Any, y: A
 
     Returns
     -------
-    OptimizeResult
+    FitResult
         ``x`` (the trained weights), ``fun``, ``jac``, ``history``, ``nit``,
-        ``n_sweeps``, ``nfev``, ``success``, ``status`` (an `invimbed.Status`: 0, -2
-        where L-BFGS-B stopped short, with scipy's code in ``solver_status``, -4 where
-        ``callback`` stopped, -1 where a sweep failed), ``message``, and ``problem``
+        ``n_sweeps``, ``nfev``, ``success``, ``status`` (an `invimbed.Status`, one of
+        `FitResult.STATUS_CODES`, docs/results-and-status.md: 0, -2 where L-BFGS-B
+        stopped short, with scipy's code in ``solver_status``, -4 where ``callback``
+        stopped, -1 where a sweep failed), ``message``, ``warnings``, and ``problem``
         with ``control`` so that ``solve_imbedding(res.problem, x_new, depths,
         control=res.control).z`` predicts.
 
@@ -275,14 +277,15 @@ def _evaluate(reg: EndpointRegression, w: np.ndarray) -> OptimizeResult:
 
 
 def _result(reg: EndpointRegression, state: SimpleNamespace, out: OptimizeResult | None,
-            status: Status, message: str) -> OptimizeResult:
+            status: Status, message: str) -> FitResult:
+    """The `FitResult` of `fit_endpoint_dynamics`: the one place it is built."""
     w = state.w
     ok = out is not None
-    return OptimizeResult(x=w, fun=out.loss if ok else np.nan, jac=out.grad if ok else None,
-                          history=np.array(state.history), nit=state.nit,
-                          n_sweeps=reg.n_sweeps, nfev=reg.nfev, success=ok and status.success,
-                          status=status, solver_status=state.solver_status, message=message,
-                          problem=reg.model_problem(), control=Constant(w))
+    return FitResult(x=w, fun=out.loss if ok else np.nan, jac=out.grad if ok else None,
+                     history=np.array(state.history), nit=state.nit,
+                     n_sweeps=reg.n_sweeps, nfev=reg.nfev, success=ok and status.success,
+                     status=status, solver_status=state.solver_status, message=message,
+                     problem=reg.model_problem(), control=Constant(w), warnings=[])
 
 
 class _SweepFailure(RuntimeError):

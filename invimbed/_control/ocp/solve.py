@@ -14,37 +14,28 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
-from scipy.optimize import OptimizeResult
 
-from ..._core.problem.open_loop import PiecewiseConstant
 from ..._core.integrators.ensemble import ENSEMBLE_METHODS
 from ..._core.problem.bolza import BolzaProblem
-from ..._core.results.status import Status
+from ..._core.results.families import OCPResult
+from ..._core.results.status import Status, deprecated_alias
 from ..._core.inputs.validation import (as_float_array, as_int, as_positive_int, as_real,
                                         check_callable, check_choice, describe)
 from .constraints import Defects, FinalState, Path, Terminal, as_pair, bounds_size
-from .nlp import ShootingNLP, kkt_check
+from .nlp import ShootingNLP
 from .guess import _get, _initial_guess, moved
+from .outcome import result_fields, runaway_horizon
 from .second_order import has_exact_second_derivatives
 from .solvers import HESSIANS, SOLVERS, have_ipopt, make_runner
 from ..options import SolverFailure
 from .shooting import Shooting
 from .collocation import TRANSCRIPTIONS, Collocation, check_collocation
 
-#: The `invimbed.Status` members a `solve_ocp` result's ``status`` can hold, ``{code:
-#: meaning}``: the subset of `invimbed.STATUS` that `solve_ocp` returns, in its words.
-OCP_STATUS = {int(code): text for code, text in (
-    (Status.SUCCESS, "optimal: our check of the KKT residual and of the constraint violation "
-                     "passed (`tol`, `constraint_tol`)"),
-    (Status.NOT_CONVERGED, "not optimal: the NLP solver stopped (its status and message are "
-                           "in `solver_status`, `solver_message`) at a point that fails our "
-                           "KKT check; `kkt` and `constraint_violation` say by how much"),
-    (Status.FAILED, "an evaluation failed: the integration of a shooting interval, or a "
-                    "constraint function not finite (the message names the interval or "
-                    "the node)"),
-    (Status.STOPPED, "stopped: `callback` stopped the solver at a point that fails our KKT "
-                     "check; `kkt` and `constraint_violation` say by how much"),
-)}
+def __getattr__(name: str) -> Any:
+    """``OCP_STATUS``, the deprecated alias of `OCPResult.STATUS_CODES` (as ints)."""
+    if name == "OCP_STATUS":
+        return deprecated_alias(name, {int(k): v for k, v in OCPResult.STATUS_CODES.items()})
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
@@ -60,7 +51,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
               callback: Callable | None = None, rtol: float = 1e-8, atol: float = 1e-10,
               method: str = "RK45", max_steps: int = 10_000,
               trajectory_points: int = 10, transcription: str = "shooting",
-              collocation_degree: int = 3) -> OptimizeResult:
+              collocation_degree: int = 3) -> OCPResult:
     r"""Solve an optimal-control problem by multiple shooting with an NLP solver.
 
     Minimises ``J`` of eq. (4) from ``z(p) = x`` over controls constant on each interval
@@ -117,9 +108,10 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
 
     Returns
     -------
-    OptimizeResult
+    OCPResult
         ``success`` (our KKT check passed, never the solver's word alone), ``status``
-        (an `invimbed.Status`, one of `OCP_STATUS`: 0 optimal, -2 not optimal, -4
+        (an `invimbed.Status`, one of `OCPResult.STATUS_CODES`,
+        docs/results-and-status.md: 0 optimal, -2 not optimal, -4
         stopped by ``callback``, -1 an interval's integration or a constraint's value
         failed), ``fun`` (``J``), ``times``, ``states``, ``controls``, ``control``,
         ``horizon``, ``kkt`` (scaled as IPOPT's own check: docs/optimization.md),
@@ -336,7 +328,7 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
         self._last: tuple | None = None        # (w, IPOPT's multipliers) of the last solve
 
     def solve(self, x: Any = None, *, initial_guess: Any = None, warm_start: bool = True,
-              shift: int = 1) -> OptimizeResult:
+              shift: int = 1) -> OCPResult:
         """Solve from the initial state ``x``, warm-started.
 
         Parameters
@@ -356,7 +348,7 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
 
         Returns
         -------
-        OptimizeResult
+        OCPResult
             As `solve_ocp` returns it, with ``warm_start`` (whether this solve was
             warm-started).
         """
@@ -382,17 +374,17 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
             raise ValueError(f"{what} cannot be integrated: {exc}; give a better "
                              f"`initial_guess`") from exc
         run = self._run(w0, warm)
-        res = _result(nlp, run, self.tol, self.constraint_tol, self.trajectory_points)
+        res = result_fields(nlp, run, self.tol, self.constraint_tol, self.trajectory_points)
         res["hessian"] = self.hessian
         res["warm_start"] = warm is not None or (initial_guess is None and warm_start
                                                  and self._last is not None)
         if self._horizon_hint:
-            res["message"] += _runaway_horizon(res, float(sh.unpack(w0)[2]), nlp.lb[-1])
-        if res.status != Status.FAILED:
+            res["message"] += runaway_horizon(res, float(sh.unpack(w0)[2]), nlp.lb[-1])
+        if res["status"] != Status.FAILED:
             mult = (None if run.bound_multipliers is None else
                     (run.multipliers[0], *run.bound_multipliers))
             self._last = (run.w, mult)
-        return res
+        return OCPResult(res)
 
 
 def _hessian_choice(hessian: str, provider) -> str:
@@ -409,73 +401,6 @@ def _hessian_choice(hessian: str, provider) -> str:
             f"with `invimbed.from_sympy` or in traceable numpy, or use "
             f"hessian='finite-differences' or 'limited-memory'")
     return hessian
-
-
-def _runaway_horizon(res: OptimizeResult, start: float, low: float) -> str:
-    """A hint for a free horizon without `horizon_bounds` that ran away (ten times its
-    start, or down to its default lower bound): nothing in the problem prices time."""
-    H = float(res.horizon)
-    if not (H >= 10 * start or H <= 10 * low) or (res.success and H > 10 * low):
-        return ""
-    grew = H >= 10 * start
-    where = (f"grew from {start:.6g} to {H:.6g}" if grew else
-             f"shrank from {start:.6g} to {H:.3g}, at its default lower bound {low:.3g}")
-    return (f" The free horizon {where}: nothing in the problem prices time ("
-            f"{'stretching' if grew else 'shrinking'} the horizon keeps lowering J), so it "
-            f"runs to a bound; give `horizon_bounds=(low, high)`, or a cost of time.")
-
-
-def _result(nlp: ShootingNLP, run, tol: float, constraint_tol: float,
-            trajectory_points: int) -> OptimizeResult:
-    sh = nlp.sh
-    w = run.w
-    S, U, H = sh.unpack(w)
-    times = sh.times(H)
-    res = OptimizeResult(x=w, states=S, controls=U.copy(), times=times, horizon=H,
-                         p=float(times[0]), solver=run.solver, solver_status=run.solver_status,
-                         solver_message=run.message, nit=run.nit)
-    try:
-        fun = nlp.objective(w)
-        kkt = kkt_check(nlp, w, tol=tol, constraint_tol=constraint_tol,
-                        multipliers=run.multipliers)
-    except SolverFailure as exc:
-        res.update(success=False, status=Status.FAILED, fun=np.nan, kkt=None,
-                   constraint_violation=np.nan,
-                   violations={}, message=f"{exc}. {run.message}", nsolve=nlp.n_solves,
-                   nfev=nlp.nfev)
-        return res
-    res["fun"] = fun
-    res["kkt"] = {"stationarity": kkt.stationarity, "complementarity": kkt.complementarity}
-    res["constraint_violation"] = kkt.violation
-    res["violations"] = nlp.violation_by_block(w)
-    if run.failure is not None and not kkt.ok:
-        res.update(success=False, status=Status.FAILED,
-                   message=f"The solver stopped after {run.nit} iterations when {run.failure}. "
-                           f"{run.message}")
-    elif kkt.ok:
-        res.update(success=True, status=Status.SUCCESS,
-                   message=f"Optimal: KKT residual {max(kkt.stationarity, kkt.complementarity):.1e}"
-                           f" <= tol = {tol:g}, constraint violation {kkt.violation:.1e} <= "
-                           f"constraint_tol = {constraint_tol:g}. {run.message}")
-    else:
-        code = Status.STOPPED if run.stopped else Status.NOT_CONVERGED
-        stop = "`callback` stopped the solver. " if run.stopped else ""
-        res.update(success=False, status=code,
-                   message=f"{stop}Not optimal: KKT residual (stationarity "
-                           f"{kkt.stationarity:.1e}, "
-                           f"complementarity {kkt.complementarity:.1e}; tol = {tol:g}), "
-                           f"constraint violation {kkt.violation:.1e} (constraint_tol = "
-                           f"{constraint_tol:g}) after {run.nit} iterations. {run.message}")
-    res["control"] = PiecewiseConstant(times, U.copy())
-    sol = nlp.solution(w)                       # cached, with its dense output
-    res["defects"] = S[1:] - sol.F
-    frac = np.linspace(0.0, 1.0, trajectory_points)
-    tt, z, *_ = sh.interior(w, sol, frac)
-    res["trajectory"] = OptimizeResult(t=tt.ravel(), z=z.reshape(-1, sh.n),
-                                       u=np.repeat(U, trajectory_points, axis=0))
-    res["nsolve"] = nlp.n_solves
-    res["nfev"] = nlp.nfev
-    return res
 
 
 def _state(x: Any, size: int | None) -> np.ndarray:

@@ -36,7 +36,7 @@ from ..integrators.scipy_ivp import SOLVERS as _SCIPY_SOLVERS
 from ..integrators.ensemble import DONE, ENSEMBLE_METHODS, MAX_STEPS, NONFINITE, integrate_rows
 from ..integrators.tableau import TABLEAUX
 from ..problem.bolza import BolzaProblem
-from ..results.results import ImbeddingResult, SolverWarning
+from ..results.results import ImbeddingResult, SolverWarning, sweep_result
 from ..results.status import Status
 from ..setup.arguments import Setup, prepare
 from ..sweep.assembly import depth_gradient, mark_imprecise, pack_result
@@ -161,11 +161,9 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
         fields, nfev, status, failure = _per_depth(setup, method, rtol, atol, opts)
     message = ("The adjoint solves reached every requested depth." if failure is None
                else failure)
-    if warnings:
-        message += " Note: " + "; ".join(map(str, warnings)) + "."
-    return mark_imprecise(setup, pack_result(
+    return sweep_result(mark_imprecise(setup, pack_result(
         setup, fields, success=status.success, status=status, message=message, nfev=nfev,
-        closure="adjoint", method=method, strategy=strategy, warnings=warnings))
+        closure="adjoint", method=method, strategy=strategy, warnings=warnings)))
 
 
 def _options(options: dict) -> dict:

@@ -1,4 +1,6 @@
-"""Result objects, in the style of scipy's ``OdeResult``."""
+"""Result objects, in the style of scipy's ``OdeResult``: the base `Result` and the sweep
+family (`ImbeddingResult`, `FeedbackResult`), built from a `Draft` once
+(docs/results-and-status.md)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,9 @@ from typing import Any
 
 from scipy.optimize import OptimizeResult
 
-from .status import STATUS, Status
+from .status import Status, deprecated_alias, status_table
 
-#: ``{code: message}`` of every solver's ``result.status`` (`Status`), in the style of
-#: scipy's ``MESSAGES``; see `invimbed._core.results.status`.
-STATUS = STATUS
-#: The `STATUS` code of a solve that raised (a chunk of `invimbed.dask.solve_batch`).
+#: The `Status` code of a solve that raised (a chunk of `invimbed.dask.solve_batch`).
 RAISED = Status.RAISED
 
 
@@ -57,48 +56,73 @@ OPTIONAL_FIELDS = (
     "feedback", "feedback_jacobian", "policy", "closed_loop_value",      # solve_optimal
     "linear_quadratic", "optimality_error",
 )
-#: Fields of the assembly only (`invimbed._core.sweep.orders` takes them off with `set_fields`).
+#: Keys of a sweep's draft only (`invimbed._core.sweep.orders` takes them off before the
+#: result is built).
 PRIVATE_FIELDS = ("_bound", "_more", "_nsteps")
 #: Every field an `ImbeddingResult` may hold.
 FIELDS = frozenset(COMMON_FIELDS + OPTIONAL_FIELDS + PRIVATE_FIELDS)
+#: The fields of every result, of every solver (`Result`).
+BASE_FIELDS = ("status", "message", "warnings", "success")
 
 
-def _check_fields(keys: Any) -> None:
-    undeclared = sorted(set(keys) - FIELDS)
+def _check_fields(keys: Any, declared: frozenset | None = FIELDS,
+                  name: str = "ImbeddingResult") -> None:
+    """Refuse the names of ``keys`` that ``declared`` (None: any) does not hold."""
+    undeclared = [] if declared is None else sorted(set(keys) - declared)
     if undeclared:
-        raise TypeError(f"ImbeddingResult has no field {', '.join(map(repr, undeclared))}; its "
-                        f"fields are {', '.join(sorted(COMMON_FIELDS + OPTIONAL_FIELDS))}")
+        public = sorted(k for k in declared if not k.startswith("_"))
+        raise TypeError(f"{name} has no field {', '.join(map(repr, undeclared))}; its "
+                        f"fields are {', '.join(public)}")
 
 
-def set_fields(result: "ImbeddingResult", **changes: Any) -> "ImbeddingResult":
-    """Set the fields ``changes`` of ``result`` (in place; returns it); a value `DROP`
-    takes the field off.
-
-    The one way a later stage of a solver (the order loop, the fallback, the closed-loop
-    check, the dense output) changes a result that its builder
-    (`invimbed._core.sweep.assembly.pack_result`, `invimbed.dask.solve_batch`) made: setting a
-    field directly (``res.x = ...``, ``res["x"] = ...``) is deprecated, and an undeclared
-    field is refused."""
-    _check_fields(changes)
-    for key, value in changes.items():
-        if value is DROP:
-            dict.pop(result, key, None)
-        else:
-            dict.__setitem__(result, key, value)
-    return result
-
-
-#: The value that makes `set_fields` take a field off.
+#: The value that makes `Draft.but` take a field off.
 DROP = object()
 
 
-def _deprecated_set(key: str) -> None:
-    warnings.warn(f"setting a field of an ImbeddingResult ({key!r}) is deprecated: a result "
-                  f"is built once by its solver; copy it into a dict of your own to change it",
-                  DeprecationWarning, stacklevel=3)
+class Draft(dict):
+    """The fields of a sweep's result while its stages compute them.
+
+    A plain dict with attribute reading (``draft.z``), never returned to the user: each
+    stage (the assembly, the order loop, the fallback, the closed-loop check, the dense
+    output) returns a new draft with its pieces (`but`), and the solver builds its result
+    from the last one, once (`sweep_result`, `feedback_result`). A draft is not changed in
+    place (setting a key raises); the arrays it holds are the stages' own.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, *args: Any, **fields: Any) -> None:
+        fields = dict(*args, **fields)
+        _check_fields(fields)
+        dict.__init__(self, fields)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        raise TypeError("a Draft is not changed in place: take draft.but(key=value)")
+
+    __setattr__ = __setitem__
+
+    def but(self, **changes: Any) -> "Draft":
+        """A new draft with the fields ``changes`` (a value `DROP` takes the field off)."""
+        _check_fields(changes)
+        fields = {k: v for k, v in self.items() if changes.get(k, None) is not DROP}
+        fields.update((k, v) for k, v in changes.items() if v is not DROP)
+        return Draft(fields)
 
 
-def _missing_field(result: dict, name: str) -> str:
+def _deprecated_set(result: dict, key: str) -> None:
+    name = type(result).__name__
+    warnings.warn(f"setting a field of {'an' if name[0] in 'AEIOU' else 'a'} {name} "
+                  f"({key!r}) is deprecated: a result is built once by its solver; copy it "
+                  f"into a dict of your own to change it", DeprecationWarning, stacklevel=3)
+
+
+def _missing_field(result: "Result", name: str) -> str:
     """The message of the AttributeError of ``result.name`` where the result has no such
     field: what gives it (``sol``: ``dense_output=True``), else the fields it has."""
     if name == "sol":
@@ -108,24 +132,112 @@ def _missing_field(result: dict, name: str) -> str:
                 "res.sol(p)")
     if name.startswith("_"):      # copy, pickle, IPython probing: the bare name, as scipy
         return name
-    if name in FIELDS:
+    declared = type(result)._fields
+    if declared is not None and name in declared:
         head = f"this result has no field {name!r}"
     else:
         close = difflib.get_close_matches(name, sorted(result), n=1)
-        head = (f"ImbeddingResult has no field {name!r}"
+        head = (f"{type(result).__name__} has no field {name!r}"
                 + (f" (did you mean {close[0]!r}?)" if close else ""))
     return f"{head}; its fields are {', '.join(sorted(result))}"
 
 
-class ImbeddingResult(OptimizeResult):
+def _shown(value: Any, width: int) -> str:
+    """One field's text in a result's repr: arrays abridged, nested results by shape."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return np.array2string(value, precision=6, threshold=12, edgeitems=2,
+                               prefix=" " * (width + 2))
+    if isinstance(value, OptimizeResult):
+        return "{" + ", ".join(f"{k}: array{getattr(v, 'shape', '')}"
+                               for k, v in value.items()) + "}"
+    return repr(value)
+
+
+class Result(OptimizeResult):
+    """The base of every solver's result, in the style of scipy's ``OptimizeResult``.
+
+    A dict with attribute access (``res.status`` is ``res["status"]``) and a readable
+    repr. Each solver family has its subclass (`ImbeddingResult`, `FeedbackResult`,
+    `OCPResult`, `ControlResult`, `FitResult`), built once by its solver, in one place;
+    setting a field afterwards is deprecated (a DeprecationWarning), and a field the
+    class does not declare is refused with a TypeError (docs/results-and-status.md).
+
+    Attributes
+    ----------
+    status : Status
+        The one status vocabulary of the package (`invimbed.Status`); the codes each
+        family returns are its ``STATUS_CODES`` (docs/results-and-status.md).
+    message : str
+        What happened, and where; warnings are not repeated here.
+    warnings : list
+        Structured warnings (`SolverWarning`; `optimize_control`: its notes as text).
+    success : bool
+        ``status >= 0``: the answer is within the user's tolerance (or, status 1, reached
+        but not checked against one).
+    """
+
+    #: The fields a result of the class may hold (None: any, as a scipy result).
+    _fields: frozenset | None = None
+    #: The fields shown first by the repr, in this order.
+    _first: tuple[str, ...] = ("message", "success", "status")
+    #: ``{Status: what it means for this family}``: the codes its solver returns.
+    STATUS_CODES: dict = {}
+
+    def __init__(self, *args: Any, **fields: Any) -> None:
+        fields = dict(*args, **fields)
+        _check_fields(fields, type(self)._fields, type(self).__name__)
+        dict.__init__(self, fields)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        _check_fields((key,), type(self)._fields, type(self).__name__)
+        _deprecated_set(self, key)
+        dict.__setitem__(self, key, value)
+
+    __setattr__ = __setitem__
+
+    def update(self, *args: Any, **fields: Any) -> None:
+        fields = dict(*args, **fields)
+        _check_fields(fields, type(self)._fields, type(self).__name__)
+        for key in fields:
+            _deprecated_set(self, key)
+        dict.update(self, fields)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        _check_fields((key,), type(self)._fields, type(self).__name__)
+        if key not in self:
+            _deprecated_set(self, key)
+        return dict.setdefault(self, key, default)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(_missing_field(self, name)) from None
+
+    def __reduce__(self) -> tuple:
+        return type(self), (dict(self),)
+
+    def __repr__(self) -> str:
+        if not self:
+            return f"{type(self).__name__}()"
+        keys = [k for k in self._first if k in self] + [k for k in self if k not in self._first]
+        width = max(map(len, keys)) + 1
+        return "\n".join(f"{k.rjust(width)}: {_shown(self[k], width)}" for k in keys)
+
+    __str__ = __repr__
+
+
+class ImbeddingResult(Result):
     """The fields of every requested depth, from `solve_imbedding` or
     `solve_adjoint`.
 
-    A dict with attribute access (``res.z`` is ``res["z"]``) whose fields are declared
-    (`COMMON_FIELDS`, in every result, and `OPTIONAL_FIELDS`): an undeclared field is
-    refused with a TypeError, at construction and later. A solver builds its result once
-    (`invimbed._core.sweep.assembly.pack_result`); a later stage changes it through `set_fields`
-    (setting a field directly is deprecated).
+    A `Result` (attribute and key access, ``res.z`` is ``res["z"]``) whose fields are
+    declared (`COMMON_FIELDS`, in every result, and `OPTIONAL_FIELDS`): an undeclared
+    field is refused with a TypeError, at construction and later. A solver builds its
+    result once, from the `Draft` its stages returned (`sweep_result`); setting a field
+    afterwards is deprecated.
     Arrays follow the order in which the depths were given; a batched input ``x`` of
     shape (B, N) adds a batch axis after the depth axis. `solve_adjoint` adds ``nsteps``
     and ``strategy``, an accelerated backend ``backend`` (its name),
@@ -153,12 +265,13 @@ class ImbeddingResult(OptimizeResult):
         the result has an error estimate (status 0), is within the tolerance (``tol``, or
         10% of ``max(1, |field|)`` without it) or was recomputed exactly (``fallback``).
         A result without an estimate (status 1) was not checked against any tolerance.
-    status : int
-        One of `STATUS`: 0 success; 1 reached but not checked (no error estimate:
-        ``closure="stencil"`` or ``"crop"``, ``method="disc"``, ``estimate_error=False``);
-        -1 integration failure; -2 not converged (the error estimate exceeds the
-        tolerance); -3 (`invimbed.dask.solve_batch` only) a chunk raised an exception.
-        See ``message``.
+    status : Status
+        One of `STATUS_CODES` (docs/results-and-status.md): 0 success; 1 reached but not
+        checked (no error estimate: ``closure="stencil"`` or ``"crop"``, ``method="disc"``,
+        ``estimate_error=False``); -1 integration failure; -2 not converged (the error
+        estimate exceeds the tolerance); -3 (`invimbed.dask.solve_batch` only) a chunk
+        raised an exception; -5 a function of the problem is less precise than ``rtol``
+        asks. See ``message``.
     message : str
         Human-readable description; on failure it names the depth where it happened.
     nfev : int
@@ -207,59 +320,69 @@ class ImbeddingResult(OptimizeResult):
         one sweep"); None where the sweep took no step. Absent without it.
     """
 
-    def __init__(self, *args: Any, **fields: Any) -> None:
-        fields = dict(*args, **fields)
-        _check_fields(fields)
-        dict.__init__(self, fields)
+    _fields = FIELDS
+    _first = ("message", "success", "status", "closure", "method", "nfev", "depths", "z",
+              "value", "adjoint", "param_grad", "depth_grad", "error_estimate")
+    STATUS_CODES = {
+        Status.SUCCESS: "every requested depth was reached and is within the tolerance",
+        Status.UNCHECKED: "every requested depth was reached, with no error estimate to "
+                          "check (closure='stencil' or 'crop', method='disc', "
+                          "estimate_error=False)",
+        Status.FAILED: "the integration failed (the message names the depth)",
+        Status.NOT_CONVERGED: "the error estimate exceeds the tolerance at some depth",
+        Status.RAISED: "invimbed.dask.solve_batch: a chunk raised an exception",
+        Status.IMPRECISE: "a function of the problem is less precise than rtol asks",
+    }
 
-    def __setitem__(self, key: str, value: Any) -> None:
-        _check_fields((key,))
-        _deprecated_set(key)
-        dict.__setitem__(self, key, value)
 
-    __setattr__ = __setitem__
+class FeedbackResult(ImbeddingResult):
+    """The result of `solve_optimal`: an `ImbeddingResult` (the sweep's fields of every
+    depth) with the optimal feedback's fields.
 
-    def update(self, *args: Any, **fields: Any) -> None:
-        fields = dict(*args, **fields)
-        _check_fields(fields)
-        for key in fields:
-            _deprecated_set(key)
-        dict.update(self, fields)
+    Attributes
+    ----------
+    feedback, feedback_jacobian, policy, closed_loop_value, linear_quadratic,
+    optimality_error
+        As `solve_optimal` documents them.
+    warnings : list of SolverWarning
+        As `ImbeddingResult`'s, and ``"closed_loop_mismatch"`` (the closed-loop check
+        refused the value), ``"branch_switch"`` (with ``control_bounds``: the optimal path
+        switches between branches of the Hamiltonian, which the jet cannot see),
+        ``"newton_at_derivative_noise"``.
+    """
 
-    def setdefault(self, key: str, default: Any = None) -> Any:
-        _check_fields((key,))
-        if key not in self:
-            _deprecated_set(key)
-        return dict.setdefault(self, key, default)
+    STATUS_CODES = {
+        Status.SUCCESS: "every requested depth was reached, within the tolerance, and the "
+                        "closed-loop check (where it ran) agrees",
+        Status.FAILED: "the sweep failed: an integration, the feedback's Newton solve, or "
+                       "the time budget `max_time` (the message names the depth)",
+        Status.NOT_CONVERGED: "the error estimate exceeds the tolerance, or the closed-loop "
+                              "check refused the value (warning 'closed_loop_mismatch')",
+        Status.IMPRECISE: "a function of the problem is less precise than rtol asks",
+    }
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(_missing_field(self, name)) from None
 
-    def __reduce__(self) -> tuple:
-        return type(self), (dict(self),)
+def _built(cls: type, draft: Any) -> ImbeddingResult:
+    fields = {k: v for k, v in draft.items() if k not in PRIVATE_FIELDS}
+    est = fields.get("error_estimate")
+    if est is not None:
+        fields["error_estimate"] = ImbeddingResult(est)
+    return cls(fields)
 
-    def __repr__(self) -> str:
-        order = ["message", "success", "status", "closure", "method", "nfev", "depths", "z",
-                 "value", "adjoint", "param_grad", "depth_grad", "error_estimate"]
-        keys = [k for k in order if k in self] + [k for k in self if k not in order]
-        width = max(map(len, keys)) + 1
-        import numpy as np
 
-        lines = []
-        for k in keys:
-            v = self[k]
-            if isinstance(v, np.ndarray):
-                text = np.array2string(v, precision=6, threshold=12, edgeitems=2,
-                                       prefix=" " * (width + 2))
-            elif isinstance(v, OptimizeResult):
-                text = "{" + ", ".join(f"{kk}: array{getattr(vv, 'shape', '')}"
-                                       for kk, vv in v.items()) + "}"
-            else:
-                text = repr(v)
-            lines.append(f"{k.rjust(width)}: {text}")
-        return "\n".join(lines)
+def sweep_result(draft: Any) -> ImbeddingResult:
+    """The `ImbeddingResult` of a sweep's last `Draft` (`solve_imbedding`, `solve_adjoint`,
+    `invimbed.dask.solve_batch`, `DenseSolution`): the one place it is built."""
+    return _built(ImbeddingResult, draft)
 
-    __str__ = __repr__
+
+def feedback_result(draft: Any) -> FeedbackResult:
+    """The `FeedbackResult` of `solve_optimal`'s last `Draft` (and of its `DenseSolution`):
+    the one place it is built."""
+    return _built(FeedbackResult, draft)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "STATUS":
+        return deprecated_alias(name, status_table())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

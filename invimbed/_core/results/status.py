@@ -1,9 +1,11 @@
 """The one status vocabulary of the solvers, and the per-row codes of the integrators.
 
-`Status` is what a result's ``status`` holds (`invimbed.STATUS` is its table of
-messages). `RowCode` is the per-row (or per-input) code of the ensemble integrator, the
-compiled kernels and `invimbed.simulate`: plain integers inside the kernels (numba),
-defined here once, and turned into a `Status` by `row_status` only.
+`Status` is what a result's ``status`` holds, the one public status vocabulary
+(``Status(code).message`` says what a code means; each result family lists the codes it
+returns in its ``STATUS_CODES``, docs/results-and-status.md). `RowCode` is the per-row (or
+per-input) code of the ensemble integrator, the compiled kernels and `invimbed.simulate`:
+plain integers inside the kernels (numba), defined here once, and turned into a `Status`
+by `row_status` only.
 """
 
 from __future__ import annotations
@@ -81,8 +83,27 @@ _MESSAGES = {
         "warning its dtype)",
 }
 
-#: ``{code: message}`` of every `Status`, in the style of scipy's ``MESSAGES``.
-STATUS = {int(s): s.message for s in Status}
+def status_table() -> dict[int, str]:
+    """``{code: message}`` of every `Status`, in the style of scipy's ``MESSAGES``: the
+    value of the deprecated alias ``invimbed.STATUS``."""
+    return {int(s): s.message for s in Status}
+
+
+#: What to use instead of each deprecated alias of `Status`.
+INSTEAD = {"STATUS": "invimbed.Status (Status(code).message says what a code means)",
+           "OCP_STATUS": "invimbed.Status, and invimbed.OCPResult.STATUS_CODES for the "
+                         "codes of solve_ocp"}
+
+
+def deprecated_alias(name: str, value: Any) -> Any:
+    """``value``, the deprecated alias ``name`` (``"STATUS"``, ``"OCP_STATUS"``) of
+    `Status`, with a DeprecationWarning saying what to use instead (`INSTEAD`); for a
+    module's ``__getattr__``."""
+    import warnings
+
+    warnings.warn(f"{name} is deprecated: use {INSTEAD[name]}", DeprecationWarning,
+                  stacklevel=3)
+    return value
 
 
 class RowCode(IntEnum):
@@ -119,8 +140,15 @@ def as_status(code: Any) -> Status:
     try:
         return Status(int(code))
     except (TypeError, ValueError):
-        raise ValueError(f"`status` must be one of {sorted(STATUS)} (invimbed.STATUS), "
-                         f"got {code!r}.") from None
+        raise ValueError(f"`status` must be one of {sorted(int(s) for s in Status)} "
+                         f"(invimbed.Status), got {code!r}.") from None
 
 
-__all__ = ["STATUS", "RowCode", "Status", "as_status", "row_status"]
+def __getattr__(name: str) -> Any:
+    if name == "STATUS":
+        return deprecated_alias(name, status_table())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["RowCode", "Status", "as_status", "deprecated_alias", "row_status",
+           "status_table"]

@@ -84,15 +84,14 @@ RESULT_FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
 
 
 def fields_on(res: Any, xp: Any) -> Any:
-    """``res`` (an `ImbeddingResult`) with its array fields and their error estimates
-    moved to arrays of ``xp`` (cupy arrays for cupy inputs to ``backend="cupy"``). Meant
-    for the last step of a solve: everything before it works on numpy arrays."""
-    from ..results.results import set_fields
-
+    """The draft ``res`` (`invimbed._core.results.results.Draft`) with its array fields
+    and their error estimates moved to arrays of ``xp`` (cupy arrays for cupy inputs to
+    ``backend="cupy"``). Meant for the last step of a solve: everything before it works
+    on numpy arrays."""
     est = res.get("error_estimate")
     if est is not None:
-        set_fields(est, **{k: xp.asarray(v) for k, v in est.items()})
-    return set_fields(res, **{k: xp.asarray(res[k]) for k in RESULT_FIELDS})
+        est = {k: xp.asarray(v) for k, v in est.items()}
+    return res.but(error_estimate=est, **{k: xp.asarray(res[k]) for k in RESULT_FIELDS})
 
 
 __all__ = ["RESULT_FIELDS", "array_namespace", "fields_on", "is_cupy_array", "on_device",

@@ -1,7 +1,7 @@
 """Assembling a result: per-depth fields, the depth gradient, failures and accuracy.
 
-`collect_results` turns an integrator's states into an `ImbeddingResult` (via
-`pack_result`), computing the depth gradient ``dJ/dp = -(Lam . f + R)`` of every depth at
+`collect_results` turns an integrator's states into the `Draft` of a result (via
+`pack_result`; the solver builds its result from the last draft, once), computing the depth gradient ``dJ/dp = -(Lam . f + R)`` of every depth at
 once (`depth_gradient`) and the accuracy verdict of `invimbed._core.sweep.accuracy.assess`.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 from .accuracy import assess
 from ..setup.arguments import Setup
 from ..runtime.ordered import sum_products
-from ..results.results import ImbeddingResult, set_fields
+from ..results.results import Draft
 from ..results.status import Status, as_status
 
 
@@ -99,14 +99,15 @@ def _depth_gradients(setup: Setup, adjoint: np.ndarray, with_flow: bool = False)
 def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, message: str,
                 nfev: int, closure: str, method: str,
                 error_estimate: dict[str, np.ndarray] | None = None, status: int | None = None,
-                **extra: Any) -> ImbeddingResult:
-    """Put per-depth fields (in descending-depth order, axes (n, B, ...)) back in the
-    user's order and drop the batch axis for an unbatched ``x``.
+                **extra: Any) -> Draft:
+    """The `Draft` of a result: per-depth fields (in descending-depth order, axes
+    (n, B, ...)) back in the user's order, without the batch axis for an unbatched ``x``.
 
-    ``status`` defaults to 0 on success and -1 otherwise (`invimbed.STATUS`); array
+    ``status`` defaults to 0 on success and -1 otherwise (`invimbed.Status`); array
     values of ``extra`` with a leading depth axis of the right size are rearranged too.
-    The problem's own warnings (`BolzaProblem.solver_warnings`) are added; the solver
-    judges the functions' precision last (`mark_imprecise`)."""
+    The problem's own warnings (`BolzaProblem.solver_warnings`) are added to
+    ``warnings`` (not to the message); the solver judges the functions' precision last
+    (`mark_imprecise`)."""
     inverse = np.empty_like(setup.permutation)
     inverse[setup.permutation] = np.arange(setup.permutation.size)
     n = setup.permutation.size
@@ -119,7 +120,12 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
     for k, v in list(extra.items()):
         if isinstance(v, np.ndarray) and v.ndim >= 2 and v.shape[0] == n:
             extra[k] = arrange(v)
-    res = ImbeddingResult(
+    notes = list(extra.pop("warnings", None) or [])
+    notes += [note for note in setup.problem.solver_warnings() if note not in notes]
+    if "derivatives" not in extra:
+        extra["derivatives"] = (getattr(setup.provider, "derivative_source", None)
+                                or setup.problem.derivative_source)
+    return Draft(
         depths=setup.depths.copy(),
         **{k: arrange(v) for k, v in fields.items()},
         success=bool(success),
@@ -130,33 +136,25 @@ def pack_result(setup: Setup, fields: dict[str, np.ndarray], *, success: bool, m
         closure=closure,
         method=method,
         error_estimate=(None if error_estimate is None else
-                        ImbeddingResult({k: arrange(v) for k, v in error_estimate.items()})),
+                        {k: arrange(v) for k, v in error_estimate.items()}),
+        warnings=notes,
         **extra,
     )
-    notes, message = list(res.get("warnings", [])), res.message
-    for note in setup.problem.solver_warnings():
-        if note not in notes:
-            notes.append(note)
-            message += f" Note: {note}."
-    set_fields(res, warnings=notes, message=message)
-    if "derivatives" not in res:
-        set_fields(res, derivatives=getattr(setup.provider, "derivative_source", None)
-                   or setup.problem.derivative_source)
-    return res
 
 
-def mark_imprecise(setup: Setup, res: Any) -> Any:
-    """Give a result of status >= 0 whose ``rtol`` its functions' precision cannot reach
-    (``setup.unreachable``, `invimbed._core.inputs.probe`) `Status.IMPRECISE`; other results are
-    returned as they are.
+def mark_imprecise(setup: Setup, res: Draft) -> Draft:
+    """The draft ``res`` with `Status.IMPRECISE` where its status is >= 0 and its ``rtol``
+    its functions' precision cannot reach (``setup.unreachable``,
+    `invimbed._core.inputs.probe`); other drafts are returned as they are.
 
     Each solver calls it once, where it has decided its status: the order loop, the
     fallback and the backends' verdict judge the error estimate alone. A negative status
     stays: its fields are not even as precise as the functions."""
     if setup.unreachable and res.status >= 0:
-        set_fields(res, success=False, status=Status.IMPRECISE,
-                   message=f"{res.message} Not within rtol: {setup.unreachable}; the fields "
-                           f"are as precise as that function (status {int(Status.IMPRECISE)}).")
+        return res.but(success=False, status=Status.IMPRECISE,
+                       message=f"{res.message} Not within rtol: {setup.unreachable}; the fields "
+                               f"are as precise as that function (status "
+                               f"{int(Status.IMPRECISE)}).")
     return res
 
 
@@ -165,7 +163,7 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
                     with_errors: bool, tol: tuple[float, float] | None = None,
                     warnings: list | None = None, stacked_fields: tuple | None = None,
                     predict: bool = False, flow: np.ndarray | None = None,
-                    **extra: Any) -> ImbeddingResult:
+                    **extra: Any) -> Draft:
     """Per-depth fields from an integrator's states, with failures and accuracy reported.
 
     ``per_depth(p, y)`` returns ``(fields, errors)`` or ``(fields, errors, lower, upper)``
@@ -244,7 +242,7 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
 def _collect_stacked(setup: Setup, outcome: Any, stacked_fields: tuple, shapes: dict,
                      err_keys: tuple, *, closure: str, method: str, with_errors: bool,
                      tol: Any, warnings: list, predict: bool = False,
-                     flow: np.ndarray | None = None, **extra: Any) -> ImbeddingResult:
+                     flow: np.ndarray | None = None, **extra: Any) -> Draft:
     """`collect_results` for fields given stacked (``stacked_fields``)."""
     fields, errs, lower, upper = (tuple(stacked_fields) + (None, None))[:4]
     ys = np.asarray(outcome.ys)
@@ -266,7 +264,7 @@ def _collect_stacked(setup: Setup, outcome: Any, stacked_fields: tuple, shapes: 
 def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
              lower: dict | None, upper: dict | None, success: bool, message: str, *,
              closure: str, method: str, tol: Any, warnings: list, predict: bool = False,
-             flow: np.ndarray | None = None, **extra: Any) -> ImbeddingResult:
+             flow: np.ndarray | None = None, **extra: Any) -> Draft:
     """Non-finite results, the accuracy verdict (`assess`) and the packed result; with
     ``flow``, the depth gradient's error estimate and differences from the adjoint's
     (`depth_gradient_errors`)."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from .assembly import collect_results
 from ..integrators.common import Outcome
-from ..results.results import ImbeddingResult, set_fields
+from ..results.results import Draft, ImbeddingResult, sweep_result
 from ..inputs.validation import as_float_array, describe
 
 #: Largest temporary (depths x state x coefficients) of one block of `from_steps`.
@@ -180,8 +180,10 @@ class DenseSolution:
 
     def __init__(self, setup: Any, states: StateInterpolant, per_depth: Callable,
                  shapes: dict[str, tuple[int, ...]], stacked: Callable | None = None,
-                 finish: Callable | None = None, **assembly: Any) -> None:
+                 finish: Callable | None = None, build: Callable = sweep_result,
+                 **assembly: Any) -> None:
         self.setup = setup
+        self.build = build
         self.states = states
         self.per_depth = per_depth
         self.stacked = stacked
@@ -243,40 +245,43 @@ class DenseSolution:
         else:
             res = collect_results(at, outcome, self.per_depth, self.shapes, **self.assembly)
         if self.finish is not None:
-            self.finish(res)
-        set_fields(res, nfev=0)
-        return _drop_depth_axis(res, tuple(self.shapes)) if arr.ndim == 0 else res
+            res = self.finish(res)
+        res = res.but(nfev=0)
+        return self.build(_drop_depth_axis(res, tuple(self.shapes)) if arr.ndim == 0 else res)
 
     def __repr__(self) -> str:
         lo, hi = self.interval
         return f"DenseSolution(interval=({lo:.6g}, {hi:.6g}))"
 
 
-def _drop_depth_axis(res: ImbeddingResult, keys: tuple[str, ...]) -> ImbeddingResult:
-    """The result of one depth without its depth axis (a scalar ``p``)."""
+def _drop_depth_axis(res: Draft, keys: tuple[str, ...]) -> Draft:
+    """The draft of one depth without its depth axis (a scalar ``p``)."""
+    one = {}
     for k in keys + ("converged", "series_ratio", "depths", "depth_order", "exact_fallback"):
         v = res.get(k)
         if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == 1:
-            set_fields(res, **{k: v[0]})
+            one[k] = v[0]
     est = res.get("error_estimate")
     if est is not None:
-        set_fields(est, **{k: v[0] for k, v in est.items()})
-    if isinstance(res.get("depths"), np.ndarray):
-        set_fields(res, depths=float(res["depths"]))
-    return res
+        one["error_estimate"] = {k: v[0] for k, v in est.items()}
+    if isinstance(one.get("depths", res.get("depths")), np.ndarray):
+        one["depths"] = float(one.get("depths", res.get("depths")))
+    return res.but(**one)
 
 
-def attach_dense(res: ImbeddingResult, setup: Any, outcome: Outcome, per_depth: Callable,
+def attach_dense(res: Draft, setup: Any, outcome: Outcome, per_depth: Callable,
                  shapes: dict[str, tuple[int, ...]], *, stacked: Callable | None = None,
-                 finish: Callable | None = None, **assembly: Any) -> ImbeddingResult:
-    """Give ``res`` its ``sol`` (`DenseSolution`) where the integrator kept the steps
+                 finish: Callable | None = None, build: Callable = sweep_result,
+                 **assembly: Any) -> Draft:
+    """The draft ``res`` with its ``sol`` (`DenseSolution`) where the integrator kept the steps
     (``outcome.extra["steps"]``, `invimbed._core.integrators.integrate_scipy` with
     ``dense_output=True``); ``assembly`` are the keywords of the sweep's own
     `collect_results` call (``closure``, ``method``, ``with_errors``, ``tol``...);
     ``stacked(ys)``, where the closure has it, the ``(fields, errors)`` of states ``ys``
     (n, size) at once, for `collect_results`' ``stacked_fields`` (else ``per_depth`` runs
-    depth by depth); ``finish`` what the solver does to a result after it (the status of one without an
-    estimate)."""
+    depth by depth); ``finish`` what the solver does to a draft after it (the status of
+    one without an estimate), ``build`` what builds the result from the draft
+    (`sweep_result`, `invimbed._core.results.results.feedback_result`)."""
     steps = outcome.extra.get("steps")
     if steps is None:
         return res
@@ -289,14 +294,14 @@ def attach_dense(res: ImbeddingResult, setup: Any, outcome: Outcome, per_depth: 
         y = np.asarray(outcome.ys[np.argmax(setup.depths_desc == ts[0])])
         states = StateInterpolant(y.size, [(slice(None), lambda p: np.tile(y, (p.size, 1)),
                                             (float(ts[0]), float(ts[0])))])
-    return set_fields(res, sol=DenseSolution(setup, states, per_depth, shapes, stacked=stacked,
-                                             finish=finish, **assembly))
+    return res.but(sol=DenseSolution(setup, states, per_depth, shapes, stacked=stacked,
+                                     finish=finish, build=build, **assembly))
 
 
 
-def attach_closure_dense(res: ImbeddingResult, setup: Any, outcome: Outcome, clo: Any,
+def attach_closure_dense(res: Draft, setup: Any, outcome: Outcome, clo: Any,
                          per_depth: Callable, shapes: dict[str, tuple[int, ...]], method: str,
-                         finish: Callable | None = None) -> ImbeddingResult:
+                         finish: Callable | None = None) -> Draft:
     """`attach_dense` for the sweep of `invimbed._core.sweep.imbedding` with the closure ``clo``:
     a jet's fields and estimate of many states at once (`JetClosure.fields` of stacked
     states), a stencil's depth by depth."""
@@ -307,10 +312,12 @@ def attach_closure_dense(res: ImbeddingResult, setup: Any, outcome: Outcome, clo
         def stacked(ys: np.ndarray) -> tuple:
             return (clo.fields(ys), clo.error_estimate(ys), clo.lower_difference(ys),
                     clo.upper_difference(ys))
-    attach_dense(res, setup, outcome, per_depth, shapes, stacked=stacked, finish=finish,
-                 closure=clo.name, method=method, with_errors=clo.has_error_estimate)
-    if res.get("sol") is not None:
-        res["sol"].layout = clo.layout
+    res = attach_dense(res, setup, outcome, per_depth, shapes, stacked=stacked,
+                       finish=finish, closure=clo.name, method=method,
+                       with_errors=clo.has_error_estimate)
+    sol = res.get("sol")
+    if sol is not None:
+        sol.layout = clo.layout
     return res
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..reference.adjoint import solve_adjoint
 from ..setup.arguments import tolerances_from_tol
 from ..integrators import SCIPY_METHODS
-from ..results.results import ImbeddingResult, SolverWarning, set_fields
+from ..results.results import Draft, SolverWarning
 from ..results.status import Status
 
 
@@ -57,7 +57,7 @@ def exact_probe(setup: Any, options: dict) -> Any:
     return probe
 
 
-def fallback_adjoint(setup: Any, res: ImbeddingResult, options: dict) -> ImbeddingResult:
+def fallback_adjoint(setup: Any, res: Draft, options: dict) -> Draft:
     """Recompute the (depth, input) pairs that did not converge with the exact ensemble
     `solve_adjoint` (its keyword arguments ``options`` from `exact_options`: a
     ``max_steps`` the user gave an adaptive sweep is the budget of each of its rows too),
@@ -67,7 +67,7 @@ def fallback_adjoint(setup: Any, res: ImbeddingResult, options: dict) -> Imbeddi
     bad = ~conv2
     exact = np.zeros_like(conv2)
     if not bad.any():
-        return set_fields(res, exact_fallback=exact if setup.batched else exact[:, 0])
+        return res.but(exact_fallback=exact if setup.batched else exact[:, 0])
     a_rtol, a_atol = options["rtol"], options["atol"]
     inputs = np.flatnonzero(bad.any(axis=0))
     depths_bad = np.flatnonzero(bad.any(axis=1))
@@ -99,25 +99,25 @@ def fallback_adjoint(setup: Any, res: ImbeddingResult, options: dict) -> Imbeddi
         f"{first:.6g} on, were recomputed by the exact ensemble solve_adjoint (rtol={a_rtol:g}, "
         f"atol={a_atol:g}); see `exact_fallback`", first)
     notes = res.warnings + [note]
-    set_fields(res, nfev=int(res.nfev) + int(ref.nfev),
-               warnings=notes + [w for w in ref.get("warnings", []) if w not in notes],
-               exact_fallback=exact if setup.batched else exact[:, 0])
+    res = res.but(nfev=int(res.nfev) + int(ref.nfev),
+                  warnings=notes + [w for w in ref.get("warnings", []) if w not in notes],
+                  exact_fallback=exact if setup.batched else exact[:, 0])
     if res.status in (Status.FAILED, Status.NOT_CONVERGED):
         if ref.success:
             failed = res.status == Status.FAILED
             if failed:    # the sweep's own failure, repaired, stays on record
-                set_fields(res, warnings=res.warnings + [
+                res = res.but(warnings=res.warnings + [
                     SolverWarning("sweep_failed", res.message, first)])
             where = "the sweep failed or its jet did not converge" if failed else \
                 "its jet did not converge"
             head = ("Every requested depth was reached" if setup.unreachable else
                     "Every requested depth is within the tolerance")
-            set_fields(res, success=True, status=Status.SUCCESS,
-                       message=f"{head}; {count} "
-                               f"(depth, input) pair(s) from depth p = {first:.6g} on, where "
-                               f"{where}, are exact values of solve_adjoint "
-                               f"(`exact_fallback`).")
+            res = res.but(success=True, status=Status.SUCCESS,
+                          message=f"{head}; {count} "
+                                  f"(depth, input) pair(s) from depth p = {first:.6g} on, "
+                                  f"where {where}, are exact values of solve_adjoint "
+                                  f"(`exact_fallback`).")
         else:
-            set_fields(res, success=False, status=Status.FAILED,
-                       message=f"The fallback to solve_adjoint failed: {ref.message}")
+            res = res.but(success=False, status=Status.FAILED,
+                          message=f"The fallback to solve_adjoint failed: {ref.message}")
     return res

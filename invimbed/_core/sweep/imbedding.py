@@ -12,7 +12,7 @@ from ..derivatives import DerivativeOrderError
 from .fallback import exact_options, exact_probe, fallback_adjoint
 from ..integrators import ALL_METHODS, FIXED_METHODS, SCIPY_METHODS, integrate
 from ..problem.bolza import BolzaProblem
-from ..results.results import ImbeddingResult, SolverWarning, set_fields
+from ..results.results import Draft, ImbeddingResult, SolverWarning, sweep_result
 from ..results.status import Status
 from ..runtime.backends import check_backend, get_backend
 from .accuracy import assess
@@ -180,7 +180,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         rtol, atol = _finite_difference_floor(prov, closure, order, est, setup, rtol, atol,
                                               tol_pair, warnings)
 
-    def sweep(at: Any, K: int, steps: int | None = None, held: int = 0) -> ImbeddingResult:
+    def sweep(at: Any, K: int, steps: int | None = None, held: int = 0) -> Draft:
         opts = dict(options)
         if steps is not None and method in SCIPY_METHODS and backend == "numpy":
             opts["raise_budget"] = steps      # a raised order (`raise_order`)
@@ -203,34 +203,36 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         if res.status == Status.NOT_CONVERGED and top < max_order and last >= top:
             why = (f"the {prov.name} serves jets up to order {top}" if backend == "numpy"
                    else f"backend={backend!r} does not raise the order")
-            set_fields(res, warnings=res.warnings + [SolverWarning(
+            res = res.but(warnings=res.warnings + [SolverWarning(
                 "order_limit", f"the sweep stopped at order {last} short of "
                 f"max_order={max_order}: {why}")])
-    set_fields(res, order=res.get("order", order) if closure in ("jet", "crop") else None)
+    res = res.but(order=res.get("order", order) if closure in ("jet", "crop") else None)
     if fallback == "adjoint" and res.get("converged") is not None:
         res = fallback_adjoint(setup, res, exact)
-    mark_imprecise(setup, res)           # before: its message says what it is
-    mark_unchecked(res, closure, est, method)
+    res = mark_imprecise(setup, res)           # before: its message says what it is
+    res = mark_unchecked(res, closure, est, method)
     keys = ("exact_fallback", "orders_run", "depth_order") + (("sol",) if dense_output else ())
-    res = set_fields(res, **{k: res.get(k) for k in keys})   # sol None: no step taken
+    res = res.but(**{k: res.get(k) for k in keys})   # sol None: no step taken
     if device is not None:
         from ..runtime.namespace import fields_on
 
         res = fields_on(res, device)
-    return res
+    return sweep_result(res)
 
 
-def mark_unchecked(res: ImbeddingResult, closure: str, est: bool, method: str) -> None:
-    """Give a successful result without an error estimate status 1, "reached, not
-    checked", and a message naming what left it without one (`invimbed.STATUS`)."""
+def mark_unchecked(res: Draft, closure: str, est: bool, method: str) -> Draft:
+    """The draft ``res``, if successful without an error estimate, with status 1,
+    "reached, not checked", and a message naming what left it without one
+    (`invimbed.Status`)."""
     if res.status != Status.SUCCESS or res.get("converged") is not None:
-        return
+        return res
     what = (f"closure={closure!r}" if closure != "jet" else
             "method='disc'" if method == "disc" else "estimate_error=False")
-    set_fields(res, status=Status.UNCHECKED,
-               message=f"{res.message.rstrip('.')}; {what} has no error estimate, so the "
-                       f"fields were not checked against a tolerance (status 1). Compare "
-                       f"with solve_adjoint, or use closure='jet' with estimate_error=True.")
+    return res.but(status=Status.UNCHECKED,
+                   message=f"{res.message.rstrip('.')}; {what} has no error estimate, so the "
+                           f"fields were not checked against a tolerance (status 1). Compare "
+                           f"with solve_adjoint, or use closure='jet' with "
+                           f"estimate_error=True.")
 
 
 #: The named arguments of `solve_imbedding`, for the hint of a misspelt keyword.
@@ -350,7 +352,7 @@ def _highest_order(prov: Any, setup: Any, est: bool, max_order: int) -> int:
 def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, atol: float,
            step: Any, est: bool, difference: str, delta: Any, backend: str, tol: Any,
            ratio_test: bool, warnings: list, options: dict,
-           budget: int | None = None, held: int = 0) -> ImbeddingResult:
+           budget: int | None = None, held: int = 0) -> Draft:
     """One sweep at jet order ``order``, within ``budget`` bytes, of which ``held`` are
     taken already (`invimbed._core.sweep.memory`)."""
     if _compiled_adaptive(backend, method):
@@ -437,10 +439,10 @@ def _compiled_adaptive(backend: str, method: str) -> bool:
     return backend == "numba" and method in ("RK45", "RK23")
 
 
-def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> ImbeddingResult:
-    """Apply `assess` with ``tol`` to a backend's result (its own verdict used the default
+def rejudge(setup: Any, res: Draft, tol: Any, warnings: list) -> Draft:
+    """Apply `assess` with ``tol`` to a backend's draft (its own verdict used the default
     criterion); the backends carry no lower order, so no ratio test."""
-    set_fields(res, warnings=list(warnings) + [w for w in res.get("warnings", [])
+    res = res.but(warnings=list(warnings) + [w for w in res.get("warnings", [])
                                                if w.code not in ("estimate_large",)])
     if res.get("error_estimate") is None or res.status == Status.FAILED:
         return res
@@ -452,11 +454,10 @@ def rejudge(setup: Any, res: ImbeddingResult, tol: Any, warnings: list) -> Imbed
     fields = {k: lead(res[k]) for k in res.error_estimate}
     errors = {k: lead(v) for k, v in res.error_estimate.items()}
     verdict = assess(setup.depths, fields, errors, None, tol)
-    set_fields(res, converged=verdict.converged if setup.batched else verdict.converged[:, 0],
-               warnings=res.warnings + verdict.warnings)
+    res = res.but(converged=verdict.converged if setup.batched else verdict.converged[:, 0],
+                  warnings=res.warnings + verdict.warnings)
     if not verdict.all_converged:
-        return set_fields(res, success=False, status=Status.NOT_CONVERGED,
-                          message=verdict.message)
+        return res.but(success=False, status=Status.NOT_CONVERGED, message=verdict.message)
     if res.status == Status.NOT_CONVERGED:      # the backend's own verdict, overruled
-        set_fields(res, message="The sweep reached every requested depth.")
-    return set_fields(res, success=True, status=Status.SUCCESS)
+        res = res.but(message="The sweep reached every requested depth.")
+    return res.but(success=True, status=Status.SUCCESS)

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .accuracy import RATIO_MAX
-from ..results.results import DROP, ImbeddingResult, SolverWarning, set_fields
+from ..results.results import DROP, Draft, SolverWarning
 from ..results.status import Status
 
 #: Growth of a sweep's cost from one order to the next, assumed until two orders have
@@ -50,7 +50,7 @@ def _timed(kind: str, fn: Callable, *args: Any, **kw: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-def result_bytes(res: ImbeddingResult) -> int:
+def result_bytes(res: Draft) -> int:
     """Bytes of the arrays of ``res`` (its fields and error estimates), which the order
     loop keeps while it sweeps a higher order (`invimbed._core.sweep.memory.plan`)."""
     arrays = [v for v in res.values() if isinstance(v, np.ndarray)]
@@ -65,7 +65,7 @@ def _pairs(setup: Any, a: Any) -> np.ndarray:
     return a if setup.batched else a[:, None]
 
 
-def _finite(setup: Any, res: ImbeddingResult) -> np.ndarray:
+def _finite(setup: Any, res: Draft) -> np.ndarray:
     n = np.size(res.depths)
     ok = np.ones((n, setup.x.shape[0]), bool)
     for k in FIELDS:
@@ -83,7 +83,7 @@ def _subset(setup: Any, rows: np.ndarray) -> Any:
 
 
 def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
-                probe: Callable | None = None) -> ImbeddingResult:
+                probe: Callable | None = None) -> Draft:
     """Sweep at ``order``, then raise the order for the pairs that need it and can get it.
 
     ``sweep(setup, K, budget=None, held=0)`` runs the sweep of order ``K`` with ``tol``,
@@ -119,7 +119,7 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
     more = _pairs(setup, res.get("_more", np.ones(np.shape(conv)))).copy()
     steps = res.get("_nsteps")
     budget = None if steps is None else max(RAISE_STEPS * int(steps), RAISE_STEPS_MIN)
-    set_fields(res, _bound=DROP, _more=DROP, _nsteps=DROP)
+    res = res.but(_bound=DROP, _more=DROP, _nsteps=DROP)
     ratio = (_pairs(setup, res["series_ratio"]).copy() if res.get("series_ratio") is not None
              else np.full((n, B), np.nan))
     at = np.full((n, B), order)                      # the order each pair's fields are of
@@ -209,7 +209,7 @@ def _worth(need: np.ndarray, K: int, costs: dict, top: int, t_exact: float) -> i
     return best
 
 
-def _merge(setup: Any, res: ImbeddingResult, sub: ImbeddingResult, rows: np.ndarray,
+def _merge(setup: Any, res: Draft, sub: Draft, rows: np.ndarray,
            got: np.ndarray) -> None:
     """Copy the pairs ``got`` of the sweep ``sub`` (depths ``rows``) into ``res``."""
     ii, bb = np.nonzero(got)
@@ -221,27 +221,27 @@ def _merge(setup: Any, res: ImbeddingResult, sub: ImbeddingResult, rows: np.ndar
                 _pairs(setup, sub.error_estimate[k])[ii, bb]
 
 
-def _finish(setup: Any, res: ImbeddingResult, accepted: np.ndarray, at: np.ndarray,
+def _finish(setup: Any, res: Draft, accepted: np.ndarray, at: np.ndarray,
             why: np.ndarray, bound: np.ndarray, ratio: np.ndarray, more: np.ndarray,
-            top: int, nfev: int, orders_run: list, failures: list) -> ImbeddingResult:
+            top: int, nfev: int, orders_run: list, failures: list) -> Draft:
     """The merged result: converged, status, message and warnings of every pair."""
     shape = (lambda a: a) if setup.batched else (lambda a: a[:, 0])
-    set_fields(res, converged=shape(accepted), depth_order=shape(at), orders_run=orders_run,
-               nfev=nfev)
+    res = res.but(converged=shape(accepted), depth_order=shape(at), orders_run=orders_run,
+                  nfev=nfev)
     if res.get("series_ratio") is not None:
-        set_fields(res, series_ratio=shape(ratio))
+        res = res.but(series_ratio=shape(ratio))
     finite = _finite(setup, res)
-    set_fields(res, order=int(at[finite].max()) if finite.any() else orders_run[-1])
+    res = res.but(order=int(at[finite].max()) if finite.any() else orders_run[-1])
     if len(orders_run) == 1 and not failures and (res.status == Status.FAILED or not why.any()):
         return res                      # one sweep, nothing stopped: its verdict stands
     keep = [w for w in res.warnings
             if w.code not in ("estimate_large", "series_not_converging")]
     if res.status == Status.FAILED:
-        return set_fields(res, warnings=list(res.warnings) + failures)
+        return res.but(warnings=list(res.warnings) + failures)
     bad = ~accepted
     if not bad.any():
-        return set_fields(res, success=True, status=Status.SUCCESS, warnings=keep + failures,
-                          message="The sweep reached every requested depth.")
+        return res.but(success=True, status=Status.SUCCESS, warnings=keep + failures,
+                       message="The sweep reached every requested depth.")
     i = int(np.argmax(np.where(bad.any(axis=1), setup.depths, -np.inf)))   # the shallowest
     b = int(np.argmax(bad[i]))
     code, text = _reason(why[i, b], at[i, b], bound[i, b], ratio[i, b], more[i, b], top)
@@ -250,8 +250,8 @@ def _finish(setup: Any, res: ImbeddingResult, accepted: np.ndarray, at: np.ndarr
                f"(depth, input) pairs): {text}. The fields there are approximate; request "
                f"shallower depths, raise `max_order` where the prediction allows, or pass "
                f"fallback='adjoint' for exact values there.")
-    return set_fields(res, success=False, status=Status.NOT_CONVERGED, message=message,
-                      warnings=keep + failures + [SolverWarning(code, message, p)])
+    return res.but(success=False, status=Status.NOT_CONVERGED, message=message,
+                   warnings=keep + failures + [SolverWarning(code, message, p)])
 
 
 def _reason(why: int, K: int, bound: float, ratio: float, more: float,
