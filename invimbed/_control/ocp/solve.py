@@ -18,6 +18,8 @@ from ..._core.problem.open_loop import PiecewiseConstant
 from ..._core.integrators.ensemble import ENSEMBLE_METHODS
 from ..._core.problem.bolza import BolzaProblem
 from ..._core.results.status import Status
+from ..._core.inputs.arguments import initial_state
+from ..._core.inputs.settings import Accuracy, Integrator, settle
 from ..._core.inputs.validation import (as_float_array, as_int, as_positive_int, as_real,
                                         check_callable, check_choice, describe)
 from .constraints import Defects, FinalState, Path, Terminal, as_pair, bounds_size
@@ -53,7 +55,8 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
               max_iter: int = 1000, solver_options: dict | None = None,
               callback: Callable | None = None, rtol: float = 1e-8, atol: float = 1e-10,
               method: str = "RK45", max_steps: int = 10_000,
-              trajectory_points: int = 10) -> OptimizeResult:
+              trajectory_points: int = 10, accuracy: Accuracy | None = None,
+              integrator: Integrator | None = None) -> OptimizeResult:
     r"""Solve an optimal-control problem by multiple shooting with an NLP solver.
 
     Minimises ``J`` of eq. (4) from ``z(p) = x`` over controls constant on each interval
@@ -97,6 +100,11 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     rtol, atol, method, max_steps, trajectory_points
         The ensemble's tolerances, method (``"RK45"``, ``"RK23"``), steps per interval,
         and points per interval in ``trajectory`` (1e-8, 1e-10, "RK45", 10000, 10).
+    accuracy, integrator : Accuracy, Integrator, optional
+        ``tol`` (one float here: the KKT tolerance), ``rtol``, ``atol``; ``method``,
+        ``max_steps``, as objects (docs/method.md, "Settings as objects"). A keyword left
+        at its default defers to the object; one that sets a field the object sets
+        differently is a ValueError naming both.
 
     Returns
     -------
@@ -125,13 +133,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     >>> bool(res.success), res.controls.shape
     (True, (10, 1))
     """
-    if not isinstance(problem, BolzaProblem):
-        raise TypeError(f"`problem` must be an invimbed.BolzaProblem, but got {describe(problem)}")
-    x0 = as_float_array(x, "x")
-    if x0.ndim != 1 or x0.size == 0:
-        raise ValueError(f"`x` must be one initial state, shape (N,), but got shape {x0.shape}")
-    if not np.all(np.isfinite(x0)):
-        raise ValueError("`x` must be finite")
+    x0 = initial_state(problem, x, batch=False)[0][0]
     N, q = x0.size, problem.q
     tau, p0 = _grid(grid, p, intervals, q)
     K = tau.size - 1
@@ -139,13 +141,18 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     problem.check_sizes(N, M)
     check_choice(solver, "solver", SOLVERS)
     check_choice(hessian, "hessian", HESSIANS)
-    check_choice(method, "method", ENSEMBLE_METHODS)
-    tol = as_real(tol, "tol", positive=True)
+    integrator = settle(Integrator, integrator, {"method": (method, "RK45"),
+                                                 "max_steps": (max_steps, 10_000)},
+                        argument="integrator", caller="solve_ocp",
+                        unused=("step", "first_step", "max_step", "min_step"),
+                        choices={"method": ENSEMBLE_METHODS})
+    tol, accuracy = kkt_tolerance(settle(
+        Accuracy, accuracy, {"tol": (tol, 1e-6), "rtol": (rtol, 1e-8), "atol": (atol, 1e-10)},
+        argument="accuracy", caller="solve_ocp", unused=("max_order", "ratio_test", "fallback")))
     constraint_tol = as_real(constraint_tol, "constraint_tol", positive=True)
-    rtol = as_real(rtol, "rtol", positive=True)
-    atol = as_real(atol, "atol", positive=True)
+    rtol, atol, method = accuracy.rtol, accuracy.atol, integrator.method
     max_iter = as_positive_int(max_iter, "max_iter")
-    max_steps = as_positive_int(max_steps, "max_steps")
+    max_steps = integrator.max_steps or 10_000
     trajectory_points = as_int(trajectory_points, "trajectory_points", minimum=2)
     path_points = as_int(path_points, "path_points", minimum=0)
     check_callable(path_constraints, "path_constraints", allow_none=True)
@@ -222,6 +229,17 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     if free_horizon and horizon_bounds is None:
         res["message"] += _runaway_horizon(res, H_guess, lb[-1])
     return res
+
+
+def kkt_tolerance(accuracy: Accuracy) -> tuple[float, Accuracy]:
+    """``(tol, accuracy)`` of `solve_ocp`: its ``tol`` is one KKT tolerance (a pair only
+    with equal parts; default 1e-6), and the ensemble's ``rtol``, ``atol`` default to
+    1e-8, 1e-10."""
+    pair = accuracy.target or (1e-6, 1e-6)
+    if pair[0] != pair[1] or pair[0] <= 0:
+        raise ValueError(f"`tol` of solve_ocp is the KKT tolerance, one positive float, but "
+                         f"got {accuracy.tol!r}")
+    return pair[0], accuracy.with_tolerances(1e-8, 1e-10)
 
 
 def _runaway_horizon(res: OptimizeResult, start: float, low: float) -> str:
