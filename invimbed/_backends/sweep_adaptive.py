@@ -263,20 +263,20 @@ def _kernel(args: tuple) -> Any:
 
 def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, atol: float,
                          closure: str = "jet", est: bool, accuracy: Accuracy,
-                         look_ahead: bool, warnings_: list, keep_steps: int = 0, max_steps: int | None = None,
-                         first_step: float | None = None, max_step: float | None = None,
-                         min_step: float | None = None, dense_output: bool = False,
-                         finish: Any = None, memory_budget: int | None = None,
-                         memory_held: int = 0) -> Any:
+                         look_ahead: bool, warnings_: list, keep_steps: int = 0,
+                         max_steps: int | None = None, first_step: float | None = None,
+                         max_step: float | None = None, min_step: float | None = None,
+                         dense_output: bool = False, finish: Any = None,
+                         memory_budget: int | None = None, memory_held: int = 0) -> Any:
     """One adaptive jet sweep at order ``order`` on numba (see the module docstring):
     the `ImbeddingResult` of `collect_results`, with ``accuracy`` (``tol``, ratio test)
-    and the order loop's predictions (``predict``). ``keep_steps > 0`` also returns the `SweepSteps` (the
-    first ``keep_steps`` steps are kept; the sweep is rerun with room for all of them
-    where an input took more). ``dense_output``: the result's ``sol`` from the kept steps
-    (`attach_steps`; ``finish`` as for `invimbed._core.sweep.dense.attach_dense`). A sweep
-    whose outputs and arrays exceed ``memory_budget`` (bytes; None: the default of
-    `invimbed._core.sweep.memory.check_compiled`; ``memory_held`` of them taken
-    already) raises its `MemoryError` before they are allocated (`memory_bytes`)."""
+    and the order loop's predictions (``predict``). ``keep_steps > 0`` also returns the
+    `SweepSteps` (the first ``keep_steps`` steps are kept; the sweep is rerun with room
+    for all of them where an input took more). ``dense_output``: the result's ``sol``
+    from the kept steps (`attach_steps`; ``finish`` as for `attach_dense`). A sweep whose
+    outputs and arrays exceed ``memory_budget`` (bytes; None: the default of
+    `check_compiled`; ``memory_held`` of them taken already) raises its `MemoryError`
+    before they are allocated (`memory_bytes`)."""
     if closure != "jet":
         raise ValueError(f"backend='numba' runs method={method!r} for closure='jet' only, but "
                          f"got closure={closure!r}; use backend='numpy' for it")

@@ -232,7 +232,8 @@ class Closure(_Settings):
     Raises
     ------
     TypeError, ValueError
-        Naming the field (as the solvers' keyword), what was expected and what came.
+        For a bad field, named as the solvers' keyword (``closure`` for ``kind``); an
+        ``order`` other than 1 or a ``delta`` where the closure does not read it.
 
     Examples
     --------
@@ -289,8 +290,9 @@ class Integrator(_Settings):
 
     Raises
     ------
-    TypeError, ValueError
-        Naming the field (as the solvers' keyword), what was expected and what came.
+    ValueError, TypeError
+        For a bad field, named; a fixed-step method without ``step``, or an option the
+        method would ignore (``first_step`` with ``"rk4"``, ``step`` and ``max_step``).
 
     Examples
     --------

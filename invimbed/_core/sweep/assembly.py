@@ -267,7 +267,8 @@ def _collect_stacked(setup: Setup, outcome: Any, stacked_fields: tuple, shapes: 
 def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
              lower: dict | None, upper: dict | None, success: bool, message: str, *,
              closure: str, method: str, accuracy: Accuracy, warnings: list,
-             predict: bool = False, flow: np.ndarray | None = None, **extra: Any) -> ImbeddingResult:
+             predict: bool = False, flow: np.ndarray | None = None,
+             **extra: Any) -> ImbeddingResult:
     """Non-finite results, the accuracy verdict (`assess`) and the packed result; with
     ``flow``, the depth gradient's error estimate and differences from the adjoint's
     (`depth_gradient_errors`)."""

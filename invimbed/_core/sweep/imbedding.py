@@ -131,11 +131,9 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     (True, (2, 1), (2, 1))
     """
     options = as_ivp_options(options, "solve_imbedding", suggest=_NAMED)
-    settings = Closure, *closure_keywords(closure, order=(order, 1),
-                                          estimate_error=(estimate_error, True),
-                                          difference=(difference, "central"),
-                                          delta=(delta, None))
-    closure_set = settle(*settings, argument="closure")
+    closure_set = settle(Closure, *closure_keywords(
+        closure, order=(order, 1), estimate_error=(estimate_error, True),
+        difference=(difference, "central"), delta=(delta, None)), argument="closure")
     accuracy = settle(Accuracy, accuracy, {
         "tol": (tol, None), "rtol": (rtol, None), "atol": (atol, None),
         "max_order": (max_order, 6), "ratio_test": (ratio_test, True),
@@ -143,7 +141,8 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     integrator = settle(Integrator, integrator, {
         "method": (method, "RK45"), "step": (step, None),
         **{k: (v, None) for k, v in options.items()}}, argument="integrator")
-    closure, order, estimate_error = closure_set.kind, closure_set.order, closure_set.estimate_error
+    closure, order = closure_set.kind, closure_set.order
+    estimate_error = closure_set.estimate_error
     method, step, options = integrator.method, integrator.step, integrator.options
     if accuracy.checked and order > accuracy.max_order:
         max_order = accuracy.max_order
