@@ -285,3 +285,20 @@ def test_solve_ocp_checks_x_through_the_shared_path():
         invimbed.solve_ocp(OCP, [[1.0]], p=0.0, n_controls=1)
     with pytest.raises(TypeError, match=r"`problem` must be an invimbed.BolzaProblem"):
         invimbed.solve_ocp(lambda t, z, u: u, [1.0], p=0.0, n_controls=1)
+
+
+def test_setup_carries_the_settings_read_once():
+    """`prepare` reads the objects (or its positional keywords, the same way) into the
+    `Setup`, with the integrator's ``rtol``, ``atol`` filled in."""
+    from invimbed._core.inputs.arguments import prepare
+
+    setup = prepare(PROBLEM, [0.8], DEPTHS, CONTROL, integrator=Integrator(method="RK23"),
+                    accuracy=Accuracy(tol=1e-4, atol=1e-8), closure=Closure(order=2))
+    assert setup.integrator == Integrator(method="RK23") and setup.closure.order == 2
+    assert (setup.accuracy.target, setup.accuracy.rtol, setup.accuracy.atol) == (
+        (1e-4, 1e-4), 1e-6, 1e-8)
+    old = prepare(PROBLEM, [0.8], DEPTHS, CONTROL, "rk4", 1e-7, 1e-9, 0.1)
+    assert old.integrator == Integrator(method="rk4", step=0.1)
+    assert old.accuracy == Accuracy(rtol=1e-7, atol=1e-9)
+    with pytest.raises(ValueError, match=r"`method` must be one of 'RK45', but got 'RK23'"):
+        prepare(PROBLEM, [0.8], DEPTHS, CONTROL, "RK23", allowed_methods=("RK45",))
