@@ -340,12 +340,19 @@ class Integrator(_Settings):
                 if getattr(self, k) is not None}
 
 
+_SCALARS = (str, int, float, np.number)
+
+
 def _same(a: Any, b: Any) -> bool:
     """Whether two settings' values are the same (arrays by value; 1 is not True)."""
+    if a is b:
+        return True
     if a is None or b is None:
-        return a is b
+        return False
     if isinstance(a, (bool, np.bool_)) != isinstance(b, (bool, np.bool_)):
         return False
+    if isinstance(a, _SCALARS) and isinstance(b, _SCALARS):
+        return bool(a == b)
     try:
         return bool(np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object)))
     except (TypeError, ValueError):
