@@ -166,7 +166,7 @@ def peaks() -> None:
     import _pendulums as P
     import invimbed
     from invimbed._core.reference.adjoint import _row_cost
-    from invimbed._core.inputs.arguments import prepare
+    from invimbed._core.setup.arguments import prepare
     from invimbed._core.integrators import SCIPY_METHODS
 
     t = sp.Symbol("t")

@@ -25,7 +25,7 @@ import pytest
 import invimbed
 from invimbed import BolzaProblem, Constant, PiecewiseConstant, solve_imbedding
 from invimbed._core.runtime.namespace import array_namespace, is_cupy_array, to_numpy
-from invimbed._core.inputs.arguments import prepare
+from invimbed._core.setup.arguments import prepare
 from invimbed._core.sweep.imbedding import mark_unchecked
 from invimbed._core.integrators import ALL_METHODS
 from problems import lq_closed_form, pendulum_functions, sympy_pendulum, uncompilable_dynamics

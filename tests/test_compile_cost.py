@@ -212,7 +212,7 @@ def test_every_compiled_entry_point_goes_through_the_announcement(announced, mon
         elif entry == "ensemble":
             invimbed.solve_adjoint(_njit_problem(), x, depths, **kw)
         elif entry == "values":
-            from invimbed._core.inputs.arguments import prepare
+            from invimbed._core.setup.arguments import prepare
             from invimbed._core.integrators import ALL_METHODS
 
             X = np.tile(x, (_numba.COMPILED_ROWS, 1))

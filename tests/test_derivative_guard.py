@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import invimbed
-import invimbed._core.inputs.derivative_guard as check_module
+import invimbed._core.derivatives.guard as check_module
 from invimbed._core.problem.check import check_derivatives
-from invimbed._core.inputs.derivative_guard import GUARD_TOL, verify_user_derivatives
+from invimbed._core.derivatives.guard import GUARD_TOL, verify_user_derivatives
 from problems import (logistic_functions, lq_functions, pendulum_functions,
                       vanderpol_functions)
 

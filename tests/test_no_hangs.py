@@ -201,7 +201,7 @@ def robertson(t, y, th):
 def test_default_spacing_is_relative_with_a_floor():
     x = np.array([[0.98, 3e-5, 0.02, 0.0, -250.0]])
     np.testing.assert_allclose(default_spacing(x), [[9.8e-4, 1e-5, 2e-5, 1e-5, 0.25]])
-    from invimbed._core.inputs.arguments import prepare
+    from invimbed._core.setup.arguments import prepare
     from invimbed._core.integrators import ALL_METHODS
 
     prob = BolzaProblem(lambda t, z, th: -z, terminal_loss=quadratic_T, vectorized=True)
@@ -296,7 +296,7 @@ def test_xp_sweep_takes_the_numpy_sweeps_steps_and_messages():
     """backend='cupy''s sweep (run here with xp = numpy) uses the same loop: the same
     numbers, the same evaluations, the same failure message, the same budget."""
     from invimbed._backends._xp import sweep_xp
-    from invimbed._core.inputs.arguments import prepare
+    from invimbed._core.setup.arguments import prepare
     from invimbed._core.integrators import ALL_METHODS
 
     kw = dict(closure="jet", order=1, method="rk4", step=0.01, difference="central",

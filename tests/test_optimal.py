@@ -333,7 +333,7 @@ def test_riccati_path_with_affine_terms_equals_the_jet_sweep():
 
 def test_linear_quadratic_detection():
     from invimbed._control.riccati import detect_lq
-    from invimbed._core.inputs.arguments import prepare
+    from invimbed._core.setup.arguments import prepare
 
     def detected(pb, M=1, N=1):
         setup = prepare(pb, np.ones(N), [-1.0], invimbed.Constant(np.zeros(M)), "RK45",

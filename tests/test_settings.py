@@ -290,7 +290,7 @@ def test_solve_ocp_checks_x_through_the_shared_path():
 def test_setup_carries_the_settings_read_once():
     """`prepare` reads the objects (or its positional keywords, the same way) into the
     `Setup`, with the integrator's ``rtol``, ``atol`` filled in."""
-    from invimbed._core.inputs.arguments import prepare
+    from invimbed._core.setup.arguments import prepare
 
     setup = prepare(PROBLEM, [0.8], DEPTHS, CONTROL, integrator=Integrator(method="RK23"),
                     accuracy=Accuracy(tol=1e-4, atol=1e-8), closure=Closure(order=2))

@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from invimbed._core.inputs.settings import Accuracy
+from invimbed._core.setup.settings import Accuracy
 from invimbed._core.derivatives import derivative_name, parse_key
 from invimbed._core.sweep.fallback import exact_options
 from invimbed._core.sweep.imbedding import integrator_tolerances

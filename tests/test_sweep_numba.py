@@ -126,8 +126,8 @@ def test_kept_steps_give_the_states_at_the_depths(problem):
     """The dense-output record (`SweepSteps`): its continuous extension at a requested
     depth is the state the sweep recorded there; room for 2 steps forces the rerun."""
     from invimbed._backends.sweep_adaptive import sweep_numba_adaptive
-    from invimbed._core.inputs.arguments import prepare
-    from invimbed._core.inputs.settings import Accuracy
+    from invimbed._core.setup.arguments import prepare
+    from invimbed._core.setup.settings import Accuracy
 
     xs = np.array([[0.3, -0.1], [1.2, 0.4]])
     setup = prepare(problem, xs, DEPTHS, CTRL, "RK45", 1e-6, 1e-9, None, ("RK45",))

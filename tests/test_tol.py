@@ -252,7 +252,7 @@ def test_the_jet_jacobian_sparsity_covers_its_jacobian(control):
     """`JetClosure.jacobian_sparsity` (given to BDF and Radau) holds every nonzero of the
     differenced Jacobian of the jet's right-hand side: orders, inputs and components
     apart, W coupled to V."""
-    from invimbed._core.inputs.arguments import prepare
+    from invimbed._core.setup.arguments import prepare
     from invimbed._core.closures import JetClosure
     from invimbed._core.integrators import ALL_METHODS
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from .._core.runtime.backends import BACKENDS as _ALL, register_backend
 from .._core.results.results import ImbeddingResult
-from .._core.inputs.arguments import Setup
+from .._core.setup.arguments import Setup
 
 #: The accelerated backends (`invimbed._core.runtime.backends.BACKENDS` but the core's numpy).
 BACKENDS = _ALL[1:]

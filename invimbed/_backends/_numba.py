@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._core.inputs.arguments import Setup
+from .._core.setup.arguments import Setup
 from .._core.runtime.compile_cost import compiling
 from .._core.sweep.memory import check_compiled
 from .._core.derivatives import DerivativeProvider

@@ -20,7 +20,7 @@ import warnings
 import weakref
 from typing import Any, Callable
 
-from .._core.inputs.arguments import Setup
+from .._core.setup.arguments import Setup
 from ._plans import BASE_KEYS, key_name
 
 class BackendCompileError(TypeError):

@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from .._core.inputs.arguments import Setup
+from .._core.setup.arguments import Setup
 from .._core.sweep.assembly import collect_results
 from .._core.integrators.common import Outcome
 from .._core.integrators.fixed import Stopped, evaluations, stop_message

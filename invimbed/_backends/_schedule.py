@@ -12,7 +12,7 @@ in Python, so that no kernel calls back into Python.
 
 from __future__ import annotations
 
-from .._core.inputs.arguments import Setup
+from .._core.setup.arguments import Setup
 from .._core.integrators.schedule import Schedule, control_tables, fixed_schedule
 
 __all__ = ["Schedule", "build_schedule", "check_scope"]

@@ -37,7 +37,7 @@ import numpy as np
 from .._core.closures import JetClosure, StencilClosure
 from .._core.closures.base import Layout
 from .._core.runtime.namespace import fields_on, to_numpy
-from .._core.inputs.arguments import Setup
+from .._core.setup.arguments import Setup
 from .._core.integrators.common import check_max_steps
 from .._core.integrators.fixed import run_schedule
 from ._result import finish

@@ -62,7 +62,7 @@ from .._core.reference.row_chunks import RowCost, output_bytes
 from .._core.results.failures import empty_fields
 from .._core.problem.open_loop import Constant, NoControl, PiecewiseConstant
 from .._core.integrators.ensemble import DONE, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
-from .._core.inputs.arguments import Setup
+from .._core.setup.arguments import Setup
 from .._core.sweep.assembly import depth_gradient
 from ._numba import (CompiledValues, _fingerprint, compile_loop, eval_signature,
                      function_tuple, import_numba)

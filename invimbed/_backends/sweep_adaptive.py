@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from .._core.inputs.arguments import Setup
-from .._core.inputs.settings import Accuracy
+from .._core.setup.arguments import Setup
+from .._core.setup.settings import Accuracy
 from .._core.sweep.assembly import _depth_gradients, collect_results, depth_gradient_of
 from .._core.derivatives.multiindex import n_coefficients
 from .._core.results.failures import (below_min_step, budget_exhausted, first_evaluation,

@@ -47,7 +47,7 @@ from .._core.problem.open_loop import OpenLoopControl
 from .._core.derivatives.multiindex import (compose_split, monomials, multi_indices,
                                             n_coefficients, poly_derivatives, poly_mul)
 from .._core.results.results import ImbeddingResult, SolverWarning, set_fields
-from .._core.inputs.settings import Accuracy
+from .._core.setup.settings import Accuracy
 from .policy import policy_from_outcome
 from .closed_loop import OptimalityError, finish, integrate
 

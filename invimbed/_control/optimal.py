@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .._core.inputs.arguments import prepare
-from .._core.inputs.settings import Accuracy, Closure, Integrator, closure_keywords, settle
+from .._core.setup.arguments import prepare
+from .._core.setup.settings import Accuracy, Closure, Integrator, closure_keywords, settle
 from .._core.sweep.assembly import mark_imprecise
 from .._core.problem.open_loop import Constant
 from .._core.sweep.dense import check_dense_output, dense_conflicts

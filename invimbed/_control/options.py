@@ -15,7 +15,7 @@ from typing import Any
 
 from .._core.runtime.backends import BACKENDS, backends_for
 from .._core.integrators import ALL_METHODS, SCIPY_METHODS
-from .._core.inputs.settings import Accuracy, Closure, Integrator, settle
+from .._core.setup.settings import Accuracy, Closure, Integrator, settle
 from .._core.inputs.validation import check_options
 
 #: Solver keywords passed to both the exact solve (`solve_adjoint`) and the sweep.

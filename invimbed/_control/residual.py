@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.inputs.arguments import prepare
+from .._core.setup.arguments import prepare
 from .._core.problem.open_loop import Constant, OpenLoopControl
 from .._core.sweep.imbedding import solve_imbedding
 from .._core.integrators import ALL_METHODS

@@ -18,8 +18,8 @@ from ..._core.problem.open_loop import PiecewiseConstant
 from ..._core.integrators.ensemble import ENSEMBLE_METHODS
 from ..._core.problem.bolza import BolzaProblem
 from ..._core.results.status import Status
-from ..._core.inputs.arguments import initial_state
-from ..._core.inputs.settings import Accuracy, Integrator, settle
+from ..._core.setup.arguments import initial_state
+from ..._core.setup.settings import Accuracy, Integrator, settle
 from ..._core.inputs.validation import (as_float_array, as_int, as_positive_int, as_real,
                                         check_callable, check_choice, describe)
 from .constraints import Defects, FinalState, Path, Terminal, as_pair, bounds_size

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..inputs import derivative_guard
+from ..derivatives import guard as derivative_guard
 from ..derivatives import DerivativeProvider, FiniteDifferences, derivative_name, parse_key
 from ..derivatives.symbolic import SympyProvider
 from ..derivatives.traced import MODES, PENDING, traced_provider, user_names

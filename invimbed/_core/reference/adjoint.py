@@ -38,8 +38,8 @@ from ..integrators.tableau import TABLEAUX
 from ..problem.bolza import BolzaProblem
 from ..results.results import ImbeddingResult, SolverWarning
 from ..results.status import Status
-from ..inputs.arguments import DEFAULT_ATOL, DEFAULT_RTOL, Setup, prepare
-from ..inputs.settings import Accuracy, Integrator, settle
+from ..setup.arguments import DEFAULT_ATOL, DEFAULT_RTOL, Setup, prepare
+from ..setup.settings import Accuracy, Integrator, settle
 from ..sweep.assembly import depth_gradient, mark_imprecise, pack_result
 from ..runtime.backends import check_backend, get_backend
 from .row_chunks import RowCost, output_bytes, resolve_budget, run_in_chunks

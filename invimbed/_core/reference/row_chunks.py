@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..inputs.arguments import Setup
+from ..setup.arguments import Setup
 from ..results.failures import DONE, empty_fields, ensemble_failure
 from ..results.status import Status, row_status
 from ..inputs.validation import as_memory_budget

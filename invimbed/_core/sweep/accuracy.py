@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 
-from ..inputs.settings import WARN_RELATIVE_ERROR, Accuracy
+from ..setup.settings import WARN_RELATIVE_ERROR, Accuracy
 #: The ratio test: successive differences of the jet series ``d_(K-1) = |F_K - F_(K-1)|``,
 #: ``d_K = |F_(K+1) - F_K|`` (in units of the tolerance) must shrink by at least this
 #: factor, ``d_K <= RATIO_MAX d_(K-1)``, for the estimate to be trusted.

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from .accuracy import assess
-from ..inputs.arguments import Setup
-from ..inputs.settings import Accuracy
+from ..setup.arguments import Setup
+from ..setup.settings import Accuracy
 from ..runtime.ordered import sum_products
 from ..results.results import ImbeddingResult, set_fields
 from ..results.status import Status, as_status

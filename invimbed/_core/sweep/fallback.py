@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..reference.adjoint import solve_adjoint
-from ..inputs.settings import Accuracy
+from ..setup.settings import Accuracy
 from ..integrators import SCIPY_METHODS
 from ..results.results import ImbeddingResult, SolverWarning, set_fields
 from ..results.status import Status

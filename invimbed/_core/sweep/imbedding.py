@@ -17,8 +17,8 @@ from ..results.results import ImbeddingResult, SolverWarning, set_fields
 from ..results.status import Status
 from ..runtime.backends import check_backend, get_backend
 from .accuracy import assess
-from ..inputs.arguments import prepare
-from ..inputs.settings import Accuracy, Closure, Integrator, closure_keywords, settle
+from ..setup.arguments import prepare
+from ..setup.settings import Accuracy, Closure, Integrator, closure_keywords, settle
 from .orders import raise_order
 from ..inputs.probe import precision_limit
 from .assembly import collect_results, mark_imprecise

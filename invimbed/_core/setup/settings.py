@@ -20,8 +20,9 @@ import numpy as np
 
 from ..closures import CLOSURES
 from ..integrators import ALL_METHODS, FIXED_METHODS, SCIPY_METHODS
-from .validation import (SOLVE_IVP_OPTIONS, STEP_BUDGET, as_bool, as_float_array, as_int,
-                         as_ivp_options, check_choice, check_positive, describe)
+from ..inputs.validation import (SOLVE_IVP_OPTIONS, STEP_BUDGET, as_bool, as_float_array,
+                                 as_int, as_ivp_options, check_choice, check_positive,
+                                 describe)
 
 #: Relative error estimate above which a depth is not converged when no ``tol`` is given
 #: (relative to ``max(1, |field|)``): the default accuracy rule, `Accuracy.scale`.

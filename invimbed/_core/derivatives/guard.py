@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..derivatives import DerivativeProvider, derivative_name
+from . import DerivativeProvider, derivative_name
 
 #: Tolerance of :func:`verify_user_derivatives` on its scale-aware error.
 GUARD_TOL = 1e-3

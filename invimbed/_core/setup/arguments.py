@@ -2,7 +2,7 @@
 
 `prepare` validates and normalises what `solve_imbedding`, `solve_adjoint` and
 `solve_optimal` share (problem, inputs, depths, control, and the settings objects of
-`invimbed._core.inputs.settings`: the integrator and the accuracy); `initial_state` is
+`invimbed._core.setup.settings`: the integrator and the accuracy); `initial_state` is
 the check of ``problem`` and ``x`` that `solve_ocp` shares with them. The numerics of the
 solvers share nothing beyond the problem and its derivatives.
 """
@@ -17,10 +17,10 @@ import numpy as np
 from ..problem.open_loop import OpenLoopControl, as_control
 from ..derivatives import DerivativeProvider
 from ..integrators import ALL_METHODS
-from .probe import precision_limit
+from ..inputs.probe import precision_limit
 from ..problem.bolza import BolzaProblem
 from .settings import Accuracy, Closure, Integrator, settle
-from .validation import as_depths, as_state, check_choice, describe
+from ..inputs.validation import as_depths, as_state, check_choice, describe
 
 #: The integrator's tolerances where neither the caller nor its `Accuracy` gives them.
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-6, 1e-9
@@ -80,7 +80,7 @@ def prepare(problem: Any, x: Any, depths: Any, control: Any, method: str | None 
     allowed_methods : tuple of str
         The methods the caller runs.
     integrator, accuracy, closure : optional
-        The settings objects (`invimbed._core.inputs.settings`), carried in the `Setup`;
+        The settings objects (`invimbed._core.setup.settings`), carried in the `Setup`;
         an ``rtol``, ``atol`` neither gives is 1e-6, 1e-9.
 
     Returns
