@@ -21,6 +21,9 @@ from ._core.derivatives import DerivativeProvider as DerivativeProvider
 from ._core.derivatives import FiniteDifferences as FiniteDifferences
 from ._core.derivatives.symbolic import SympyProvider as SympyProvider
 from ._core.sweep.imbedding import solve_imbedding as solve_imbedding
+from ._core.setup.settings import Accuracy as Accuracy
+from ._core.setup.settings import Closure as Closure
+from ._core.setup.settings import Integrator as Integrator
 from ._learning.model import MLPDynamics as MLPDynamics
 from ._core.runtime.namespace import array_namespace as array_namespace
 from ._learning.regression import endpoint_loss as endpoint_loss
@@ -68,8 +71,10 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Accuracy",
     "BackendCompileError",
     "BolzaProblem",
+    "Closure",
     "Constant",
     "Control",
     "ControlResult",
@@ -82,6 +87,7 @@ __all__ = [
     "FiniteDifferences",
     "FitResult",
     "ImbeddingResult",
+    "Integrator",
     "MLPDynamics",
     "OCPResult",
     "OCPSolver",

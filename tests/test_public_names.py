@@ -70,6 +70,21 @@ def test_solvers_agree_with_the_closed_form():
     np.testing.assert_allclose(ref.adjoint[:, 0], (z - Y) * z / X, rtol=1e-7)
 
 
+@uses("Accuracy", "Closure", "Integrator")
+def test_settings_objects_equal_their_keywords():
+    control = invimbed.Constant([W])
+    by_keywords = invimbed.solve_imbedding(PROBLEM, [X], DEPTHS, control=control, order=2,
+                                           method="rk4", step=0.05, tol=1e-3)
+    by_objects = invimbed.solve_imbedding(
+        PROBLEM, [X], DEPTHS, control=control, closure=invimbed.Closure(kind="jet", order=2),
+        integrator=invimbed.Integrator(method="rk4", step=0.05),
+        accuracy=invimbed.Accuracy(tol=1e-3))
+    np.testing.assert_array_equal(by_objects.value, by_keywords.value)
+    with pytest.raises(ValueError, match="order"):
+        invimbed.solve_imbedding(PROBLEM, [X], DEPTHS, control=control, order=3,
+                                 closure=invimbed.Closure(order=2))
+
+
 @uses("DenseSolution")
 def test_dense_output_between_depths():
     res = invimbed.solve_imbedding(PROBLEM, [X], [0.0, -1.0], control=invimbed.Constant([W]),

@@ -1,5 +1,5 @@
 """Rules written once and used by several solvers: ``tol`` turned into an integrator's
-``rtol``/``atol`` (`arguments.tolerances_from_tol`, for the sweep and for its exact
+``rtol``/``atol`` (`Accuracy.derived`, for the sweep and for its exact
 fallback) and the names of the derivatives (`derivatives.derivative_name`, read back by
 `parse_key`)."""
 
@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from invimbed._core.setup.arguments import tolerances_from_tol
+from invimbed._core.setup.settings import Accuracy
 from invimbed._core.derivatives import derivative_name, parse_key
 from invimbed._core.sweep.fallback import exact_options
 from invimbed._core.sweep.imbedding import integrator_tolerances
@@ -22,18 +22,20 @@ from invimbed._core.sweep.imbedding import integrator_tolerances
     ((1e-12, 1e-13), (1e-12, 1e-14), (1e-12, 1e-14)),    # floored at 1e-12 and 1e-14
 ])
 def test_tol_to_integrator_tolerances(tol, sweep, exact):
-    r, a = integrator_tolerances(None, None, tol)
+    acc = integrator_tolerances(Accuracy(tol=tol))
+    r, a = acc.rtol, acc.atol
     assert r == pytest.approx(sweep[0], rel=1e-12) and a == pytest.approx(sweep[1], rel=1e-12)
-    opts = exact_options("RK45", 1e-3, 1e-3, tol)
+    opts = exact_options("RK45", Accuracy(tol=tol, rtol=1e-3, atol=1e-3))
     assert opts["rtol"] == pytest.approx(exact[0], rel=1e-12)
     assert opts["atol"] == pytest.approx(exact[1], rel=1e-12)
     # the user's own rtol/atol win over tol in the sweep
-    assert integrator_tolerances(1e-3, 2e-3, tol) == (1e-3, 2e-3)
+    acc = integrator_tolerances(Accuracy(tol=tol, rtol=1e-3, atol=2e-3))
+    assert (acc.rtol, acc.atol) == (1e-3, 2e-3)
 
 
 def test_tolerances_from_tol_applies_factors_in_turn():
     t = 3.3e-7
-    assert tolerances_from_tol((t, t), (0.01,), (0.01, 1e-3), (0, 1), (0, 1)) == (
+    assert Accuracy(tol=(t, t)).derived((0.01,), (0.01, 1e-3), (0, 1), (0, 1)) == (
         0.01 * t, 0.01 * t * 1e-3)
 
 

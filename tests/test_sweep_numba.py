@@ -127,11 +127,13 @@ def test_kept_steps_give_the_states_at_the_depths(problem):
     depth is the state the sweep recorded there; room for 2 steps forces the rerun."""
     from invimbed._backends.sweep_adaptive import sweep_numba_adaptive
     from invimbed._core.setup.arguments import prepare
+    from invimbed._core.setup.settings import Accuracy
 
     xs = np.array([[0.3, -0.1], [1.2, 0.4]])
     setup = prepare(problem, xs, DEPTHS, CTRL, "RK45", 1e-6, 1e-9, None, ("RK45",))
     res, steps = sweep_numba_adaptive(setup, order=2, method="RK45", rtol=1e-6, atol=1e-9,
-                                      est=True, ratio_test=False, look_ahead=False, tol=None,
+                                      est=True, accuracy=Accuracy(ratio_test=False),
+                                      look_ahead=False,
                                       warnings_=[], keep_steps=2)
     assert steps.n_steps.min() > 2 and steps.y_old.shape[1] == steps.n_steps.max()
     assert steps.Q.shape[-1] == 4 and np.all(steps.h[steps.t_old != 0] < 0)

@@ -20,11 +20,10 @@ Derivatives: a ``from_sympy`` problem, and one whose functions were traced into 
 (`invimbed._core.derivatives.taylor_mode`; any jet order, nothing compiled per
 problem); other per-sample ``numba.njit`` functions (``derivatives=`` as for the
 fixed-step numba sweep, tracing failed) on a derivative plan
-(`invimbed._backends._plans`: the user's derivatives, finite differences beyond them),
-as far as the plan serves the order.
-Controls: ``None``, `Constant`, `PiecewiseConstant`. ``nfev``: the most right-hand-side
-evaluations of any input. ``memory_budget`` bounds the kernel's arrays (`memory_bytes`).
-Compiled once per machine (minutes), announced first (`_core.compile_cost.compiling`).
+(`invimbed._backends._plans`: the user's derivatives, finite differences beyond them)
+as far as it serves the order. Controls: ``None``, `Constant`, `PiecewiseConstant`.
+``nfev``: the most right-hand-side evaluations of any input. ``memory_budget`` bounds the
+kernel's arrays (`memory_bytes`). Compiled once per machine (minutes), announced first.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .._core.setup.arguments import Setup
+from .._core.setup.settings import Accuracy
 from .._core.sweep.assembly import _depth_gradients, collect_results, depth_gradient_of
 from .._core.derivatives.multiindex import n_coefficients
 from .._core.results.failures import (below_min_step, budget_exhausted, first_evaluation,
@@ -261,22 +261,21 @@ def _kernel(args: tuple) -> Any:
 
 
 def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, atol: float,
-                         closure: str = "jet",
-                         est: bool, ratio_test: bool, look_ahead: bool, tol: Any,
-                         warnings_: list, keep_steps: int = 0, max_steps: int | None = None,
-                         first_step: float | None = None, max_step: float | None = None,
-                         min_step: float | None = None, dense_output: bool = False,
-                         finish: Any = None, memory_budget: int | None = None,
-                         memory_held: int = 0) -> Any:
+                         closure: str = "jet", est: bool, accuracy: Accuracy,
+                         look_ahead: bool, warnings_: list, keep_steps: int = 0,
+                         max_steps: int | None = None, first_step: float | None = None,
+                         max_step: float | None = None, min_step: float | None = None,
+                         dense_output: bool = False, finish: Any = None,
+                         memory_budget: int | None = None, memory_held: int = 0) -> Any:
     """One adaptive jet sweep at order ``order`` on numba (see the module docstring):
-    the `ImbeddingResult` of `collect_results`, with ``tol`` and the order loop's
-    predictions (``predict``). ``keep_steps > 0`` also returns the `SweepSteps` (the
-    first ``keep_steps`` steps are kept; the sweep is rerun with room for all of them
-    where an input took more). ``dense_output``: the result's ``sol`` from the kept steps
-    (`attach_steps`; ``finish`` as for `invimbed._core.sweep.dense.attach_dense`). A sweep
-    whose outputs and arrays exceed ``memory_budget`` (bytes; None: the default of
-    `invimbed._core.sweep.memory.check_compiled`; ``memory_held`` of them taken
-    already) raises its `MemoryError` before they are allocated (`memory_bytes`)."""
+    the `ImbeddingResult` of `collect_results`, with ``accuracy`` (``tol``, ratio test)
+    and the order loop's predictions (``predict``). ``keep_steps > 0`` also returns the
+    `SweepSteps` (the first ``keep_steps`` steps are kept; the sweep is rerun with room
+    for all of them where an input took more). ``dense_output``: the result's ``sol``
+    from the kept steps (`attach_steps`; ``finish`` as for `attach_dense`). A sweep whose
+    outputs and arrays exceed ``memory_budget`` (bytes; None: the default of
+    `check_compiled`; ``memory_held`` of them taken already) raises its `MemoryError`
+    before they are allocated (`memory_bytes`)."""
     if closure != "jet":
         raise ValueError(f"backend='numba' runs method={method!r} for closure='jet' only, but "
                          f"got closure={closure!r}; use backend='numpy' for it")
@@ -284,7 +283,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
     ctrl, prov = setup.control, setup.provider
     B, N = setup.x.shape
     M, nw = ctrl.size, ctrl.n_params
-    orders = carried_orders(order, est, ratio_test, look_ahead)
+    orders = carried_orders(order, est, accuracy.ratio_test, look_ahead)
     F = max(orders) + 1
     CF = n_coefficients(N, F)
     tapes = _tapes(setup, nw)
@@ -344,8 +343,8 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         if not cap or int(info[:, 2].max()) <= cap:
             break
         cap = int(info[:, 2].max())
-    res = _assemble(setup, out, fr, info, where, orders, order, est, method, tol, warnings_,
-                    budget, N, nw, min_step)
+    res = _assemble(setup, out, fr, info, where, orders, order, est, method, accuracy,
+                    warnings_, budget, N, nw, min_step)
     if not cap:
         return res
     S = int(info[:, 2].max()) if B else 0
@@ -355,7 +354,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         from .._core.closures import JetClosure
 
         clo = JetClosure(prov, ctrl, setup.x, setup.q, order=order, estimate_error=est,
-                         ratio_test=ratio_test, look_ahead=look_ahead)
+                         ratio_test=accuracy.ratio_test, look_ahead=look_ahead)
         res = attach_steps(res, setup, steps, clo, method, finish)
     return (res, steps) if keep_steps else res
 
@@ -428,7 +427,8 @@ def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: st
 
 def _assemble(setup: Setup, out: np.ndarray, fr: np.ndarray, info: np.ndarray,
               where: np.ndarray, orders: list[int], order: int, est: bool, method: str,
-              tol: Any, warnings_: list, budget: int, N: int, nw: int, min_step: Any) -> Any:
+              accuracy: Accuracy, warnings_: list, budget: int, N: int, nw: int,
+              min_step: Any) -> Any:
     """The result of the kernel's outputs, by `collect_results`. The depth gradient is
     `depth_gradient_of` the ``f`` and ``R`` at ``x`` the kernel recorded (``fr``), and
     the core's (`_depth_gradients`) where it recorded none and the adjoint is finite (a
@@ -464,8 +464,8 @@ def _assemble(setup: Setup, out: np.ndarray, fr: np.ndarray, info: np.ndarray,
                                    method, b, bad.size)
     outcome.extra["nsteps"] = int(info[:, 2].max())
     return collect_results(setup, outcome, None, _shapes(setup), closure="jet",
-                           method=method, with_errors=errors is not None, tol=tol,
-                           warnings=warnings_, predict=tol is not None, flow=flow,
+                           method=method, with_errors=errors is not None, accuracy=accuracy,
+                           warnings=warnings_, predict=accuracy.checked, flow=flow,
                            stacked_fields=(fields, errors, lower, upper), backend="numba")
 
 

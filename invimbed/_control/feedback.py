@@ -47,6 +47,7 @@ from .._core.problem.open_loop import OpenLoopControl
 from .._core.derivatives.multiindex import (compose_split, monomials, multi_indices,
                                             n_coefficients, poly_derivatives, poly_mul)
 from .._core.results.results import Draft, SolverWarning, feedback_result
+from .._core.setup.settings import Accuracy
 from .policy import policy_from_outcome
 from .closed_loop import OptimalityError, finish, integrate
 
@@ -365,15 +366,15 @@ def _dot_poly(F: np.ndarray, lam: np.ndarray, n: int, order: int) -> np.ndarray:
 
 def sweep_feedback(setup, clo: FeedbackJetClosure, method: str, rtol: float, atol: float,
                    step: float | None, options: dict[str, Any],
-                   tol: tuple[float, float] | None = None, grid: np.ndarray | None = None,
+                   grid: np.ndarray | None = None,
                    budget: Any = None) -> Draft:
     """The closed-loop sweep of ``clo`` to every depth of ``setup``: a result like
     `solve_optimal`'s (``feedback``, ``feedback_jacobian`` and the core's depth gradient
     added to the jet's fields; an `OptimalityError` keeps the depths reached).
 
-    Without ``tol`` the accuracy criterion is the default 10% rule of the core's
-    `assess`; with it, the ratio test of the series ``K - 1``, ``K``, ``K + 1`` as well
-    (docs/accuracy.md). With ``grid`` (`sweep.integrate`) the result's ``policy`` is the
+    The accuracy criterion is ``setup.accuracy``'s (`assess`) where ``clo`` carries the
+    ratio test of the series ``K - 1``, ``K``, ``K + 1`` (docs/accuracy.md), the default
+    10% rule otherwise. With ``grid`` (`sweep.integrate`) the result's ``policy`` is the
     sweep's feedback (`invimbed._control.policy.SweepFeedback`); ``budget`` is the
     `sweep.SweepBudget`."""
     outcome = integrate(clo.rhs, clo.initial_state(), setup, method, rtol, atol, step,
@@ -397,7 +398,8 @@ def sweep_feedback(setup, clo: FeedbackJetClosure, method: str, rtol: float, ato
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N), "feedback": (B, M),
               "feedback_jacobian": (B, M, N), "depth_grad": (B,)}
     assembly = dict(closure="jet (optimal feedback)", method=method,
-                    with_errors=clo.has_error_estimate, tol=tol if clo.has_ratio_test else None)
+                    with_errors=clo.has_error_estimate,
+                    accuracy=setup.accuracy if clo.has_ratio_test else Accuracy())
     res = collect_results(setup, outcome, per_depth, shapes, **assembly)
     res = attach_dense(res, setup, outcome, per_depth, shapes, build=feedback_result,
                        **assembly)

@@ -15,15 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from .._core.setup.arguments import parse_tol, prepare
+from .._core.setup.arguments import prepare
+from .._core.setup.settings import Accuracy, Closure, Integrator, closure_keywords, settle
 from .._core.sweep.assembly import mark_imprecise
 from .._core.problem.open_loop import Constant
 from .._core.sweep.dense import check_dense_output, dense_conflicts
-from .._core.integrators import ALL_METHODS
 from .._core.problem.bolza import BolzaProblem, _symbols
 from .._core.results.results import Draft, FeedbackResult, SolverWarning, feedback_result
 from .._core.inputs.validation import (as_bool, as_float_array, as_int, as_real,
-                                       check_choice, describe, require_finite)
+                                       describe, require_finite)
 from . import riccati
 from .feedback import FeedbackJetClosure, sweep_feedback
 from .policy import check_closed_loop, feedback_grid
@@ -36,13 +36,14 @@ REMEDY = ("raise `order` (or pass tol=... to let the sweep choose it) or request
 
 
 def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int | None = None,
-                  control_bounds: Any = None, closure: str = "jet", order: int = 1,
+                  control_bounds: Any = None, closure: str | Closure = "jet", order: int = 1,
                   method: str = "RK45", rtol: float = 1e-6, atol: float = 1e-9,
                   step: float | None = None, estimate_error: bool = True,
                   control_affine: bool = False, linear_quadratic: bool | None = None,
                   theta0: Any = None, newton_tol: float | None = None, max_newton: int = 50,
                   tol: Any = None, closed_loop: bool | None = None, max_time: float | None = None,
                   progress: bool = False, dense_output: bool = False,
+                  accuracy: Accuracy | None = None, integrator: Integrator | None = None,
                   **options: Any) -> FeedbackResult:
     """Optimal feedback control of every depth by one imbedding sweep (Theorem 3).
 
@@ -61,8 +62,9 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         ``M``; inferred from ``control_bounds`` or ``theta0`` when omitted.
     control_bounds : array_like, shape (M, 2), optional
         Box ``lo <= theta <= hi`` (projected Newton); rules out the Riccati path.
-    closure, order : {"jet"}, int (default 1)
-        The jet of order ``K``: ``V`` is carried to degree ``K + 1``.
+    closure, order : {"jet"} or Closure, int (default 1)
+        The jet of order ``K``: ``V`` is carried to degree ``K + 1``; a
+        `invimbed.Closure` (``kind="jet"``) gives ``order`` and ``estimate_error`` too.
     method, rtol, atol, step
         As in `solve_imbedding`.
     estimate_error : bool, default True
@@ -81,6 +83,10 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         Seconds the sweep may run; it then returns what it reached (status -1).
     progress, dense_output : bool, default False
         Show the share of the depth range swept; keep ``sol`` (any depth's fields).
+    accuracy, integrator : Accuracy, Integrator, optional
+        ``tol``, ``rtol``, ``atol``; ``method``, ``step`` and the ``**options``, as objects
+        (docs/method.md, "Settings as objects"). A keyword left at its default defers to
+        the object; one that sets a field the object sets differently is a ValueError.
     **options
         ``first_step``, ``max_step``, ``min_step``, ``max_steps``; others raise.
 
@@ -111,17 +117,26 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     options = check_integrator_options(options, "solve_optimal", KEYWORDS, control_hint=(
         "solve_optimal computes the optimal feedback itself; to check a given control use "
         "optimality_residual(problem, x, depths, control), to evaluate it solve_imbedding"))
-    check_choice(closure, "closure", ("jet",))
+    closure = settle(Closure, *closure_keywords(closure, order=(order, 1),
+                                                estimate_error=(estimate_error, True)),
+                     argument="closure", unused=("difference", "delta"),
+                     caller="solve_optimal", choices={"kind": ("jet",)})
+    accuracy = settle(Accuracy, accuracy, {"tol": (tol, None), "rtol": (rtol, 1e-6),
+                                           "atol": (atol, 1e-9)}, argument="accuracy",
+                      unused=("max_order", "ratio_test", "fallback"), caller="solve_optimal")
+    integrator = settle(Integrator, integrator, {
+        "method": (method, "RK45"), "step": (step, None),
+        **{k: (v, None) for k, v in options.items()}}, argument="integrator")
+    order, estimate_error = closure.order, closure.estimate_error
+    method, step, options = integrator.method, integrator.step, integrator.options
     if linear_quadratic is not None and not isinstance(linear_quadratic, (bool, np.bool_)):
         raise TypeError(f"`linear_quadratic` must be None, True or False, but got "
                         f"{describe(linear_quadratic)}")
-    estimate_error = as_bool(estimate_error, "estimate_error")
     if closed_loop is not None:
         closed_loop = as_bool(closed_loop, "closed_loop")
     progress = as_bool(progress, "progress")
     max_time = as_real(max_time, "max_time", positive=True, allow_none=True)
     control_affine = as_bool(control_affine, "control_affine")
-    order = as_int(order, "order", minimum=1)
     max_newton = as_int(max_newton, "max_newton", minimum=1)
     newton_tol = as_real(newton_tol, "newton_tol", positive=True, allow_none=True)
     bounds = None
@@ -165,18 +180,17 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
     if linear_quadratic is True and bounds is not None:
         raise ValueError("`linear_quadratic=True` and `control_bounds` exclude each other: "
                          "with bounds the feedback saturates and the value is not quadratic")
-    tol_pair = parse_tol(tol)
     if check_dense_output(dense_output, method=dense_conflicts(method, None, None, None)["method"]):
         options = dict(options, dense_output=True)
-    if tol_pair is not None and not estimate_error:
+    if accuracy.checked and not estimate_error:
         raise ValueError(f"`tol` needs the error estimate and its convergence test "
                          f"(estimate_error=True, order >= 1), but got "
                          f"estimate_error={estimate_error!r}, order={order!r}")
     dummy = Constant(np.zeros(n_controls) if theta0 is None else theta0)
-    setup = prepare(problem, x, depths, dummy, method, rtol, atol, step, ALL_METHODS)
+    setup = prepare(problem, x, depths, dummy, integrator=integrator, accuracy=accuracy,
+                    closure=closure)
     setup.remedy = REMEDY
-    rtol, atol = float(rtol), float(atol)
-    step = None if step is None else float(step)
+    rtol, atol = setup.accuracy.rtol, setup.accuracy.atol
     p_min = float(setup.depths_desc[-1])
     grid = feedback_grid(setup, method, step) if closed_loop is not False else None
     budget = SweepBudget(max_time, progress, setup.q, p_min)
@@ -184,7 +198,7 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         res = _sweep(setup, problem, grid, budget, method=method, rtol=rtol, atol=atol,
                      step=step, options=options, estimate_error=estimate_error, bounds=bounds,
                      n_controls=n_controls, control_affine=control_affine, theta0=theta0,
-                     newton_tol=newton_tol, max_newton=max_newton, tol_pair=tol_pair,
+                     newton_tol=newton_tol, max_newton=max_newton,
                      linear_quadratic=linear_quadratic, order=order)
     finally:
         budget.close()
@@ -192,12 +206,12 @@ def solve_optimal(problem: BolzaProblem, x: Any, depths: Any, *, n_controls: int
         res = res.but(sol=res.get("sol"))     # None where the sweep took no step (at q)
     check = closed_loop if closed_loop is not None else not res.linear_quadratic
     if check and res.get("policy") is not None:
-        res = check_closed_loop(res, setup, res.policy, method, rtol, atol, options, tol_pair)
+        res = check_closed_loop(res, setup, res.policy, method, rtol, atol, options)
     return feedback_result(mark_imprecise(setup, res))
 
 
 def _sweep(setup, problem, grid, budget, *, method, rtol, atol, step, options, estimate_error,
-           bounds, n_controls, control_affine, theta0, newton_tol, max_newton, tol_pair,
+           bounds, n_controls, control_affine, theta0, newton_tol, max_newton,
            linear_quadratic, order) -> Draft:
     """The Riccati path or the HJB sweep (`solve_optimal`'s arguments, checked; ``grid``
     and ``budget`` as in `invimbed._control.feedback.sweep_feedback`)."""
@@ -218,9 +232,8 @@ def _sweep(setup, problem, grid, budget, *, method, rtol, atol, step, options, e
                              estimate_error=estimate_error, bounds=bounds,
                              control_affine=control_affine, theta0=theta0,
                              newton_tol=newton_tol, max_newton=max_newton,
-                             ratio_test=tol_pair is not None)
-    res = sweep_feedback(setup, clo, method, rtol, atol, step, dict(options), tol_pair,
-                         grid, budget)
+                             ratio_test=setup.accuracy.checked)
+    res = sweep_feedback(setup, clo, method, rtol, atol, step, dict(options), grid, budget)
     if bounds is not None and res.success:
         switch = _branch_check(setup, res, bounds, n_controls, control_affine)
         if switch is not None:

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 from scipy.interpolate import CubicSpline, make_interp_spline
 
-from .._core.sweep.accuracy import _scale as tolerance_scale
 from .._core.derivatives.multiindex import multi_indices
 from .._core.integrators import FIXED_METHODS, SCIPY_METHODS
 from .._core.integrators.schedule import fixed_schedule
@@ -140,12 +139,12 @@ class SweepFeedback:
 
 
 def check_closed_loop(res: Any, setup: Any, policy: SweepFeedback, method: str, rtol: float,
-                      atol: float, options: dict, tol: tuple[float, float] | None) -> Any:
+                      atol: float, options: dict) -> Any:
     """Simulate ``policy`` from ``(p_i, x)`` for every requested depth and compare the
     true cost with the sweep's value; returns the draft ``res`` with ``closed_loop_value``
     (NaN where the sweep gave no value), ``converged``, and ``success``, ``status``,
-    ``message`` and ``warnings`` where the two differ by more than the tolerance (``tol``,
-    or 10% of ``max(1, |V|)`` without it: `invimbed._core.sweep.accuracy`)."""
+    ``message`` and ``warnings`` where the two differ by more than the tolerance
+    (`Accuracy.scale` of ``setup.accuracy``: its ``tol``, or 10% of ``max(1, |V|)``)."""
     B, N = setup.x.shape
     n = setup.depths.size
     V = np.asarray(res.value, dtype=float).reshape(n, B)
@@ -170,7 +169,7 @@ def check_closed_loop(res: Any, setup: Any, policy: SweepFeedback, method: str, 
                 why[int(r)] = (f"does not reach q: the simulation failed at t = "
                                f"{out['t_end'][j]:.6g} ({out['reason'][j]})")
     with np.errstate(invalid="ignore"):
-        ratio = np.abs(J - V) / tolerance_scale(V, tol)
+        ratio = np.abs(J - V) / setup.accuracy.scale(V)
     reached = np.isfinite(V)
     refused = reached & ~(ratio <= 1.0)                  # NaN J (a failed loop): refused
     shape = (n, B) if setup.batched else (n,)
@@ -184,8 +183,7 @@ def check_closed_loop(res: Any, setup: Any, policy: SweepFeedback, method: str, 
     i, b = np.argwhere(refused)[0]
     p = float(setup.depths[i])
     inp = f" and input x[{b}]" if setup.batched else ""
-    crit = (f"tol = (rtol {tol[0]:.3g}, atol {tol[1]:.3g})" if tol is not None else
-            "the default 10% of max(1, |V|)")
+    crit = setup.accuracy.criterion("V")
     detail = why.get(int(i * B + b), f"costs J = {J[i, b]:.10g}, |J - V| = "
                                      f"{ratio[i, b]:.3g} times {crit}")
     text = (f"Closed-loop check failed at depth p = {p:.10g}{inp}: the sweep's value is "

@@ -19,6 +19,8 @@ from ..._core.integrators.ensemble import ENSEMBLE_METHODS
 from ..._core.problem.bolza import BolzaProblem
 from ..._core.results.families import OCPResult
 from ..._core.results.status import Status, deprecated_alias
+from ..._core.setup.arguments import initial_state
+from ..._core.setup.settings import Accuracy, Integrator, settle
 from ..._core.inputs.validation import (as_float_array, as_int, as_positive_int, as_real,
                                         check_callable, check_choice, describe)
 from .constraints import Defects, FinalState, Path, Terminal, as_pair, bounds_size
@@ -51,7 +53,8 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
               callback: Callable | None = None, rtol: float = 1e-8, atol: float = 1e-10,
               method: str = "RK45", max_steps: int = 10_000,
               trajectory_points: int = 10, transcription: str = "shooting",
-              collocation_degree: int = 3) -> OCPResult:
+              collocation_degree: int = 3, accuracy: Accuracy | None = None,
+              integrator: Integrator | None = None) -> OCPResult:
     r"""Solve an optimal-control problem by multiple shooting with an NLP solver.
 
     Minimises ``J`` of eq. (4) from ``z(p) = x`` over controls constant on each interval
@@ -105,6 +108,11 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         exact), or ``"collocation"``: Radau IIA collocation with ``collocation_degree``
         points per interval, implicit, for stiff intervals (a state within the method's
         order ``2 d - 1``; docs/optimal-control.md, "Stiff intervals").
+    accuracy, integrator : Accuracy, Integrator, optional
+        ``tol`` (one float here: the KKT tolerance), ``rtol``, ``atol``; ``method``,
+        ``max_steps``, as objects (docs/method.md, "Settings as objects"). A keyword left
+        at its default defers to the object; one that sets a field the object sets
+        differently is a ValueError naming both.
 
     Returns
     -------
@@ -150,7 +158,8 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
                      max_iter=max_iter, solver_options=solver_options, callback=callback,
                      rtol=rtol, atol=atol, method=method, max_steps=max_steps,
                      trajectory_points=trajectory_points, transcription=transcription,
-                     collocation_degree=collocation_degree).solve()
+                     collocation_degree=collocation_degree, accuracy=accuracy,
+                     integrator=integrator).solve()
 
 
 class OCPSolver:
@@ -177,7 +186,8 @@ class OCPSolver:
     p, intervals, grid, n_controls, control_bounds, state_bounds, path_constraints, \
 path_points, final_state, terminal_equality, terminal_inequality, free_horizon, \
 horizon_bounds, initial_guess, solver, hessian, tol, constraint_tol, max_iter, \
-solver_options, callback, rtol, atol, method, max_steps, trajectory_points
+solver_options, callback, rtol, atol, method, max_steps, trajectory_points, \
+transcription, collocation_degree, accuracy, integrator
         The keywords of `solve_ocp`, with its meanings and defaults. ``initial_guess``
         is the start of the first `solve` (and of every cold one).
 
@@ -212,11 +222,9 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
                  callback: Callable | None = None, rtol: float = 1e-8, atol: float = 1e-10,
                  method: str = "RK45", max_steps: int = 10_000,
                  trajectory_points: int = 10, transcription: str = "shooting",
-                 collocation_degree: int = 3) -> None:
-        if not isinstance(problem, BolzaProblem):
-            raise TypeError(f"`problem` must be an invimbed.BolzaProblem, but got "
-                            f"{describe(problem)}")
-        x0 = _state(x, None)
+                 collocation_degree: int = 3, accuracy: Accuracy | None = None,
+                 integrator: Integrator | None = None) -> None:
+        x0 = initial_state(problem, x, batch=False)[0][0]
         N, q = x0.size, problem.q
         tau, p0 = _grid(grid, p, intervals, q)
         K = tau.size - 1
@@ -225,13 +233,20 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
         check_choice(solver, "solver", SOLVERS)
         check_choice(transcription, "transcription", TRANSCRIPTIONS)
         check_choice(hessian, "hessian", HESSIANS)
-        check_choice(method, "method", ENSEMBLE_METHODS)
-        tol = as_real(tol, "tol", positive=True)
+        integrator = settle(Integrator, integrator, {"method": (method, "RK45"),
+                                                     "max_steps": (max_steps, 10_000)},
+                            argument="integrator", caller="solve_ocp",
+                            unused=("step", "first_step", "max_step", "min_step"),
+                            choices={"method": ENSEMBLE_METHODS})
+        tol, accuracy = kkt_tolerance(settle(
+            Accuracy, accuracy, {"tol": (tol, 1e-6), "rtol": (rtol, 1e-8),
+                                 "atol": (atol, 1e-10)},
+            argument="accuracy", caller="solve_ocp",
+            unused=("max_order", "ratio_test", "fallback")))
         constraint_tol = as_real(constraint_tol, "constraint_tol", positive=True)
-        rtol = as_real(rtol, "rtol", positive=True)
-        atol = as_real(atol, "atol", positive=True)
+        rtol, atol, method = accuracy.rtol, accuracy.atol, integrator.method
         max_iter = as_positive_int(max_iter, "max_iter")
-        max_steps = as_positive_int(max_steps, "max_steps")
+        max_steps = integrator.max_steps or 10_000
         trajectory_points = as_int(trajectory_points, "trajectory_points", minimum=2)
         path_points = as_int(path_points, "path_points", minimum=0)
         check_callable(path_constraints, "path_constraints", allow_none=True)
@@ -385,6 +400,17 @@ solver_options, callback, rtol, atol, method, max_steps, trajectory_points
                     (run.multipliers[0], *run.bound_multipliers))
             self._last = (run.w, mult)
         return OCPResult(res)
+
+
+def kkt_tolerance(accuracy: Accuracy) -> tuple[float, Accuracy]:
+    """``(tol, accuracy)`` of `solve_ocp`: its ``tol`` is one KKT tolerance (a pair only
+    with equal parts; default 1e-6), and the ensemble's ``rtol``, ``atol`` default to
+    1e-8, 1e-10."""
+    pair = accuracy.target or (1e-6, 1e-6)
+    if pair[0] != pair[1] or pair[0] <= 0:
+        raise ValueError(f"`tol` of solve_ocp is the KKT tolerance, one positive float, but "
+                         f"got {accuracy.tol!r}")
+    return pair[0], accuracy.with_tolerances(1e-8, 1e-10)
 
 
 def _hessian_choice(hessian: str, provider) -> str:

@@ -208,9 +208,14 @@ def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:
     return value
 
 
-def as_state(x: Any, n_state: int | None, name: str = "x") -> tuple[np.ndarray, bool]:
-    """Validate an input state of shape (N,) or (B, N); return (B, N) array and whether batched."""
+def as_state(x: Any, n_state: int | None, name: str = "x", *,
+             batch: bool = True) -> tuple[np.ndarray, bool]:
+    """Validate an input state of shape (N,) or (B, N) (with ``batch=False``: one state,
+    (N,), only); return (B, N) array and whether batched."""
     arr = as_float_array(x, name)
+    if not batch and arr.ndim != 1:
+        raise ValueError(f"`{name}` must be one initial state, shape (N,), but got an array "
+                         f"of shape {arr.shape}")
     if arr.ndim not in (1, 2):
         raise ValueError(
             f"`{name}` must have shape (N,) or (B, N), but got an array of shape {arr.shape}"

@@ -38,7 +38,8 @@ from ..integrators.tableau import TABLEAUX
 from ..problem.bolza import BolzaProblem
 from ..results.results import ImbeddingResult, SolverWarning, sweep_result
 from ..results.status import Status
-from ..setup.arguments import Setup, prepare
+from ..setup.arguments import DEFAULT_ATOL, DEFAULT_RTOL, Setup, prepare
+from ..setup.settings import Accuracy, Integrator, settle
 from ..sweep.assembly import depth_gradient, mark_imprecise, pack_result
 from ..runtime.backends import check_backend, get_backend
 from .row_chunks import RowCost, output_bytes, resolve_budget, run_in_chunks
@@ -53,6 +54,7 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
                   method: str = "RK45", rtol: float = 1e-6, atol: float = 1e-9,
                   strategy: str = "ensemble", backend: str = "numpy",
                   memory_budget: int | str | None = None,
+                  accuracy: Accuracy | None = None, integrator: Integrator | None = None,
                   **options: Any) -> ImbeddingResult:
     """Exact fields of every depth by the classical adjoint method.
 
@@ -93,6 +95,13 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
         default is half of what the process can still allocate (the system's available
         memory, or the room left under ``ulimit -v``), and of that at most 1 GiB beyond
         the outputs.
+    accuracy : Accuracy, optional
+        ``rtol`` and ``atol`` as one object (its other fields are the sweep's: leave them
+        at their defaults); docs/method.md, "Settings as objects".
+    integrator : Integrator, optional
+        ``method`` and the ``**options`` as one object (no ``step`` or ``min_step``). A
+        keyword left at its default defers to the objects; one that sets a field an
+        object sets differently is a ValueError naming both.
     **options
         ``first_step``, ``max_step`` (as in `scipy.integrate.solve_ivp`) and ``max_steps``
         (default 10,000: attempted steps per row, or per solve with ``"per_depth"``).
@@ -134,9 +143,17 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
     check_choice(strategy, "strategy", STRATEGIES)
     check_backend(backend, "ensemble")
     budget = resolve_budget(memory_budget)
-    opts = _options(options)
-    setup = prepare(problem, x, depths, control, method, rtol, atol, None, SCIPY_METHODS)
-    rtol, atol = float(rtol), float(atol)
+    integrator = settle(Integrator, integrator, {"method": (method, "RK45"), **{
+        k: (v, None) for k, v in _options(options).items()}}, argument="integrator",
+        unused=("step", "min_step"), caller="solve_adjoint", choices={"method": SCIPY_METHODS})
+    accuracy = settle(Accuracy, accuracy, {"rtol": (rtol, DEFAULT_RTOL),
+                                           "atol": (atol, DEFAULT_ATOL)},
+                      argument="accuracy", unused=("tol", "max_order", "ratio_test", "fallback"),
+                      caller="solve_adjoint")
+    setup = prepare(problem, x, depths, control, allowed_methods=SCIPY_METHODS,
+                    integrator=integrator, accuracy=accuracy)
+    method, rtol, atol = integrator.method, setup.accuracy.rtol, setup.accuracy.atol
+    opts = {"max_steps": DEFAULT_MAX_STEPS, **integrator.options}
     warnings: list[SolverWarning] = []
     if strategy == "ensemble" and method not in ENSEMBLE_METHODS:
         strategy = "per_depth"
@@ -167,11 +184,9 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
 
 
 def _options(options: dict) -> dict:
-    """The keyword options, checked (`as_ivp_options`), with the default ``max_steps``."""
-    opts = as_ivp_options(options, "solve_adjoint", OPTIONS,
+    """The keyword options, checked (`as_ivp_options`)."""
+    return as_ivp_options(options, "solve_adjoint", OPTIONS,
                           suggest=inspect.signature(solve_adjoint).parameters)
-    opts.setdefault("max_steps", DEFAULT_MAX_STEPS)
-    return opts
 
 
 # -- the equations (both strategies) ----------------------------------------------------

@@ -13,7 +13,7 @@ Kinds
     estimate_error, rtol, atol, **options) -> ImbeddingResult``: the fixed-step sweep of
     `invimbed.solve_imbedding`.
 ``"sweep_adaptive"``
-    ``run(setup, *, closure, order, method, rtol, atol, est, ratio_test, tol, warnings_,
+    ``run(setup, *, closure, order, method, rtol, atol, est, accuracy, warnings_,
     look_ahead, finish, **options) -> ImbeddingResult``: the adaptive jet sweep
     (``method="RK45"`` or ``"RK23"``, `invimbed._backends.sweep_adaptive`).
 ``"ensemble"``

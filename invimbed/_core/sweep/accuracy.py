@@ -13,9 +13,7 @@ from typing import Any
 import numpy as np
 
 
-#: Relative error estimate above which a depth is not converged when no ``tol`` is given
-#: (relative to ``max(1, |field|)``).
-WARN_RELATIVE_ERROR = 0.1
+from ..setup.settings import WARN_RELATIVE_ERROR, Accuracy
 #: The ratio test: successive differences of the jet series ``d_(K-1) = |F_K - F_(K-1)|``,
 #: ``d_K = |F_(K+1) - F_K|`` (in units of the tolerance) must shrink by at least this
 #: factor, ``d_K <= RATIO_MAX d_(K-1)``, for the estimate to be trusted.
@@ -52,20 +50,15 @@ class Verdict:
         return bool(np.all(self.converged))
 
 
-def _scale(field: np.ndarray, tol: tuple[float, float] | None) -> np.ndarray:
-    if tol is None:
-        return WARN_RELATIVE_ERROR * np.maximum(np.abs(field), 1.0)
-    return tol[1] + tol[0] * np.abs(field)
-
-
-def _weighted(diff: dict, fields: dict, tol: Any, n: int, B: int) -> tuple[np.ndarray, dict]:
+def _weighted(diff: dict, fields: dict, accuracy: Accuracy, n: int,
+              B: int) -> tuple[np.ndarray, dict]:
     """Largest ``|diff| / scale`` per (depth, input) over every field and component, and
     the same per field."""
     per = {}
     for k, d in diff.items():
         d = np.asarray(d, float)
         with np.errstate(divide="ignore", invalid="ignore"):
-            w = d / _scale(np.asarray(fields[k], float), tol)
+            w = d / accuracy.scale(np.asarray(fields[k], float))
         # two orders that agree exactly (a zero difference) pass any tolerance, also a
         # pure relative one at a field that is exactly zero (0 / 0); an estimate that is
         # NaN otherwise is no estimate
@@ -82,14 +75,14 @@ REMEDY = ("raise `order` (or pass tol=... to let the sweep choose it), request s
 
 
 def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
-           tol: tuple[float, float] | None, upper: dict | None = None,
+           accuracy: Accuracy, upper: dict | None = None,
            remedy: str | None = None) -> Verdict:
     """Decide, per depth and input, whether the jet's answer is within the tolerance.
 
     The error estimate is ``d_K = |F_(K+1) - F_K|`` per field (the reported order is
-    ``K``), measured in units of the tolerance (``atol + rtol |F|``, or 10% of
-    ``max(1, |F|)`` without ``tol``). Without ``lower`` and ``upper`` its largest entry
-    over the fields and components must be at most 1.
+    ``K``), measured in units of the tolerance (`Accuracy.scale`: ``atol + rtol |F|`` of
+    its ``tol``, or 10% of ``max(1, |F|)`` without). Without ``lower`` and ``upper`` its
+    largest entry over the fields and components must be at most 1.
 
     The ratio test (with ``tol`` and, in the units of the 10% rule, without it): with
     ``lower`` (``d_(K-1) = |F_K - F_(K-1)|``) and/or ``upper``
@@ -107,7 +100,7 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
     n = depths.size
     first = next(iter(fields.values()))
     B = first.shape[1] if first.ndim >= 2 else 1
-    e, per = _weighted(errors, fields, tol, n, B)
+    e, per = _weighted(errors, fields, accuracy, n, B)
     finite = np.ones((n, B), bool)
     for k in errors:
         v = np.asarray(fields[k], float).reshape(n, B, -1)
@@ -118,10 +111,10 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
     more = None
     chain = [d for d in (lower, errors, upper) if d is not None]
     if len(chain) > 1:
-        weighted = [_weighted(d, fields, tol, n, B)[1] for d in chain]
+        weighted = [_weighted(d, fields, accuracy, n, B)[1] for d in chain]
         more = orders_needed(weighted, 1 if upper is not None else 0)
         ratio = np.zeros((n, B))
-        floor = RATIO_FLOOR if tol is not None else DEFAULT_RATIO_FLOOR
+        floor = RATIO_FLOOR if accuracy.checked else DEFAULT_RATIO_FLOOR
         for a, b in zip(weighted[:-1], weighted[1:]):
             for k in a:
                 negligible = (a[k] <= floor) & (b[k] <= floor)
@@ -131,7 +124,7 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
         refused = ratio > RATIO_MAX
         r = np.minimum(ratio, RATIO_MAX)
         if upper is not None:
-            e_up, _ = _weighted(upper, fields, tol, n, B)
+            e_up, _ = _weighted(upper, fields, accuracy, n, B)
             bound = e + e_up / (1 - r)
         else:
             bound = e / (1 - r)
@@ -145,7 +138,7 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
         i = int(np.argmax(np.where(bad.any(axis=1), depths, -np.inf)))  # the shallowest
         b = int(np.argmax(bad[i]))
         p = float(depths[i])
-        what = ("the tolerance" if tol is not None else
+        what = ("the tolerance" if accuracy.checked else
                 f"{WARN_RELATIVE_ERROR:g} relative to max(1, |field|)")
         worst = max(per, key=lambda k: per[k][i, b])
         count = int(bad.sum())

@@ -13,6 +13,7 @@ import numpy as np
 
 from .accuracy import assess
 from ..setup.arguments import Setup
+from ..setup.settings import Accuracy
 from ..runtime.ordered import sum_products
 from ..results.results import Draft
 from ..results.status import Status, as_status
@@ -160,7 +161,7 @@ def mark_imprecise(setup: Setup, res: Draft) -> Draft:
 
 def collect_results(setup: Setup, outcome: Any, per_depth: Any,
                     shapes: dict[str, tuple[int, ...]], *, closure: str, method: str,
-                    with_errors: bool, tol: tuple[float, float] | None = None,
+                    with_errors: bool, accuracy: Accuracy = Accuracy(),
                     warnings: list | None = None, stacked_fields: tuple | None = None,
                     predict: bool = False, flow: np.ndarray | None = None,
                     **extra: Any) -> Draft:
@@ -172,8 +173,8 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
     depth); ``lower`` and ``upper`` hold the previous and the next term of the jet series,
     ``|F_K - F_(K-1)|`` and ``|F_(K+2) - F_(K+1)|`` (or None), for the ratio test of
     `assess`. ``shapes`` gives each field's shape per depth, for the NaN
-    rows of depths not reached. ``tol`` is the ``(rtol, atol)`` of `parse_tol`, or None
-    for the default 10% criterion (`WARN_RELATIVE_ERROR`).
+    rows of depths not reached. ``accuracy`` judges the estimates (`assess`): its ``tol``,
+    or without one the default 10% criterion (`WARN_RELATIVE_ERROR`).
 
     ``stacked_fields = (fields, errors)`` gives the fields (and the error estimates, or
     None) of every depth at once instead of ``per_depth``: arrays (n, B, ...) in
@@ -198,7 +199,7 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
     if stacked_fields is not None:
         return _collect_stacked(setup, outcome, stacked_fields, shapes, err_keys,
                                 closure=closure, method=method, with_errors=with_errors,
-                                tol=tol, warnings=warnings, predict=predict, flow=flow,
+                                accuracy=accuracy, warnings=warnings, predict=predict, flow=flow,
                                 **extra)
     rows, err_rows, low_rows, up_rows = [], [], [], []
     has_lower = has_upper = False
@@ -235,13 +236,13 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
     upper = ({k: np.stack([r[k] for r in up_rows]) for k in err_keys} if has_upper and with_errors
              else None)
     return _verdict(setup, outcome, stacked, errors, lower, upper, success, message,
-                    closure=closure, method=method, tol=tol, warnings=warnings,
+                    closure=closure, method=method, accuracy=accuracy, warnings=warnings,
                     predict=predict, flow=flow, **extra)
 
 
 def _collect_stacked(setup: Setup, outcome: Any, stacked_fields: tuple, shapes: dict,
                      err_keys: tuple, *, closure: str, method: str, with_errors: bool,
-                     tol: Any, warnings: list, predict: bool = False,
+                     accuracy: Accuracy, warnings: list, predict: bool = False,
                      flow: np.ndarray | None = None, **extra: Any) -> Draft:
     """`collect_results` for fields given stacked (``stacked_fields``)."""
     fields, errs, lower, upper = (tuple(stacked_fields) + (None, None))[:4]
@@ -257,14 +258,15 @@ def _collect_stacked(setup: Setup, outcome: Any, stacked_fields: tuple, shapes: 
     if "depth_grad" in shapes and "depth_grad" not in stacked:
         stacked["depth_grad"], flow = _depth_gradients(setup, stacked["adjoint"], True)
     return _verdict(setup, outcome, stacked, errors, lower, upper, outcome.success,
-                    outcome.message, closure=closure, method=method, tol=tol,
+                    outcome.message, closure=closure, method=method, accuracy=accuracy,
                     warnings=warnings, predict=predict, flow=flow, **extra)
 
 
 def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
              lower: dict | None, upper: dict | None, success: bool, message: str, *,
-             closure: str, method: str, tol: Any, warnings: list, predict: bool = False,
-             flow: np.ndarray | None = None, **extra: Any) -> Draft:
+             closure: str, method: str, accuracy: Accuracy, warnings: list,
+             predict: bool = False, flow: np.ndarray | None = None,
+             **extra: Any) -> Draft:
     """Non-finite results, the accuracy verdict (`assess`) and the packed result; with
     ``flow``, the depth gradient's error estimate and differences from the adjoint's
     (`depth_gradient_errors`)."""
@@ -282,7 +284,8 @@ def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
     status = Status.SUCCESS if success else Status.FAILED
     converged = ratio = None
     if errors is not None:
-        verdict = assess(setup.depths_desc, stacked, errors, lower, tol, upper, setup.remedy)
+        verdict = assess(setup.depths_desc, stacked, errors, lower, accuracy, upper,
+                         setup.remedy)
         converged = verdict.converged
         ratio = verdict.ratio if (lower is not None or upper is not None) else None
         warnings += verdict.warnings

@@ -20,24 +20,23 @@ from typing import Any
 import numpy as np
 
 from ..reference.adjoint import solve_adjoint
-from ..setup.arguments import tolerances_from_tol
+from ..setup.settings import Accuracy
 from ..integrators import SCIPY_METHODS
 from ..results.results import Draft, SolverWarning
 from ..results.status import Status
 
 
-def exact_options(method: str, rtol: float, atol: float, tol: Any,
-                  max_steps: int | None = None, *, finest: float = 0.0) -> dict:
+def exact_options(method: str, accuracy: Accuracy, max_steps: int | None = None, *,
+                  finest: float = 0.0) -> dict:
     """The keyword arguments of the fallback's `solve_adjoint`: RK45 (RK23 if the sweep
     used it); ``rtol = 0.01 tol_rtol`` in ``[1e-12, 1e-6]`` and ``atol = 1e-5 tol_atol`` in
-    ``[1e-14, 1e-9]`` (the sweep's own, capped at 1e-6 and 1e-9, without ``tol``), but
-    ``rtol`` not below ``finest`` (`precision_limit` of the problem's functions); a
-    ``max_steps`` the user gave an adaptive sweep."""
-    if tol is not None:
-        a_rtol, a_atol = tolerances_from_tol(tol, (0.01,), (1e-5,), (1e-12, 1e-6),
-                                             (1e-14, 1e-9))
+    ``[1e-14, 1e-9]`` (without ``tol``: the sweep's own ``accuracy.rtol``, ``atol``,
+    capped at 1e-6 and 1e-9), but ``rtol`` not below ``finest`` (`precision_limit` of the
+    problem's functions); a ``max_steps`` the user gave an adaptive sweep."""
+    if accuracy.checked:
+        a_rtol, a_atol = accuracy.derived((0.01,), (1e-5,), (1e-12, 1e-6), (1e-14, 1e-9))
     else:
-        a_rtol, a_atol = min(rtol, 1e-6), min(atol, 1e-9)
+        a_rtol, a_atol = min(accuracy.rtol, 1e-6), min(accuracy.atol, 1e-9)
     out = {"method": method if method in ("RK45", "RK23") else "RK45",
            "rtol": max(a_rtol, float(finest)),
            "atol": a_atol}

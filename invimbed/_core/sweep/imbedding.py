@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ..closures import CLOSURES, JetClosure, StencilClosure
+from ..closures import JetClosure, StencilClosure
 from ..derivatives import DerivativeOrderError
 from .fallback import exact_options, exact_probe, fallback_adjoint
-from ..integrators import ALL_METHODS, FIXED_METHODS, SCIPY_METHODS, integrate
+from ..integrators import SCIPY_METHODS, integrate
 from ..problem.bolza import BolzaProblem
 from ..results.results import Draft, ImbeddingResult, SolverWarning, sweep_result
 from ..results.status import Status
 from ..runtime.backends import check_backend, get_backend
 from .accuracy import assess
-from ..setup.arguments import parse_tol, prepare, tolerances_from_tol
+from ..setup.arguments import prepare
+from ..setup.settings import Accuracy, Closure, Integrator, closure_keywords, settle
 from .orders import raise_order
 from ..inputs.probe import precision_limit
 from .assembly import collect_results, mark_imprecise
@@ -25,17 +27,17 @@ from .memory import plan as memory_plan
 from ..derivatives.finite_difference import relative_step
 from .dense import (attach_closure_dense, check_dense_output, dense_conflicts,
                     dense_tolerances)
-from ..inputs.validation import (STEP_BUDGET, as_bool, as_int, as_ivp_options, as_spacing,
-                                 check_choice, check_positive, describe)
+from ..inputs.validation import STEP_BUDGET, as_ivp_options, as_spacing
 
 def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = None,
-                    closure: str = "jet", order: int = 1, method: str = "RK45",
+                    closure: str | Closure = "jet", order: int = 1, method: str = "RK45",
                     rtol: float | None = None, atol: float | None = None,
                     step: float | None = None, estimate_error: bool = True,
                     difference: str = "central", delta: Any = None, backend: str = "numpy",
                     tol: Any = None, fallback: str | None = None, max_order: int = 6,
                     ratio_test: bool = True, dense_output: bool = False,
                     memory_budget: int | str | None = None,
+                    accuracy: Accuracy | None = None, integrator: Integrator | None = None,
                     **options: Any) -> ImbeddingResult:
     r"""Solve a Bolza problem for every requested depth in one sweep in ``p``.
 
@@ -54,8 +56,10 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         Strictly monotone depths ``p_i <= q``, in any order; results follow it.
     control : Constant, PiecewiseConstant, Control or None
         The open-loop control ``theta(t; w)``; ``None`` means ``theta`` of size 0.
-    closure : {"jet", "stencil", "crop"}, default "jet"
-        How the nested Jacobians are closed (docs/theory.md, "The closures").
+    closure : {"jet", "stencil", "crop"} or Closure, default "jet"
+        How the nested Jacobians are closed (docs/theory.md, "The closures"); a
+        `invimbed.Closure` gives ``order``, ``estimate_error``, ``difference`` and
+        ``delta`` too.
     order : int, default 1
         Jet order ``K``; order 1 is exact for linear-quadratic problems.
     method : str, default "RK45"
@@ -92,6 +96,13 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
         depth are within the requested ``rtol`` and ``atol``.
     memory_budget : int, str or None
         Bytes (or ``"2GiB"``) the sweep may hold (docs/performance.md, "Memory budget").
+    accuracy : Accuracy, optional
+        ``tol``, ``rtol``, ``atol``, ``max_order``, ``ratio_test`` and ``fallback`` as one
+        object (docs/method.md, "Settings as objects").
+    integrator : Integrator, optional
+        ``method``, ``step`` and the ``**options`` as one object. A keyword left at its
+        default defers to the object; one that sets a field the object sets differently
+        is a ValueError naming both.
     **options
         ``max_steps``, ``first_step``, ``max_step``, ``min_step``; others raise TypeError.
 
@@ -120,47 +131,45 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     (True, (2, 1), (2, 1))
     """
     options = as_ivp_options(options, "solve_imbedding", suggest=_NAMED)
-    check_choice(closure, "closure", CLOSURES)
-    if fallback is not None:
-        check_choice(fallback, "fallback", ("adjoint",))
-    estimate_error = as_bool(estimate_error, "estimate_error")
-    ratio_test = as_bool(ratio_test, "ratio_test")
-    order = as_int(order, "order", minimum=1)
-    max_order = as_int(max_order, "max_order", minimum=1)
-    check_positive(rtol, "rtol", allow_none=True)
-    check_positive(atol, "atol", allow_none=True)
-    tol_pair = parse_tol(tol)
-    if tol_pair is not None and order > max_order:
+    closure_set = settle(Closure, *closure_keywords(
+        closure, order=(order, 1), estimate_error=(estimate_error, True),
+        difference=(difference, "central"), delta=(delta, None)), argument="closure")
+    accuracy = settle(Accuracy, accuracy, {
+        "tol": (tol, None), "rtol": (rtol, None), "atol": (atol, None),
+        "max_order": (max_order, 6), "ratio_test": (ratio_test, True),
+        "fallback": (fallback, None)}, argument="accuracy")
+    integrator = settle(Integrator, integrator, {
+        "method": (method, "RK45"), "step": (step, None),
+        **{k: (v, None) for k, v in options.items()}}, argument="integrator")
+    closure, order = closure_set.kind, closure_set.order
+    estimate_error = closure_set.estimate_error
+    method, step, options = integrator.method, integrator.step, integrator.options
+    if accuracy.checked and order > accuracy.max_order:
+        max_order = accuracy.max_order
         raise ValueError(
             f"`order` ({order}) is above `max_order` ({max_order}): with `tol` the sweep "
             f"starts at `order` and raises it up to `max_order`, so the start cannot be above "
             f"the ceiling; pass max_order={order} (or more) to allow order {order}, or an "
             f"order of at most {max_order}")
-    if check_dense_output(dense_output, **dense_conflicts(method, backend, tol, fallback)):
+    if check_dense_output(dense_output, **dense_conflicts(method, backend, accuracy.tol,
+                                                          accuracy.fallback)):
         options["dense_output"] = True
     budget = resolve_budget(memory_budget)
-    _check_method_options(method, step, options)
     device = None    # backend="cupy": device arrays in, device arrays out (docs/performance.md);
     if backend == "cupy":   # the sweep's result is judged on the host, then moved back
         from ..runtime.namespace import array_namespace, is_cupy_array, to_numpy
 
         if is_cupy_array(x):
             device, x = array_namespace(x), to_numpy(x)
-    rtol, atol = integrator_tolerances(rtol, atol, tol_pair)
-    setup = prepare(problem, x, depths, control, method, rtol, atol, step, ALL_METHODS)
+    setup = prepare(problem, x, depths, control, integrator=integrator,
+                    accuracy=integrator_tolerances(accuracy), closure=closure_set)
+    accuracy = setup.accuracy
+    rtol, atol = accuracy.rtol, accuracy.atol
     if dense_output:    # sol(p) within the requested tolerance (docs/accuracy.md); the
         rtol, atol = dense_tolerances(method, rtol, atol)   # precision check saw the user's
-    if delta is not None:
-        if closure != "stencil":
-            raise ValueError(f"`delta` is the spacing of closure='stencil' only, but got "
-                             f"closure={closure!r} with delta={describe(delta)}; drop `delta`")
-        delta = as_spacing(delta, setup.x.shape)
-    if closure != "jet" and order != 1:
-        raise ValueError(f"`order` applies to closure='jet' only; closure={closure!r} needs "
-                         f"order=1, but got order={order}")
-    check_choice(difference, "difference", ("central", "forward"))
+    delta = as_spacing(closure_set.delta, setup.x.shape)
     est = bool(estimate_error) and closure == "jet" and method != "disc"
-    if tol_pair is not None and not est:
+    if accuracy.checked and not est:
         raise ValueError(
             f"`tol` needs the jet's error estimate (closure='jet', estimate_error=True, a "
             f"method other than 'disc'), but got closure={closure!r}, "
@@ -168,7 +177,7 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
             f"solve_adjoint for exact values")
     if backend != "numpy":
         check_backend(backend, "sweep")
-        if tol_pair is not None and ratio_test and not _compiled_adaptive(backend, method):
+        if accuracy.checked and accuracy.ratio_test and not _compiled_adaptive(backend, method):
             raise ValueError(
                 f"`tol` with backend={backend!r}: the accelerated backends carry the jets of "
                 f"orders 1 and 2 only, so the ratio test that keeps the estimate honest "
@@ -178,21 +187,23 @@ def solve_imbedding(problem: BolzaProblem, x: Any, depths: Any, *, control: Any 
     warnings: list[SolverWarning] = []
     if method in SCIPY_METHODS:
         rtol, atol = _finite_difference_floor(prov, closure, order, est, setup, rtol, atol,
-                                              tol_pair, warnings)
+                                              warnings)
 
     def sweep(at: Any, K: int, steps: int | None = None, held: int = 0) -> Draft:
         opts = dict(options)
         if steps is not None and method in SCIPY_METHODS and backend == "numpy":
             opts["raise_budget"] = steps      # a raised order (`raise_order`)
         return _sweep(at, closure=closure, order=K, method=method, rtol=rtol, atol=atol,
-                      step=step, est=est, difference=difference, delta=delta,
-                      backend=backend, tol=tol_pair, ratio_test=ratio_test,
-                      warnings=list(warnings), options=opts, budget=budget, held=held)
+                      step=step, est=est, difference=closure_set.difference, delta=delta,
+                      backend=backend, accuracy=accuracy, warnings=list(warnings),
+                      options=opts, budget=budget, held=held)
 
-    exact = (exact_options(method, rtol, atol, tol_pair, options.get(STEP_BUDGET),
+    fallback, max_order = accuracy.fallback, accuracy.max_order
+    exact = (exact_options(method, replace(accuracy, rtol=rtol, atol=atol),
+                           options.get(STEP_BUDGET),
                            finest=precision_limit(setup.problem.low_precision))
-             if tol_pair is not None or fallback == "adjoint" else None)
-    if tol_pair is None:
+             if accuracy.checked or fallback == "adjoint" else None)
+    if not accuracy.checked:
         res = sweep(setup, order)
     else:
         top = (_highest_order(prov, setup, est, max_order)
@@ -239,33 +250,16 @@ def mark_unchecked(res: Draft, closure: str, est: bool, method: str) -> Draft:
 _NAMED = tuple(inspect.signature(solve_imbedding).parameters)
 
 
-def _check_method_options(method: Any, step: Any, options: dict) -> None:
-    """Refuse options that the chosen method would ignore."""
-    if method not in FIXED_METHODS:     # an unknown method is refused by `prepare`
-        if step is not None and "max_step" in options:
-            raise ValueError(f"give either `step` or `max_step` (both set the largest step "
-                             f"of method={method!r}), but got step={step!r} and "
-                             f"max_step={options['max_step']!r}")
-        return
-    adaptive = [k for k in options if k != STEP_BUDGET]
-    if adaptive:
-        names = ", ".join(f"`{k}`" for k in adaptive)
-        raise ValueError(f"{names} appl{'ies' if len(adaptive) == 1 else 'y'} to scipy's "
-                         f"adaptive methods ({', '.join(map(repr, SCIPY_METHODS))}) only, but "
-                         f"got method={method!r}, whose steps are set by `step`; drop "
-                         f"{'it' if len(adaptive) == 1 else 'them'}")
-
-
-def integrator_tolerances(rtol: Any, atol: Any,
-                          tol: tuple[float, float] | None) -> tuple[Any, Any]:
-    """The integrator's ``rtol``, ``atol``: the user's, else 1e-6 and 1e-9, tightened
-    with ``tol`` to a hundredth of it (so that the closure error dominates what ``tol``
-    is compared with), but not below 1e-12 and 1e-14."""
-    if tol is not None:
-        r, a = tolerances_from_tol(tol, (0.01,), (0.01, 1e-3), (1e-12, 1e-6), (1e-14, 1e-9))
+def integrator_tolerances(accuracy: Accuracy) -> Accuracy:
+    """``accuracy`` with the integrator's ``rtol``, ``atol`` filled in where it leaves
+    them None: 1e-6 and 1e-9, tightened with ``tol`` to a hundredth of it (so that the
+    closure error dominates what ``tol`` is compared with), but not below 1e-12 and
+    1e-14."""
+    if accuracy.checked:
+        r, a = accuracy.derived((0.01,), (0.01, 1e-3), (1e-12, 1e-6), (1e-14, 1e-9))
     else:
         r, a = 1e-6, 1e-9
-    return (r if rtol is None else rtol), (a if atol is None else atol)
+    return accuracy.with_tolerances(r, a)
 
 
 def _fd_levels(prov: Any, closure: str, order: int, est: bool, nw: int) -> int:
@@ -302,8 +296,7 @@ def fd_floor(levels: int) -> float:
 
 
 def _finite_difference_floor(prov: Any, closure: str, order: int, est: bool, setup: Any,
-                             rtol: float, atol: float, tol: Any,
-                             warnings: list) -> tuple[float, float]:
+                             rtol: float, atol: float, warnings: list) -> tuple[float, float]:
     levels = _fd_levels(prov, closure, order, est, setup.control.n_params)
     floor = fd_floor(levels)
     if floor and rtol < floor:
@@ -319,6 +312,7 @@ def _finite_difference_floor(prov: Any, closure: str, order: int, est: bool, set
             f"rtol is below what the {prov.name}'s derivatives can serve ({levels} nested "
             f"difference levels: about {floor:.1g} relative){ran}. Give exact derivatives "
             f"(invimbed.from_sympy, or `derivatives=`) for tighter results"))
+    tol = setup.accuracy.target
     if floor and tol is not None and min(t for t in tol if t > 0) < 10 * floor:
         warnings.append(SolverWarning(
             "finite_differences_at_tolerance",
@@ -350,8 +344,8 @@ def _highest_order(prov: Any, setup: Any, est: bool, max_order: int) -> int:
 
 
 def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, atol: float,
-           step: Any, est: bool, difference: str, delta: Any, backend: str, tol: Any,
-           ratio_test: bool, warnings: list, options: dict,
+           step: Any, est: bool, difference: str, delta: Any, backend: str,
+           accuracy: Accuracy, warnings: list, options: dict,
            budget: int | None = None, held: int = 0) -> Draft:
     """One sweep at jet order ``order``, within ``budget`` bytes, of which ``held`` are
     taken already (`invimbed._core.sweep.memory`)."""
@@ -360,7 +354,7 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
             options.setdefault("max_step", float(step))
         return get_backend(backend, "sweep_adaptive")(
             setup, closure=closure, order=order, method=method, rtol=rtol, atol=atol, est=est,
-            ratio_test=ratio_test, tol=tol, warnings_=warnings, **options,
+            accuracy=accuracy, warnings_=warnings, **options,
             memory_budget=budget, memory_held=held,
             look_ahead=_serves(setup.provider, order + 2, est, setup.control.n_params),
             finish=lambda r: mark_unchecked(r, closure, est, method))
@@ -369,7 +363,7 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
         res = run(backend, setup, closure=closure, order=order, method=method, step=step,
                   difference=difference, delta=delta, estimate_error=est, rtol=rtol,
                   atol=atol, memory_budget=budget, **options)
-        return rejudge(setup, res, tol, warnings)
+        return rejudge(setup, res, accuracy, warnings)
     prov = setup.provider
     if closure in ("jet", "crop"):
         if prov.max_jet_order is not None and order > prov.max_jet_order:
@@ -392,7 +386,7 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
             )
         clo = JetClosure(prov, setup.control, setup.x, setup.q, order=order,
                          estimate_error=est, crop=(closure == "crop"),
-                         ratio_test=bool(ratio_test),
+                         ratio_test=accuracy.ratio_test,
                          look_ahead=_serves(prov, order + 2, est, setup.control.n_params))
     else:
         clo = StencilClosure(prov, setup.control, setup.x, setup.q, difference=difference,
@@ -424,8 +418,8 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
     shapes = {"z": (B, N), "value": (B,), "adjoint": (B, N),
               "param_grad": (B, setup.control.n_params), "depth_grad": (B,)}
     res = collect_results(setup, outcome, per_depth, shapes, closure=clo.name, method=method,
-                          with_errors=clo.has_error_estimate, tol=tol, warnings=warnings,
-                          predict=tol is not None)
+                          with_errors=clo.has_error_estimate, accuracy=accuracy,
+                          warnings=warnings, predict=accuracy.checked)
     return attach_closure_dense(res, setup, outcome, clo, fields_at, shapes, method,
                                 finish=lambda r: mark_unchecked(r, closure, est, method))
 
@@ -439,8 +433,8 @@ def _compiled_adaptive(backend: str, method: str) -> bool:
     return backend == "numba" and method in ("RK45", "RK23")
 
 
-def rejudge(setup: Any, res: Draft, tol: Any, warnings: list) -> Draft:
-    """Apply `assess` with ``tol`` to a backend's draft (its own verdict used the default
+def rejudge(setup: Any, res: Draft, accuracy: Accuracy, warnings: list) -> Draft:
+    """Apply `assess` with ``accuracy`` to a backend's draft (its own verdict used the default
     criterion); the backends carry no lower order, so no ratio test."""
     res = res.but(warnings=list(warnings) + [w for w in res.get("warnings", [])
                                                if w.code not in ("estimate_large",)])
@@ -453,7 +447,7 @@ def rejudge(setup: Any, res: Draft, tol: Any, warnings: list) -> Draft:
 
     fields = {k: lead(res[k]) for k in res.error_estimate}
     errors = {k: lead(v) for k, v in res.error_estimate.items()}
-    verdict = assess(setup.depths, fields, errors, None, tol)
+    verdict = assess(setup.depths, fields, errors, None, accuracy)
     res = res.but(converged=verdict.converged if setup.batched else verdict.converged[:, 0],
                   warnings=res.warnings + verdict.warnings)
     if not verdict.all_converged:
