@@ -142,7 +142,7 @@ def best_time(fn, repeats):
 
 def lq4(n_random, repeats, ensemble_rtols, backends, estimates):
     """The lq4 cell of bench_accuracy.py at n = 10^5 with dense output (module docstring)."""
-    from bench_accuracy import HUGE_N, TARGETS, lq_problem as map_lq_problem
+    from _map_problems import HUGE_N, TARGETS, lq_problem as map_lq_problem
     from invimbed._core.sweep.dense import DENSE_TIGHTENING
 
     pb = map_lq_problem(4)

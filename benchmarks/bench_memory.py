@@ -46,7 +46,7 @@ SLICE = 100          # depths per separate call of the check
 
 
 def sweep(B: int = 16384) -> None:
-    import bench_backends as bb
+    import _coupled_njit as bb
     import invimbed
 
     problem, _ = bb.problems(True)
