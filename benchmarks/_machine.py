@@ -78,20 +78,24 @@ def header(*packages: str, extra: tuple[str, ...] = (), argv: Sequence[str] | No
 
 # -- the command line ---------------------------------------------------------------------
 def arguments(doc: str | None, *, quick: str | None = None, repeats: int | None = None,
-              repeats_help: str | None = None, json_out: bool = False,
-              prog: str | None = None) -> argparse.ArgumentParser:
+              repeats_help: str | None = None, timed: bool = True, json_out: bool = False,
+              aliases: tuple[str, ...] = (), prog: str | None = None) -> argparse.ArgumentParser:
     """A benchmark's parser: its description is the first paragraph of ``doc`` (the
     script's docstring); ``--quick`` with the help ``quick`` (None: no ``--quick``);
-    ``--repeats R`` (timed repeats, the best kept) with the default ``repeats`` (a
-    script whose default depends on ``--quick`` passes None and reads `repeats_of`);
-    ``--json FILE`` with ``json_out``. The script adds its own options to it."""
+    ``--repeats R`` (timed repeats, the best kept; not where ``timed`` is False: a script
+    that measures accuracy, not time) with the default ``repeats`` (a script whose
+    default depends on ``--quick`` passes None and reads `repeats_of`); ``--json FILE``
+    with ``json_out``; ``aliases``: older spellings of ``--repeats`` a script keeps
+    accepting. The script adds its own options to it."""
     description = (doc or "").strip().split("\n\n")[0] or None
     ap = argparse.ArgumentParser(prog=prog, description=description)
     if quick is not None:
         ap.add_argument("--quick", action="store_true", help=quick)
-    ap.add_argument("--repeats", type=int, default=repeats, metavar="R",
-                    help=repeats_help or "timed repeats per case, the best kept"
-                    + (f" (default {repeats})" if repeats is not None else ""))
+    if timed:
+        ap.add_argument("--repeats", *aliases, dest="repeats", type=int, default=repeats,
+                        metavar="R",
+                        help=repeats_help or "timed repeats per case, the best kept"
+                        + (f" (default {repeats})" if repeats is not None else ""))
     if json_out:
         ap.add_argument("--json", metavar="FILE", help="also write the measurements to FILE")
     return ap
@@ -129,11 +133,12 @@ class Timed:
 
 
 def interleaved(calls: Sequence[Callable[[], Any]], repeats: int, *, warmup: bool = True,
-                budget: float = float("inf")) -> list[Timed]:
+                budget: float = float("inf"), number: int = 1) -> list[Timed]:
     """Each of ``calls`` called once untimed (``warmup``), then ``repeats`` timed rounds
     in which each is called in turn (``time.perf_counter``): a burst of load from
-    elsewhere on the machine spreads over every side instead of falling on one. Rounds
-    stop early once a round's slowest call exceeds ``budget`` seconds."""
+    elsewhere on the machine spreads over every side instead of falling on one. A timed
+    measurement is ``number`` calls in a row, divided by ``number`` (short calls). Rounds
+    stop early once a round's slowest measurement exceeds ``budget`` seconds."""
     out = [Timed() for _ in calls]
     if warmup:
         for t, fn in zip(out, calls):
@@ -144,10 +149,11 @@ def interleaved(calls: Sequence[Callable[[], Any]], repeats: int, *, warmup: boo
         slowest = 0.0
         for t, fn in zip(out, calls):
             cpu, start = time.process_time(), time.perf_counter()
-            t.result = fn()
-            wall = time.perf_counter() - start
+            for _ in range(number):
+                t.result = fn()
+            wall = (time.perf_counter() - start) / number
             if wall < t.best:
-                t.best, t.cpu = wall, time.process_time() - cpu
+                t.best, t.cpu = wall, (time.process_time() - cpu) / number
             slowest = max(slowest, wall)
         if slowest > budget:
             break
@@ -155,10 +161,11 @@ def interleaved(calls: Sequence[Callable[[], Any]], repeats: int, *, warmup: boo
 
 
 def best_of(fn: Callable[[], Any], repeats: int, *, warmup: bool = False,
-            budget: float = float("inf")) -> tuple[float, Any]:
+            budget: float = float("inf"), number: int = 1) -> tuple[float, Any]:
     """The best wall time of ``repeats`` calls of ``fn`` (fewer once one exceeds
-    ``budget`` seconds; one untimed call first with ``warmup``) and the last result."""
-    t = interleaved([fn], repeats, warmup=warmup, budget=budget)[0]
+    ``budget`` seconds; one untimed call first with ``warmup``; each measurement
+    ``number`` calls, per call) and the last result."""
+    t = interleaved([fn], repeats, warmup=warmup, budget=budget, number=number)[0]
     return t.best, t.result
 
 

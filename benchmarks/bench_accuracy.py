@@ -121,7 +121,6 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse  # noqa: E402
 import datetime  # noqa: E402
 import math  # noqa: E402
 import signal  # noqa: E402
@@ -134,7 +133,7 @@ import numpy as np  # noqa: E402
 
 import invimbed  # noqa: E402
 import _pendulums as P  # noqa: E402
-from _machine import machine_info  # noqa: E402
+from _machine import arguments, header, interleaved, repeats_of  # noqa: E402
 from _map_problems import (BIG_N, HUGE_N, P_MIN, Q_END, TARGETS,  # noqa: E402  the problems
                            Problem, duffing_problem, lq_problem, pendulum_problem)
 
@@ -623,13 +622,12 @@ def paired(ups: dict[tuple, tuple], rows: list[Row], problems: list[Problem],
                   and r.err <= tgt and math.isfinite(r.time)]
             sides.append(sorted(ok, key=lambda r: r.time)[:PAIRED_CANDIDATES])
         best = [[math.inf] * len(side) for side in sides]
-        for _ in range(rounds):
-            for k in range(max(len(side) for side in sides)):
-                for side, times in zip(sides, best):
-                    if k < len(side):
-                        t0 = time.perf_counter()
-                        by_name[side[k].method].run(pb, d, side[k].rtol)
-                        times[k] = min(times[k], time.perf_counter() - t0)
+        order = [(s, k) for k in range(max(len(side) for side in sides))
+                 for s in range(len(sides)) if k < len(sides[s])]
+        timed = interleaved([lambda r=sides[s][k]: by_name[r.method].run(pb, d, r.rtol)
+                             for s, k in order], rounds, warmup=False)
+        for (s, k), t in zip(order, timed):
+            best[s][k] = t.best
         (i_sw, t_sw), (i_en, t_en) = (min(enumerate(t), key=lambda e: e[1]) for t in best)
         out[key] = (sides[0][i_sw], t_sw, sides[1][i_en], t_en)
     return out
@@ -761,12 +759,10 @@ DEFAULT_PLAN = {"lq4": [8, 128, 1024, BIG_N, HUGE_N], "lq16": [8, 128, 1024, BIG
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="n = 8, 128; rtol 1e-3, 1e-6, 1e-9, 1e-12 (under 2 minutes)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed calls per configuration, the best kept (default 5, "
-                             "--quick 2)")
+    parser = arguments(__doc__, quick="n = 8, 128; rtol 1e-3, 1e-6, 1e-9, 1e-12 (under 2 "
+                                      "minutes)",
+                       repeats_help="timed calls per configuration, the best kept (default "
+                                    "5, --quick 2)")
     parser.add_argument("--max-call-seconds", type=float, default=None,
                         help="stop a method's sweep past this call time (default 2, "
                              "--quick 1)")
@@ -789,10 +785,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="figure of the fastest method per (n, target) and problem "
                              "(default docs/img/choosing-map.png; 'none' for no figure)")
     args = parser.parse_args(argv)
-    if args.repeats is None:
-        args.repeats = 2 if args.quick else 5
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+    args.repeats = repeats_of(args, full=5, quick=2)
     rtols = ([1e-3, 1e-6, 1e-9, 1e-12] if args.quick
              else [10.0 ** -k for k in range(3, 13)])
     big_rtols = [10.0 ** -k for k in range(3, 10)]
@@ -817,8 +810,7 @@ def main(argv: list[str] | None = None) -> int:
     start_load = load()
     print("invimbed benchmark: time to a target accuracy, per method, problem, n and N")
     print(f"date     : {datetime.datetime.now().isoformat(timespec='seconds')}")
-    print(machine_info("sympy", "numba", "matplotlib"))
-    print(f"command  : python benchmarks/bench_accuracy.py {' '.join(argv or sys.argv[1:])}")
+    print(header("sympy", "numba", "matplotlib", argv=argv))
     print(f"targets  : worst relative error over the five fields (_pendulums.worst_rel_error, "
           f"floor {P.REL_FLOOR:g}: field-normwise) <= {', '.join(f'{t:.0e}' for t in TARGETS)}")
     print(f"depths   : linspace({Q_END:g}, {P_MIN:g}, n); "

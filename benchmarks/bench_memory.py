@@ -26,7 +26,6 @@ chunk of every row against the cost model of `invimbed._core.reference.adjoint._
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -207,15 +206,15 @@ def main() -> None:
         peaks()
         return
     if len(sys.argv) > 1 and sys.argv[1] == "ensemble":
-        ap = argparse.ArgumentParser(prog="bench_memory.py ensemble")
+        from _machine import arguments, header   # not in the measured children
+
+        ap = arguments(None, timed=False, prog="bench_memory.py ensemble")
         ap.add_argument("--rows", type=int, default=10 ** 6)
         ap.add_argument("--backend", default="numpy", choices=("numpy", "numba"))
         ap.add_argument("--limit", default="1GiB")
         ap.add_argument("--check", default="all", choices=("all", "sample"))
         a = ap.parse_args(sys.argv[2:])
-        from _machine import machine_info
-
-        print(machine_info("numba"))
+        print(header("numba"))
         ensemble(a.rows, a.backend, a.limit, a.check)
         return
     sweep(int(sys.argv[1]) if len(sys.argv) > 1 else 16384)
