@@ -23,21 +23,26 @@ With pytest-xdist installed (the ``test`` extra), a run without ``-n`` gets ``-n
 The numba kernels
 -----------------
 Each worker would otherwise compile the package's numba kernels itself (minutes of CPU
-each, docs/performance.md, "Compiled kernels and the first run on a machine"): before
-the workers start, the controller runs ``python -m invimbed compile`` for the kernels
-numba's cache does not hold, split over one process per worker, so that every kernel is
-compiled once and the workers load it from numba's on-disk cache.
-``INVIMBED_TEST_WARM=0`` skips this.
+each, docs/performance.md, "Compiled kernels and the first run on a machine"). As the
+workers start, the controller starts ``python -m invimbed compile`` for the kernels
+numba's cache does not hold, split over one process per worker, beside the tests; a
+test that needs a kernel still being compiled waits for it and then loads it from
+numba's on-disk cache. So every kernel is compiled once, and the tests that need none
+run meanwhile. ``INVIMBED_TEST_WARM=0`` skips this (each worker compiles what it needs).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -74,20 +79,29 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 def _groups(names: list[str], seconds: dict[str, float], n: int) -> list[list[str]]:
     """``names`` in ``n`` groups of about equal expected compile time (longest first,
-    each into the lightest group)."""
+    each into the lightest group); in each group the shortest first, so that a test
+    waiting for one of them waits as little as it can."""
     groups: list[list[str]] = [[] for _ in range(n)]
     load = [0.0] * n
     for name in sorted(names, key=lambda k: -seconds[k]):
         i = load.index(min(load))
         groups[i].append(name)
         load[i] += seconds[name]
-    return [g for g in groups if g]
+    return [sorted(g, key=lambda k: seconds[k]) for g in groups if g]
 
 
-def _warm_kernels(workers: int) -> str | None:
-    """Compile the kernels numba's cache lacks in ``workers`` processes at once (each
-    ``python -m invimbed compile --kernel ...``): the summary line, or None where there
-    is nothing to do."""
+#: The environment variable that tells the workers which kernels the controller is
+#: compiling and where it marks each one done: ``<folder>:<kernel>,<kernel>,...``.
+WARMING = "INVIMBED_TEST_WARMING"
+_WARM: dict[str, Any] = {}
+
+
+def _start_warming(workers: int) -> str | None:
+    """Start compiling the kernels numba's cache lacks, in ``workers`` processes (each
+    ``python -m invimbed compile --kernel ...``), and return at once: a thread per
+    process marks each kernel done (a file ``<kernel>.done`` in a fresh folder) as the
+    process reports it, or when the process ends, however it ends. `WARMING` names the
+    folder and the kernels for the workers (`_wait_for_warming`). None: nothing to do."""
     if importlib.util.find_spec("numba") is None:
         return None
     from invimbed._backends._warm import representative
@@ -98,30 +112,103 @@ def _warm_kernels(workers: int) -> str | None:
     if not todo:
         return None
     seconds = {k: expected_seconds(k, cache_directory(representative(k)))[0] for k in todo}
-    start = time.perf_counter()
+    folder = Path(tempfile.mkdtemp(prefix="invimbed-warm-"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "invimbed", "compile", *(a for k in g for a in ("--kernel", k))],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for g in _groups(todo, seconds, max(1, workers))]
-    failed = [out for p in procs if (out := p.communicate()[0]) is not None and p.returncode]
-    if failed:      # the tests that need a kernel compile it themselves, and fail there
-        return "numba kernels not warmed: " + failed[0].strip().splitlines()[-1]
-    return (f"numba kernels compiled once before the workers started ({', '.join(todo)}; "
-            f"{len(procs)} processes, {time.perf_counter() - start:.0f} s)")
+    procs, threads = [], []
+    for group in _groups(todo, seconds, max(1, workers)):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "invimbed", "compile", *(a for k in group
+                                                             for a in ("--kernel", k))],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+        def follow(proc: subprocess.Popen = proc, group: list[str] = group) -> None:
+            for line in proc.stdout:        # "<kernel>  <wall> s  <cpu> s  compiled"
+                if line.split()[:1] and line.split()[0] in group:
+                    (folder / f"{line.split()[0]}.done").touch()
+            proc.wait()
+            for name in group:              # failed or killed: the tests compile it
+                (folder / f"{name}.done").touch()
+        thread = threading.Thread(target=follow, daemon=True)
+        thread.start()
+        procs.append(proc)
+        threads.append(thread)
+    _WARM.update(procs=procs, threads=threads, folder=folder, start=time.perf_counter(),
+                 todo=todo)
+    os.environ[WARMING] = f"{folder}{os.pathsep}{','.join(todo)}"
+    return (f"numba kernels compiling once, beside the tests, in {len(procs)} processes: "
+            f"{', '.join(todo)} (a test that needs one waits for it)")
+
+
+def _wait_for_warming() -> None:
+    """In a worker: make every compilation of a kernel the controller is compiling
+    (`invimbed._core.runtime.compile_cost.compiling`) wait until the controller marks it
+    done, then load it from numba's cache instead of compiling it a second time."""
+    spec = os.environ.get(WARMING)
+    if not spec:
+        return
+    folder, names = spec.rsplit(os.pathsep, 1)
+    warming = set(names.split(","))
+    import contextlib
+
+    from invimbed._core.runtime import compile_cost
+
+    real = compile_cost.compiling
+
+    @contextlib.contextmanager
+    def compiling(name: str, pending: Any) -> Iterator[bool]:
+        marker = Path(folder) / f"{name}.done"
+        deadline = time.monotonic() + 3600.0
+        while name in warming and not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        with real(name, pending) as compiles:
+            yield compiles
+
+    compile_cost.compiling = compiling
+    try:
+        from invimbed._backends import _numba
+    except ImportError:
+        return
+    _numba.compiling = compiling
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A worker started while the controller compiles kernels waits for them."""
+    if not _controller(config):
+        _wait_for_warming()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Before xdist starts the workers (its `pytest_sessionstart` runs last): compile
-    the kernels once, in the controller (module docstring, "The numba kernels")."""
+    """Before xdist starts the workers (its `pytest_sessionstart` runs last): start
+    compiling the kernels once, in the controller (module docstring, "The numba
+    kernels")."""
     config = session.config
     workers = getattr(config.option, "numprocesses", None) or 0
-    if (not _controller(config) or workers < 2 or config.option.collectonly
-            or os.environ.get("INVIMBED_TEST_WARM", "1") == "0"):
+    if (not _controller(config) or not isinstance(workers, int) or workers < 2
+            or config.option.collectonly or os.environ.get("INVIMBED_TEST_WARM", "1") == "0"):
         return
-    line = _warm_kernels(workers)
+    line = _start_warming(workers)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if line and reporter is not None:
         reporter.write_line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The compile processes of a run that ended first are stopped (a kernel is cached
+    only once compiled whole); the run's summary says how long the warm-up took."""
+    if not _WARM or not _controller(session.config):
+        return
+    running = [p for p in _WARM["procs"] if p.poll() is None]
+    for proc in running:
+        proc.terminate()
+    for proc in _WARM["procs"]:
+        proc.wait()
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        done = sorted(p.name[:-5] for p in _WARM["folder"].glob("*.done"))
+        reporter.write_line(f"numba kernels: {len(_WARM['todo'])} compiled beside the tests"
+                            + (f", {len(running)} process(es) stopped unfinished"
+                               if running else "") + f" ({', '.join(done)})")
+    shutil.rmtree(_WARM["folder"], ignore_errors=True)
+    _WARM.clear()
