@@ -115,7 +115,7 @@ def _start_warming(workers: int) -> str | None:
     folder = Path(tempfile.mkdtemp(prefix="invimbed-warm-"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    procs, threads = [], []
+    procs, threads, reported = [], [], []
     for group in _groups(todo, seconds, max(1, workers)):
         proc = subprocess.Popen(
             [sys.executable, "-m", "invimbed", "compile", *(a for k in group
@@ -125,16 +125,17 @@ def _start_warming(workers: int) -> str | None:
         def follow(proc: subprocess.Popen = proc, group: list[str] = group) -> None:
             for line in proc.stdout:        # "<kernel>  <wall> s  <cpu> s  compiled"
                 if line.split()[:1] and line.split()[0] in group:
-                    (folder / f"{line.split()[0]}.done").touch()
+                    reported.append(line.split()[0])
+                    (folder / f"{line.split()[0]}.done").touch(exist_ok=True)
             proc.wait()
             for name in group:              # failed or killed: the tests compile it
-                (folder / f"{name}.done").touch()
+                (folder / f"{name}.done").touch(exist_ok=True)
         thread = threading.Thread(target=follow, daemon=True)
         thread.start()
         procs.append(proc)
         threads.append(thread)
     _WARM.update(procs=procs, threads=threads, folder=folder, start=time.perf_counter(),
-                 todo=todo)
+                 todo=todo, reported=reported)
     os.environ[WARMING] = f"{folder}{os.pathsep}{','.join(todo)}"
     return (f"numba kernels compiling once, beside the tests, in {len(procs)} processes: "
             f"{', '.join(todo)} (a test that needs one waits for it)")
@@ -204,11 +205,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         proc.terminate()
     for proc in _WARM["procs"]:
         proc.wait()
+    for thread in _WARM["threads"]:
+        thread.join(timeout=10.0)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        done = sorted(p.name[:-5] for p in _WARM["folder"].glob("*.done"))
-        reporter.write_line(f"numba kernels: {len(_WARM['todo'])} compiled beside the tests"
-                            + (f", {len(running)} process(es) stopped unfinished"
-                               if running else "") + f" ({', '.join(done)})")
+        done = _WARM["reported"]
+        left = [k for k in _WARM["todo"] if k not in done]
+        reporter.write_line(f"numba kernels compiled once beside the tests: "
+                            f"{', '.join(done) or 'none'}"
+                            + (f"; stopped unfinished at the end of the run: {', '.join(left)}"
+                               if left else ""))
     shutil.rmtree(_WARM["folder"], ignore_errors=True)
     _WARM.clear()
