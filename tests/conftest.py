@@ -16,7 +16,7 @@ precedence over the profile for the options they name.
 Workers
 -------
 With pytest-xdist installed (the ``test`` extra), a run without ``-n`` gets ``-n auto``
-(one worker per core); ``-n 0`` runs in one process, and without xdist (or with
+(one worker per core) and ``--dist worksteal``; ``-n 0`` runs in one process, and without xdist (or with
 ``-p no:xdist``) the suite runs in one process. The option is added here rather than in
 ``addopts`` so that a bare ``python -m pytest`` works with and without xdist.
 
@@ -70,11 +70,15 @@ def _controller(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """``-n auto`` where pytest-xdist is installed and no ``-n`` was given (before xdist's
-    own hook, which turns ``auto`` into the number of cores)."""
+    """``-n auto --dist worksteal`` where pytest-xdist is installed and no ``-n`` was given
+    (before xdist's own hook, which turns ``auto`` into the number of cores). Work
+    stealing: a worker that runs out of tests takes some of the other's, so that a few
+    long tests at the end do not leave a core idle."""
     if (config.pluginmanager.hasplugin("xdist") and _controller(config)
             and getattr(config.option, "numprocesses", 0) is None):
         config.option.numprocesses = "auto"
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"
 
 
 def _groups(names: list[str], seconds: dict[str, float], n: int) -> list[list[str]]:
