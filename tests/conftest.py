@@ -83,15 +83,16 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 def _groups(names: list[str], seconds: dict[str, float], n: int) -> list[list[str]]:
     """``names`` in ``n`` groups of about equal expected compile time (longest first,
-    each into the lightest group); in each group the shortest first, so that a test
-    waiting for one of them waits as little as it can."""
+    each into the lightest group), each group in the order of ``names``
+    (`invimbed._core.runtime.compile_cost.KERNELS`: a kernel's warm-up may compile the
+    ones before it, as the fixed-step sweep's does for the depth gradient's loop)."""
     groups: list[list[str]] = [[] for _ in range(n)]
     load = [0.0] * n
     for name in sorted(names, key=lambda k: -seconds[k]):
         i = load.index(min(load))
         groups[i].append(name)
         load[i] += seconds[name]
-    return [sorted(g, key=lambda k: seconds[k]) for g in groups if g]
+    return [sorted(g, key=names.index) for g in groups if g]
 
 
 #: The environment variable that tells the workers which kernels the controller is
