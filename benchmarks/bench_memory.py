@@ -202,6 +202,12 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         child(int(sys.argv[2]), sys.argv[3], sys.argv[4])
         return
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        from _machine import arguments
+
+        arguments(__doc__, timed=False,
+                  prog="bench_memory.py [B | peaks | ensemble [options]]").print_help()
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "peaks":
         peaks()
         return
