@@ -28,7 +28,10 @@ workers start, the controller starts ``python -m invimbed compile`` for the kern
 numba's cache does not hold, split over one process per worker, beside the tests; a
 test that needs a kernel still being compiled waits for it and then loads it from
 numba's on-disk cache. So every kernel is compiled once, and the tests that need none
-run meanwhile. ``INVIMBED_TEST_WARM=0`` skips this (each worker compiles what it needs).
+run meanwhile (with one worker, on the core it leaves free). Only in a run with xdist
+workers: with ``-n 0`` or without xdist the test process compiles what it needs, as a
+targeted run should. ``INVIMBED_TEST_WARM=0`` skips this (each worker compiles what it
+needs).
 """
 
 from __future__ import annotations
@@ -191,7 +194,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     kernels")."""
     config = session.config
     workers = getattr(config.option, "numprocesses", None) or 0
-    if (not _controller(config) or not isinstance(workers, int) or workers < 2
+    if (not _controller(config) or not isinstance(workers, int) or workers < 1
             or config.option.collectonly or os.environ.get("INVIMBED_TEST_WARM", "1") == "0"):
         return
     line = _start_warming(workers)
