@@ -1,8 +1,7 @@
-"""The benchmark problem shared by the ensemble benchmarks (``bench_ensemble.py``).
+"""The benchmark problem shared by the pendulum benchmarks (``bench_core.py``,
+``bench_ensemble.py``, ``bench_user_styles.py`` and others; no benchmark imports another).
 
-The two coupled pendulums of ``bench_core.py`` (same constants, ``X0``, ``Z_TARGET``,
-``N = 4`` states, ``M = 2`` torques), here driven by a piecewise-constant torque on four
-pieces of ``[-1, 0]``:
+Two pendulums coupled by a spring (``N = 4`` states, ``M = 2`` torques):
 
     z = [phi1, phi2, omega1, omega2],   theta = u = [u1, u2],
     d phi_i / dt   = omega_i,
@@ -10,6 +9,13 @@ pieces of ``[-1, 0]``:
     d omega_2 / dt = -sin(phi2) - k (phi2 - phi1) - c omega2 + u2,
     R = a (2 - cos phi1 - cos phi2) + rho |u|^2 / 2,
     T = |z - z_target|^2 / 2.
+
+``bench_core.py`` drives them by a constant torque ``U0`` and times
+``vectorised_problem(exact)``: vectorised functions with every derivative up to order
+three written by hand (``DERIVATIVES``; batch axis first, then the output axes, then the
+``z`` axes, then the ``theta`` axes), or finite differences only; ``check_derivatives``
+compares the two. The ensemble benchmarks drive them by a piecewise-constant torque on
+four pieces of ``[-1, 0]``.
 
 What it provides:
 
@@ -48,17 +54,140 @@ both.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 import invimbed
 
-# the constants and dynamics of bench_core.py's pendulums, shared
-import bench_core  # noqa: E402
-from bench_core import A_RUN, C_DAMP, K_SPRING, N, P_MIN, Q, RHO, X0, Z_TARGET  # noqa: E402
+K_SPRING = 0.5      # coupling spring
+C_DAMP = 0.1        # damping
+A_RUN = 0.2         # weight of the running loss on the angles
+RHO = 0.05          # weight of the control effort
+Z_TARGET = np.array([1.0, 1.0, 0.0, 0.0])
+N, M = 4, 2
 
-M = bench_core.M      # torques, used by the ensemble benchmark
+Q = 0.0
+P_MIN = -1.0
+X0 = np.array([0.8, -0.4, 0.3, 0.0])
+U0 = np.array([0.2, -0.1])
+
+
+# -- the problem: vectorised functions and exact derivatives (bench_core.py) ---------------
+def f(t: float, z: np.ndarray, th: np.ndarray) -> np.ndarray:
+    """Dynamics, z (B, 4), th (B, 2) -> (B, 4)."""
+    p1, p2, w1, w2 = z.T
+    return np.stack([
+        w1,
+        w2,
+        -np.sin(p1) - K_SPRING * (p1 - p2) - C_DAMP * w1 + th[:, 0],
+        -np.sin(p2) - K_SPRING * (p2 - p1) - C_DAMP * w2 + th[:, 1],
+    ], axis=1)
+
+
+def f_z(t, z, th):
+    B = z.shape[0]
+    out = np.zeros((B, N, N))
+    out[:, 0, 2] = 1.0
+    out[:, 1, 3] = 1.0
+    out[:, 2, 0] = -np.cos(z[:, 0]) - K_SPRING
+    out[:, 2, 1] = K_SPRING
+    out[:, 2, 2] = -C_DAMP
+    out[:, 3, 0] = K_SPRING
+    out[:, 3, 1] = -np.cos(z[:, 1]) - K_SPRING
+    out[:, 3, 3] = -C_DAMP
+    return out
+
+
+def f_zz(t, z, th):
+    out = np.zeros((z.shape[0], N, N, N))
+    out[:, 2, 0, 0] = np.sin(z[:, 0])
+    out[:, 3, 1, 1] = np.sin(z[:, 1])
+    return out
+
+
+def f_zzz(t, z, th):
+    out = np.zeros((z.shape[0], N, N, N, N))
+    out[:, 2, 0, 0, 0] = np.cos(z[:, 0])
+    out[:, 3, 1, 1, 1] = np.cos(z[:, 1])
+    return out
+
+
+def f_theta(t, z, th):
+    out = np.zeros((z.shape[0], N, M))
+    out[:, 2, 0] = 1.0
+    out[:, 3, 1] = 1.0
+    return out
+
+
+def R(t, z, th):
+    return A_RUN * (2.0 - np.cos(z[:, 0]) - np.cos(z[:, 1])) + 0.5 * RHO * np.sum(th ** 2, axis=1)
+
+
+def R_z(t, z, th):
+    out = np.zeros((z.shape[0], N))
+    out[:, 0] = A_RUN * np.sin(z[:, 0])
+    out[:, 1] = A_RUN * np.sin(z[:, 1])
+    return out
+
+
+def R_zz(t, z, th):
+    out = np.zeros((z.shape[0], N, N))
+    out[:, 0, 0] = A_RUN * np.cos(z[:, 0])
+    out[:, 1, 1] = A_RUN * np.cos(z[:, 1])
+    return out
+
+
+def R_zzz(t, z, th):
+    out = np.zeros((z.shape[0], N, N, N))
+    out[:, 0, 0, 0] = -A_RUN * np.sin(z[:, 0])
+    out[:, 1, 1, 1] = -A_RUN * np.sin(z[:, 1])
+    return out
+
+
+def T(z):
+    return 0.5 * np.sum((z - Z_TARGET) ** 2, axis=1)
+
+
+def _zeros(*shape: int) -> Callable:
+    return lambda t, z, th: np.zeros((z.shape[0],) + shape)
+
+
+DERIVATIVES: dict[str, Callable] = {
+    "f_z": f_z, "f_zz": f_zz, "f_zzz": f_zzz,
+    "f_theta": f_theta, "f_ztheta": _zeros(N, N, M), "f_zztheta": _zeros(N, N, N, M),
+    "R_z": R_z, "R_zz": R_zz, "R_zzz": R_zzz,
+    "R_theta": lambda t, z, th: RHO * th, "R_ztheta": _zeros(N, M), "R_zztheta": _zeros(N, N, M),
+    "T_z": lambda z: z - Z_TARGET,
+    "T_zz": lambda z: np.broadcast_to(np.eye(N), (z.shape[0], N, N)).copy(),
+    "T_zzz": lambda z: np.zeros((z.shape[0], N, N, N)),
+}
+
+
+def vectorised_problem(exact: bool) -> invimbed.BolzaProblem:
+    """The coupled pendulums with constant torques as `bench_core.py` times them:
+    vectorised, with the hand-written derivatives or with finite differences only."""
+    return invimbed.BolzaProblem(f, R, T, q=Q, vectorized=True,
+                                 derivatives=DERIVATIVES if exact else "finite-differences")
+
+
+def check_derivatives() -> float:
+    """Largest difference between the hand-written derivatives and central differences
+    at a random point (a guard against a wrong tensor)."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(3, N))
+    th = rng.normal(size=(3, M))
+    exact = vectorised_problem(True).provider(N, M)
+    fd = vectorised_problem(False).provider(N, M)
+    worst = 0.0
+    for which, dz, dth in [("f", 1, 0), ("f", 2, 0), ("f", 3, 0), ("f", 0, 1), ("f", 1, 1),
+                           ("R", 1, 0), ("R", 2, 0), ("R", 3, 0), ("R", 0, 1), ("R", 1, 1),
+                           ("T", 1, 0), ("T", 2, 0), ("T", 3, 0)]:
+        a = exact.derivative(which, 0.0, z, th, dz=dz, dth=dth)
+        b = fd.derivative(which, 0.0, z, th, dz=dz, dth=dth)
+        worst = max(worst, float(np.max(np.abs(a - b))))
+    return worst
+
 
 KNOTS = np.linspace(P_MIN, Q, 5)
 VALUES = np.array([[0.2, -0.1],       # around U0, with variation from piece to piece
@@ -120,9 +249,6 @@ def piece_of(t: Any) -> np.ndarray:
                    0, VALUES.shape[0] - 1)
 
 
-# bench_core's vectorised functions and derivatives (t is not used)
-f, f_z, f_theta, R, R_z, T = (bench_core.f, bench_core.f_z, bench_core.f_theta, bench_core.R,
-                              bench_core.R_z, bench_core.T)
 
 
 def R_theta(t: Any, z: np.ndarray, th: np.ndarray) -> np.ndarray:

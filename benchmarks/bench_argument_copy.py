@@ -33,7 +33,6 @@ Run:  python benchmarks/bench_argument_copy.py [--repeats 7] [--calls 200]
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from typing import Callable
@@ -41,7 +40,7 @@ from typing import Callable
 import numpy as np
 
 import invimbed
-from _machine import machine_info
+from _machine import arguments, best_of, header, interleaved, repeats_of
 
 B = 1024
 
@@ -80,14 +79,11 @@ def _vectorised(copy: bool, compare: bool) -> Callable:
 
 
 def _best(sides: dict[str, Callable], args: tuple, calls: int, repeats: int) -> dict:
-    best = {k: np.inf for k in sides}
-    for _ in range(repeats):
-        for k, g in sides.items():       # in alternation: load falls on every side
-            start = time.perf_counter()
-            for _ in range(calls):
-                g(*args)
-            best[k] = min(best[k], (time.perf_counter() - start) / calls)
-    return best
+    """Per call, the best of ``repeats`` runs of ``calls`` calls of each side, in
+    alternation (load falls on every side)."""
+    timed = interleaved([lambda g=g: g(*args) for g in sides.values()], repeats,
+                        warmup=False, number=calls)
+    return {k: t.best for k, t in zip(sides, timed)}
 
 
 def _row(name: str, best: dict) -> None:
@@ -153,12 +149,10 @@ def _solve_share(repeats: int, whole: dict) -> None:
                                     autonomous=True, derivatives="finite-differences")
     ctrl = invimbed.Constant([0.2])
     invimbed.solve_adjoint(problem, x, [0.0], control=ctrl)
-    best = np.inf
-    for _ in range(repeats):
-        count[0] = 0
-        start = time.perf_counter()
+    def once() -> None:
+        count[0] = 0        # the calls of `dynamics` in the last solve
         invimbed.solve_adjoint(problem, x, [0.0], control=ctrl)
-        best = min(best, time.perf_counter() - start)
+    best = best_of(once, repeats)[0]
     z, th = x.copy(), np.full((B, 1), 0.2)
     copy = _best({"bare": lambda: None, "copy": lambda: (z.copy(), th.copy())}, (), 2000,
                  repeats)["copy"]
@@ -171,11 +165,14 @@ def _solve_share(repeats: int, whole: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--calls", type=int, default=200)
+    ap = arguments(__doc__, quick="a tenth of the calls, three repeats", repeats_help=
+                   "timed repeats, best taken (default 7, 3 with --quick)")
+    ap.add_argument("--calls", type=int, default=None,
+                    help="calls per timed run (default 200, 20 with --quick)")
     args = ap.parse_args(argv)
-    print(machine_info("numba"))
+    args.repeats = repeats_of(args, full=7, quick=3)
+    args.calls = args.calls or (20 if args.quick else 200)
+    print(header("numba", argv=argv))
     rng = np.random.default_rng(0)
     z, th = rng.normal(size=(B, 2)), rng.normal(size=(B, 1))
     whole: dict = {}

@@ -1,6 +1,7 @@
 """Cost of the imbedding sweep against the per-depth adjoint reference.
 
-Problem: two pendulums coupled by a spring, each driven by a constant torque,
+Problem (``_pendulums.py``, shared with the other benchmarks): two pendulums coupled by a
+spring, each driven by a constant torque,
 
     z = [phi1, phi2, omega1, omega2],   theta = u = [u1, u2] (invimbed.Constant),
     d phi_i / dt   = omega_i,
@@ -37,160 +38,16 @@ Run:  python benchmarks/bench_core.py [--quick] [--rtol 1e-8] [--atol 1e-10]
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 import invimbed
-from _machine import machine_info
-
-K_SPRING = 0.5      # coupling spring
-C_DAMP = 0.1        # damping
-A_RUN = 0.2         # weight of the running loss on the angles
-RHO = 0.05          # weight of the control effort
-Z_TARGET = np.array([1.0, 1.0, 0.0, 0.0])
-N, M = 4, 2
-
-Q = 0.0
-P_MIN = -1.0
-X0 = np.array([0.8, -0.4, 0.3, 0.0])
-U0 = np.array([0.2, -0.1])
-
-
-# -- the problem: vectorised functions and exact derivatives ------------------------------
-def f(t: float, z: np.ndarray, th: np.ndarray) -> np.ndarray:
-    """Dynamics, z (B, 4), th (B, 2) -> (B, 4)."""
-    p1, p2, w1, w2 = z.T
-    return np.stack([
-        w1,
-        w2,
-        -np.sin(p1) - K_SPRING * (p1 - p2) - C_DAMP * w1 + th[:, 0],
-        -np.sin(p2) - K_SPRING * (p2 - p1) - C_DAMP * w2 + th[:, 1],
-    ], axis=1)
-
-
-def f_z(t, z, th):
-    B = z.shape[0]
-    out = np.zeros((B, N, N))
-    out[:, 0, 2] = 1.0
-    out[:, 1, 3] = 1.0
-    out[:, 2, 0] = -np.cos(z[:, 0]) - K_SPRING
-    out[:, 2, 1] = K_SPRING
-    out[:, 2, 2] = -C_DAMP
-    out[:, 3, 0] = K_SPRING
-    out[:, 3, 1] = -np.cos(z[:, 1]) - K_SPRING
-    out[:, 3, 3] = -C_DAMP
-    return out
-
-
-def f_zz(t, z, th):
-    out = np.zeros((z.shape[0], N, N, N))
-    out[:, 2, 0, 0] = np.sin(z[:, 0])
-    out[:, 3, 1, 1] = np.sin(z[:, 1])
-    return out
-
-
-def f_zzz(t, z, th):
-    out = np.zeros((z.shape[0], N, N, N, N))
-    out[:, 2, 0, 0, 0] = np.cos(z[:, 0])
-    out[:, 3, 1, 1, 1] = np.cos(z[:, 1])
-    return out
-
-
-def f_theta(t, z, th):
-    out = np.zeros((z.shape[0], N, M))
-    out[:, 2, 0] = 1.0
-    out[:, 3, 1] = 1.0
-    return out
-
-
-def R(t, z, th):
-    return A_RUN * (2.0 - np.cos(z[:, 0]) - np.cos(z[:, 1])) + 0.5 * RHO * np.sum(th ** 2, axis=1)
-
-
-def R_z(t, z, th):
-    out = np.zeros((z.shape[0], N))
-    out[:, 0] = A_RUN * np.sin(z[:, 0])
-    out[:, 1] = A_RUN * np.sin(z[:, 1])
-    return out
-
-
-def R_zz(t, z, th):
-    out = np.zeros((z.shape[0], N, N))
-    out[:, 0, 0] = A_RUN * np.cos(z[:, 0])
-    out[:, 1, 1] = A_RUN * np.cos(z[:, 1])
-    return out
-
-
-def R_zzz(t, z, th):
-    out = np.zeros((z.shape[0], N, N, N))
-    out[:, 0, 0, 0] = -A_RUN * np.sin(z[:, 0])
-    out[:, 1, 1, 1] = -A_RUN * np.sin(z[:, 1])
-    return out
-
-
-def T(z):
-    return 0.5 * np.sum((z - Z_TARGET) ** 2, axis=1)
-
-
-def _zeros(*shape: int) -> Callable:
-    return lambda t, z, th: np.zeros((z.shape[0],) + shape)
-
-
-DERIVATIVES: dict[str, Callable] = {
-    "f_z": f_z, "f_zz": f_zz, "f_zzz": f_zzz,
-    "f_theta": f_theta, "f_ztheta": _zeros(N, N, M), "f_zztheta": _zeros(N, N, N, M),
-    "R_z": R_z, "R_zz": R_zz, "R_zzz": R_zzz,
-    "R_theta": lambda t, z, th: RHO * th, "R_ztheta": _zeros(N, M), "R_zztheta": _zeros(N, N, M),
-    "T_z": lambda z: z - Z_TARGET,
-    "T_zz": lambda z: np.broadcast_to(np.eye(N), (z.shape[0], N, N)).copy(),
-    "T_zzz": lambda z: np.zeros((z.shape[0], N, N, N)),
-}
-
-
-def make_problem(exact: bool) -> invimbed.BolzaProblem:
-    """The coupled pendulums, with the exact derivatives or with finite differences only."""
-    return invimbed.BolzaProblem(f, R, T, q=Q, vectorized=True,
-                                 derivatives=DERIVATIVES if exact else "finite-differences")
-
-
-def check_derivatives() -> float:
-    """Largest difference between the hand-written derivatives and central differences
-    at a random point (a guard against a wrong tensor)."""
-    rng = np.random.default_rng(0)
-    z = rng.normal(size=(3, N))
-    th = rng.normal(size=(3, M))
-    exact = make_problem(True).provider(N, M)
-    fd = make_problem(False).provider(N, M)
-    worst = 0.0
-    for which, dz, dth in [("f", 1, 0), ("f", 2, 0), ("f", 3, 0), ("f", 0, 1), ("f", 1, 1),
-                           ("R", 1, 0), ("R", 2, 0), ("R", 3, 0), ("R", 0, 1), ("R", 1, 1),
-                           ("T", 1, 0), ("T", 2, 0), ("T", 3, 0)]:
-        a = exact.derivative(which, 0.0, z, th, dz=dz, dth=dth)
-        b = fd.derivative(which, 0.0, z, th, dz=dz, dth=dth)
-        worst = max(worst, float(np.max(np.abs(a - b))))
-    return worst
-
-
-# -- measuring ------------------------------------------------------------------------------
-def best_times(calls: list[Callable[[], Any]], repeats: int) -> tuple[list[float], list[Any]]:
-    """Best wall time of ``repeats`` timed calls of each function, and the last results.
-
-    Each function is called once untimed (warm-up); the timed calls are interleaved
-    round-robin, so that a burst of load from elsewhere on the machine spreads over
-    all the cases instead of falling on one of them.
-    """
-    results = [fn() for fn in calls]
-    best = [float("inf")] * len(calls)
-    for _ in range(repeats):
-        for i, fn in enumerate(calls):
-            t0 = time.perf_counter()
-            results[i] = fn()
-            best[i] = min(best[i], time.perf_counter() - t0)
-    return best, results
+from _machine import arguments, header, interleaved, repeats_of, write_json
+from _pendulums import (M, N, P_MIN, Q, U0, X0,  # the problem (shared with the others)
+                        check_derivatives, vectorised_problem as make_problem)
 
 
 def run(ns: list[int], repeats: int, rtol: float, atol: float) -> list[dict[str, Any]]:
@@ -215,9 +72,9 @@ def run(ns: list[int], repeats: int, rtol: float, atol: float) -> list[dict[str,
     for n in ns:
         depths = np.linspace(Q, P_MIN, n)
         calls = [lambda solve=solve, pb=pb: solve(pb, depths) for _, _, solve, pb in cases]
-        times, outs = best_times(calls, repeats)
         results = []
-        for (name, deriv, _, _), seconds, res in zip(cases, times, outs):
+        for (name, deriv, _, _), timed in zip(cases, interleaved(calls, repeats)):
+            seconds, res = timed.best, timed.result
             if not res.success:
                 raise RuntimeError(f"{name} ({deriv}) failed for n = {n}: {res.message}")
             results.append((name, deriv, seconds, res))
@@ -271,21 +128,17 @@ def growth(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="n = 8 and 32 only, one timed repeat (a smoke test)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed repeats per case, best taken (default 5, 1 with --quick)")
+    parser = arguments(__doc__, quick="n = 8 and 32 only, one timed repeat (a smoke test)",
+                       repeats_help="timed repeats per case, best taken (default 5, 1 with "
+                                    "--quick)", json_out=True)
     parser.add_argument("--rtol", type=float, default=1e-8)
     parser.add_argument("--atol", type=float, default=1e-10)
     args = parser.parse_args(argv)
     ns = [8, 32] if args.quick else [8, 32, 128]
-    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 5)
-    if repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {repeats}")
+    repeats = repeats_of(args, full=5)
 
     print("invimbed benchmark: imbedding sweep vs per-depth adjoint")
-    print(machine_info())
+    print(header(argv=argv))
     print(f"problem  : two coupled pendulums, N = {N}, constant control M = {M}, running + "
           f"terminal loss, vectorized=True")
     print(f"depths   : n evenly spaced in [p_min, q] = [{P_MIN:g}, {Q:g}]; method RK45, "
@@ -304,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     print("from the adjoint reference over all depths (the jet-1 truncation error, O((q-p)^3));")
     print("est z: the jet's own error estimate (order 1 vs 2).")
     print(f"total benchmark time {time.perf_counter() - t0:.1f} s")
+    write_json(args.json, rows)
     return 0
 
 

@@ -63,7 +63,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 import invimbed  # noqa: E402
-from _machine import machine_info  # noqa: E402
+from _machine import arguments, best_of, header  # noqa: E402
 from problems import lq_problem, sympy_pendulum  # noqa: E402
 
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
@@ -131,18 +131,9 @@ def pendulum(n):
         print(f"  order {order}: " + "; ".join(cells))
 
 
-def best_time(fn, repeats):
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
-
-
 def lq4(n_random, repeats, ensemble_rtols, backends, estimates):
     """The lq4 cell of bench_accuracy.py at n = 10^5 with dense output (module docstring)."""
-    from bench_accuracy import HUGE_N, TARGETS, lq_problem as map_lq_problem
+    from _map_problems import HUGE_N, TARGETS, lq_problem as map_lq_problem
     from invimbed._core.sweep.dense import DENSE_TIGHTENING
 
     pb = map_lq_problem(4)
@@ -190,9 +181,9 @@ def lq4(n_random, repeats, ensemble_rtols, backends, estimates):
                   + " ".join(f"{rel[k] / T:10.3f}" for k in FIELDS)
                   + f" {tolu:9.3f} {before:11.3f}", flush=True)
             times[config, T] = (
-                best_time(lambda: run(T, config), repeats)[0],
-                best_time(lambda: run(T, config, factor=DENSE_TIGHTENING["RK45"]), repeats)[0],
-                best_time(lambda: run(T, config, dense=False), repeats)[0])
+                best_of(lambda: run(T, config), repeats)[0],
+                best_of(lambda: run(T, config, factor=DENSE_TIGHTENING["RK45"]), repeats)[0],
+                best_of(lambda: run(T, config, dense=False), repeats)[0])
     ens_backend = "numba"
     try:
         invimbed.solve_adjoint(pb.problem, pb.x, d[:2], control=pb.control, backend="numba")
@@ -216,13 +207,10 @@ def lq4(n_random, repeats, ensemble_rtols, backends, estimates):
 
 
 if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="n = 2000 random depths")
+    parser = arguments(__doc__, quick="n = 2000 random depths", repeats=3,
+                       repeats_help="--lq4: best of (default 3)")
     parser.add_argument("--lq4", action="store_true",
                         help="the lq4 cell of bench_accuracy.py at n = 10^5 (docstring)")
-    parser.add_argument("--repeats", type=int, default=3, help="--lq4: best of (default 3)")
     parser.add_argument("--ensemble-rtols", type=float, nargs=3, default=(1e-4, 1e-6, 1e-8),
                         help="--lq4: the ensemble's rtol per target")
     parser.add_argument("--backends", nargs="+", default=["numpy", "numba"],
@@ -232,8 +220,7 @@ if __name__ == "__main__":
                              "both, 'off' as the map's fastest 'nb jet-K' rows)")
     args = parser.parse_args()
     n = 2000 if args.quick else 10_000
-    print(machine_info("sympy", "numba"))
-    print(f"command  : python benchmarks/bench_dense.py {' '.join(sys.argv[1:])}")
+    print(header("sympy", "numba"))
     print()
     start = time.perf_counter()
     if args.lq4:

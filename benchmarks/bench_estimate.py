@@ -76,7 +76,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 import invimbed  # noqa: E402
-from _machine import machine_info  # noqa: E402
+from _machine import arguments, header  # noqa: E402
 
 FIELDS = ("z", "value", "adjoint", "param_grad")
 RTOL, ATOL = 1e-12, 1e-14        # every solve: the jet sweeps and the reference
@@ -349,9 +349,8 @@ def summary(rows, tols) -> None:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="pendulum and Lorenz, K = 1, 2, four depths (< 1 min)")
+    ap = arguments(__doc__, quick="pendulum and Lorenz, K = 1, 2, four depths (< 1 min)",
+                   timed=False)
     ap.add_argument("--problems", nargs="+", choices=list(PROBLEMS))
     ap.add_argument("--orders", nargs="+", type=int)
     ap.add_argument("--tol", nargs="+", type=parse_tol, default=None,
@@ -362,10 +361,7 @@ def main(argv=None) -> None:
 
     start = time.perf_counter()
     print(f"date     : {datetime.datetime.now().isoformat(timespec='seconds')}")
-    print(machine_info("sympy"))
-    cmd = "python benchmarks/bench_estimate.py" + (" " + " ".join(sys.argv[1:]) if
-                                                    argv is None and sys.argv[1:] else "")
-    print(f"command  : {cmd}")
+    print(header("sympy", argv=argv))
     names = args.problems or (["pendulum", "lorenz"] if args.quick else list(PROBLEMS))
     orders = args.orders or ([1, 2] if args.quick else [1, 2, 3])
     tols = list(args.tol or [parse_tol(v) for v in ("0.1", "1e-3", "1e-6", "0,0.1")])

@@ -22,13 +22,12 @@ Prints a table and writes ``--json`` (default ``bench_experiments.json``).
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import statistics
 import time
 
 import torch
+
+from _machine import arguments, header, repeats_of, write_json
 
 from invimbed.experiments._models import (LatentInImNet, LatentODE, balls_decoder,
                                           balls_encoder, mnist_decoder, mnist_encoder)
@@ -105,24 +104,22 @@ def bench(name, args):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = arguments(__doc__, quick="2 batches, 1 repeat", repeats_help="timed repeats, the "
+                   "median kept (default 3, 1 with --quick)", json_out=True)
+    ap.set_defaults(json="bench_experiments.json")
     ap.add_argument("--dataset", nargs="+", choices=list(SETUPS), default=list(SETUPS))
     ap.add_argument("--batch-size", type=int, default=25)
-    ap.add_argument("--batches", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batches", type=int, default=None, help="default 3, 2 with --quick")
     ap.add_argument("--jacobian", choices=["crop", "jet", "exact"], default="crop")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--cache-dir")
-    ap.add_argument("--quick", action="store_true", help="2 batches, 1 repeat")
-    ap.add_argument("--json", default="bench_experiments.json")
     args = ap.parse_args(argv)
-    if args.quick:
-        args.batches, args.repeats = 2, 1
+    args.repeats = repeats_of(args, full=3)
+    args.batches = args.batches or (2 if args.quick else 3)
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = [bench(d, args) for d in args.dataset]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{platform.processor() or platform.machine()}")
+    print(header("torch", argv=argv, extra=(f"torch    : {torch.get_num_threads()} threads",)))
     print(f"{'data':<6} {'batch':>5} {'InImNet s/batch':>16} {'ODE s/batch':>12} "
           f"{'InImNet s/epoch':>16} {'ODE s/epoch':>12} {'ODE/InImNet':>12} {'ODE NFE':>8}")
     for r in rows:
@@ -130,9 +127,7 @@ def main(argv=None):
         print(f"{r['dataset']:<6} {r['batch_size']:>5} {sb['inimnet']:>16.3f} "
               f"{sb['latent-ode']:>12.3f} {se['inimnet']:>16.1f} {se['latent-ode']:>12.1f} "
               f"{r['ratio_baseline_over_inimnet']:>12.2f} {r['baseline_nfe_per_batch']:>8.0f}")
-    with open(args.json, "w") as f:
-        json.dump({"hardware": {"torch": torch.__version__, "threads": torch.get_num_threads(),
-                                "machine": platform.machine()}, "rows": rows}, f, indent=2)
+    write_json(args.json, {"torch_threads": torch.get_num_threads(), "rows": rows}, "torch")
     return rows
 
 

@@ -57,11 +57,11 @@ def run(python: str, name: str, K: int | None) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
+    from _machine import arguments, header
+
+    ap = arguments(__doc__, quick="K = 20 (the hypersensitive grid is fixed)", repeats=2)
     ap.add_argument("--other", help="the interpreter with the other cyipopt build")
-    ap.add_argument("--quick", action="store_true", help="K = 20 (the hypersensitive grid "
-                                                         "is fixed)")
-    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--only", default=None)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -70,9 +70,7 @@ def main() -> int:
         return 0
     if not args.other:
         ap.error("--other is required")
-    sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
-    from _machine import machine_info
-    print(machine_info("cyipopt"))
+    print(header("cyipopt"))
     sides = {"this": sys.executable, "other": args.other}
     print(f"interpreters: this = {sides['this']}, other = {sides['other']}")
     print(f"{'problem':15s} {'K':>4s}  {'iterations this / other':>24s}  {'J this':>13s}  "

@@ -57,7 +57,6 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Callable  # noqa: E402
@@ -67,7 +66,7 @@ from scipy.integrate import solve_ivp  # noqa: E402
 from scipy.linalg import solve_continuous_are  # noqa: E402
 
 import invimbed  # noqa: E402
-from _machine import machine_info  # noqa: E402
+from _machine import arguments, header, repeats_of  # noqa: E402
 
 HORIZONS = np.array([0.5, 1.0, 2.0, 5.0, 10.0, 30.0])
 CLOCK = time.process_time
@@ -197,9 +196,8 @@ def fmt(v: float | None, spec: str = ".1e") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="N = 2 and 8 only, one timed repeat")
-    ap.add_argument("--repeats", type=int, default=None, help="timed repeats (best kept)")
+    ap = arguments(__doc__, quick="N = 2 and 8 only, one timed repeat",
+                   repeats_help="timed repeats (best kept; default 3, 1 with --quick)")
     ap.add_argument("--rtol", type=float, default=1e-8)
     ap.add_argument("--atol", type=float, default=1e-10)
     ap.add_argument("--n32-sweep", action="store_true",
@@ -207,11 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n32-full-p", action="store_true",
                     help="also the full-P sweep (32 inputs) at N = 32: many minutes")
     args = ap.parse_args(argv)
-    repeats = args.repeats or (1 if args.quick else 3)
+    repeats = repeats_of(args, full=3)
     sizes = (1, 2, 4) if args.quick else (1, 2, 4, 16)
     start = time.perf_counter()
     print("invimbed benchmark: LQR by the imbedding sweep (solve_optimal) vs Riccati ODE vs CARE")
-    print(machine_info("sympy"))
+    print(header("sympy", argv=argv))
     print("problem  : chain of N/2 masses and springs, forces on the end masses, Q = I, "
           "R = 0.5 I, P_T = I")
     print(f"depths   : s = q - p in {HORIZONS.tolist()} (one solve covers all); RK45, "

@@ -26,7 +26,6 @@ chunk of every row against the cost model of `invimbed._core.reference.adjoint._
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -46,7 +45,7 @@ SLICE = 100          # depths per separate call of the check
 
 
 def sweep(B: int = 16384) -> None:
-    import bench_backends as bb
+    import _coupled_njit as bb
     import invimbed
 
     problem, _ = bb.problems(True)
@@ -203,19 +202,25 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         child(int(sys.argv[2]), sys.argv[3], sys.argv[4])
         return
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        from _machine import arguments
+
+        arguments(__doc__, timed=False,
+                  prog="bench_memory.py [B | peaks | ensemble [options]]").print_help()
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "peaks":
         peaks()
         return
     if len(sys.argv) > 1 and sys.argv[1] == "ensemble":
-        ap = argparse.ArgumentParser(prog="bench_memory.py ensemble")
+        from _machine import arguments, header   # not in the measured children
+
+        ap = arguments(None, timed=False, prog="bench_memory.py ensemble")
         ap.add_argument("--rows", type=int, default=10 ** 6)
         ap.add_argument("--backend", default="numpy", choices=("numpy", "numba"))
         ap.add_argument("--limit", default="1GiB")
         ap.add_argument("--check", default="all", choices=("all", "sample"))
         a = ap.parse_args(sys.argv[2:])
-        from _machine import machine_info
-
-        print(machine_info("numba"))
+        print(header("numba"))
         ensemble(a.rows, a.backend, a.limit, a.check)
         return
     sweep(int(sys.argv[1]) if len(sys.argv) > 1 else 16384)

@@ -22,19 +22,18 @@ of the one-thread variants, since waiting for a core is not counted; the two-thr
 variant's CPU time sums both threads).
 
     python benchmarks/bench_mnist_step.py                # ~1-2 min on an idle 2-core machine
-    python benchmarks/bench_mnist_step.py --rounds 3 --profile --compile
+    python benchmarks/bench_mnist_step.py --repeats 3 --profile --compile
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
 
 import torch
 
-from _machine import machine_info
+from _machine import arguments, header
 from invimbed.experiments._models import LatentInImNet, mnist_decoder, mnist_encoder
 from invimbed.experiments._runner import masked_mse
 
@@ -68,12 +67,13 @@ def batch_norm_error() -> tuple[float, float]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap = arguments(__doc__, repeats=5, aliases=("--rounds",),
+                   repeats_help="rounds of the variants in alternation, the median of each "
+                                "kept (default 5; --rounds is the same)")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
     ap.add_argument("--profile", action="store_true", help="print a profile of one step")
     args = ap.parse_args(argv)
-    print(machine_info("torch"))
+    print(header("torch", argv=argv))
     g = torch.Generator().manual_seed(1)
     y = torch.rand(25, 16, 28, 28, generator=g)
     x0, times = y[:, :1].clone(), torch.arange(16.0)
@@ -104,13 +104,13 @@ def main(argv=None):
     for name in variants:                          # warm-up (and the compilation)
         print(f"first step {name:<26} {step(name)[0]:8.2f} s", flush=True)
     spent = {k: [] for k in variants}
-    for _ in range(args.rounds):
+    for _ in range(args.repeats):
         for name in variants:
             spent[name].append(step(name))
     wall = {k: statistics.median(w for w, _ in v) for k, v in spent.items()}
     cpu = {k: statistics.median(c for _, c in v) for k, v in spent.items()}
     print(f"\n{'variant':<26} {'wall s':>8} {'x plain':>8} {'CPU s':>8} {'x plain':>8}"
-          f"   (medians of {args.rounds} steps)")
+          f"   (medians of {args.repeats} steps)")
     for name in variants:
         print(f"{name:<26} {wall[name]:8.3f} {wall[name] / wall['plain']:8.2f} "
               f"{cpu[name]:8.3f} {cpu[name] / cpu['plain']:8.2f}")

@@ -13,17 +13,16 @@ problem's functions in both (``res.derivatives`` says so; before, finite differe
 the given ones, nested inside the numba kernel).
 
 Printed: the first call of each side (numba compilation, tracing, code generation), the
-best of ``--repeat`` calls of each side timed in alternation (numpy, numba, numpy, ...),
+best of ``--repeats`` calls of each side timed in alternation (numpy, numba, numpy, ...),
 their ratio against the target (numba >= 20x numpy, never asserted), numba's time per
 input and right-hand side, the largest relative difference of the fields and of the
 error estimate (target 1e-10), and where the derivatives came from.
 
-Run:  python benchmarks/bench_njit_derivatives.py [--B 1024] [--repeat 3]
+Run:  python benchmarks/bench_njit_derivatives.py [--B 1024] [--repeats 3]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 import warnings
 
@@ -32,7 +31,7 @@ import numpy as np
 import invimbed
 from _coupled_njit import (DEPTHS, NUMBA_DERIVATIVES, NUMPY_DERIVATIVES, STEP, W, R1, Rv, T1,
                            Tv, f1, fv, inputs)
-from _machine import alternating, machine_info
+from _machine import alternating, arguments, header
 
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
 TARGET = 20.0
@@ -48,15 +47,14 @@ def max_rel(a: invimbed.ImbeddingResult, b: invimbed.ImbeddingResult) -> tuple[f
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = arguments(__doc__, repeats=3, aliases=("--repeat",))
     ap.add_argument("--B", type=int, default=1024)
-    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     import numba
 
     warnings.simplefilter("ignore", category=getattr(numba, "NumbaExperimentalFeatureWarning",
                                                      Warning))
-    print(machine_info("numba", "sympy", extra=(f"numba threads: {numba.get_num_threads()}",)))
+    print(header("numba", "sympy", extra=(f"numba threads: {numba.get_num_threads()}",)))
     x = inputs(args.B)
     kw = dict(control=invimbed.Constant(W), method="rk4", step=STEP)
     sides = {"numpy": (invimbed.BolzaProblem(fv, Rv, Tv, vectorized=True,
@@ -76,10 +74,10 @@ def main() -> None:
         problem, backend = sides[name]
         return lambda: invimbed.solve_imbedding(problem, x, DEPTHS, backend=backend, **kw)
 
-    t_np, t_nb = alternating([run("numpy"), run("numba")], [1, 1], args.repeat)
+    t_np, t_nb = alternating([run("numpy"), run("numba")], [1, 1], args.repeats)
     fields, estimate = max_rel(res["numba"], res["numpy"])
     ratio = t_np / t_nb
-    print(f"\nB = {args.B}, 64 depths, rk4, jet 1 with its estimate; best of {args.repeat}, "
+    print(f"\nB = {args.B}, 64 depths, rk4, jet 1 with its estimate; best of {args.repeats}, "
           f"alternating")
     print(f"numpy (vectorised): {t_np:.3f} s")
     print(f"numba (per-sample @njit): {t_nb:.3f} s, {1e6 * t_nb / (args.B * STAGES):.2f} us "

@@ -22,9 +22,7 @@ size before them (CPU, Linux; on CUDA ``torch.cuda.max_memory_allocated``).
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import multiprocessing as mp
 import resource
 import time
@@ -121,17 +119,18 @@ def run(spec: dict) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
+    from _machine import arguments, header, write_json   # not in the measured children
+
+    ap = arguments(__doc__, quick="fewer depths, batch sizes and widths", repeats=3,
+                   json_out=True)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: the steps are small, and several threads "
                          "spin-wait badly on a busy machine)")
-    ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
     common = {"device": args.device, "repeats": args.repeats, "threads": args.threads,
               "materialize": False}
+    print(header("torch"))
     rows = []
     print("1. depth: MLP Phi, dim 21, batch 25 -- seconds per step, peak MB")
     modes = [("exact", "autograd"), ("exact", "adjoint"), ("jet", "autograd"),
@@ -157,9 +156,7 @@ def main() -> None:
         rows.append({"table": "matrix-free", "dim": 4 * side * side, "materialize": mat, **r})
         name = "materialize=True " if mat else "Jacobian-vector  "
         print(f"{name} {r['time_s']:>10.4f} s {r['peak_mb']:>10.1f} MB")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
+    write_json(args.json, rows, "torch")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ Run:  python benchmarks/bench_ocp.py [--quick] [--repeats R] [--casadi collocati
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 import time
@@ -54,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 import _ocp_problems as problems
-from _machine import machine_info
+from _machine import arguments, header
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 GALLERY = [("Rayleigh", "ocp_rayleigh", 100), ("Van der Pol", "ocp_vanderpol", 100),
@@ -297,17 +296,15 @@ def bench_problems(args) -> list:
     return rows
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="K = 20 for every problem")
-    ap.add_argument("--repeats", type=int, default=1)
+def main(argv: list[str] | None = None) -> int:
+    ap = arguments(__doc__, quick="K = 20 for every problem", repeats=1)
     ap.add_argument("--casadi", choices=("shooting", "collocation"), default="shooting")
-    ap.add_argument("--hessian", choices=("limited-memory", "finite-differences"),
+    ap.add_argument("--hessian", choices=("auto", "exact", "limited-memory", "finite-differences"),
                     default=None, help="default: each example's own choice")
     ap.add_argument("--only", default=None, help="run the problems whose name contains this")
     ap.add_argument("--skip-gallery", action="store_true", help="the new problems only")
-    args = ap.parse_args()
-    print(machine_info("casadi", "cyipopt", "sympy"))
+    args = ap.parse_args(argv)
+    print(header("casadi", "cyipopt", "sympy", argv=argv))
     print(f"\ncasadi scheme: {args.casadi}; invimbed hessian: {args.hessian}; "
           f"repeats: {args.repeats}\n")
     rows = []

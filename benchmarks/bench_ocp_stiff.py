@@ -30,12 +30,11 @@ Run:  python benchmarks/bench_ocp_stiff.py [--repeats R]
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 
-from _machine import alternating, machine_info
+from _machine import alternating, arguments, header
 
 X0, X1, TF, DEGREE = 1.5, 1.0, 1e4, 3
 
@@ -127,11 +126,10 @@ def invimbed_solve(grid: np.ndarray, start: str):
                               initial_guess=guess)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
-    print(machine_info("casadi", "cyipopt"))
+def main(argv: list[str] | None = None) -> None:
+    ap = arguments(__doc__, repeats=3)
+    args = ap.parse_args(argv)
+    print(header("casadi", "cyipopt", argv=argv))
     rows = [("100 equal", np.linspace(0.0, TF, 101), "zeros"),
             ("100 equal", np.linspace(0.0, TF, 101), "line"),
             ("docs' grid", docs_grid(), "line")]

@@ -25,7 +25,6 @@ Run:  python benchmarks/bench_optimize.py [--quick] [--repeats R] [--rtol 1e-8] 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from typing import Any
@@ -34,7 +33,7 @@ import numpy as np
 from scipy.linalg import expm
 
 import invimbed
-from _machine import machine_info
+from _machine import arguments, header, repeats_of
 from invimbed._control.optimize import optimize_control   # invimbed.optimize_control once exported
 
 P, Q_END, RHO = -2.0, 0.0, 0.1
@@ -154,23 +153,21 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="one small case (N = 2, K = 4, B = 1), one timed repeat")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed repeats per case, best taken (default 3, 1 with --quick)")
+    parser = arguments(__doc__, quick="one small case (N = 2, K = 4, B = 1), one timed repeat",
+                       repeats_help="timed repeats per case, best taken (default 3, 1 with "
+                                    "--quick)")
     parser.add_argument("--rtol", type=float, default=1e-8)
     parser.add_argument("--atol", type=float, default=1e-10)
     parser.add_argument("--gtol", type=float, default=1e-9,
                         help="L-BFGS-B projected-gradient tolerance (both gradients)")
     args = parser.parse_args(argv)
-    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    repeats = repeats_of(args, full=3)
     if repeats < 1:
         parser.error(f"--repeats must be at least 1, got {repeats}")
     cases = [(2, 4, 1)] if args.quick else [(2, 4, 1), (2, 16, 1), (4, 8, 1), (4, 8, 16),
                                             (8, 8, 1)]
     print("invimbed benchmark: optimize_control, imbedding vs adjoint gradients")
-    print(machine_info())
+    print(header(argv=argv))
     print(f"problem  : LQ, dz/dt = A z + B u on [p, q] = [{P:g}, {Q_END:g}], u piecewise "
           f"constant on K intervals, R = (|z|^2 + {RHO:g}|u|^2)/2, T = |z|^2/2")
     print(f"optimiser: L-BFGS-B from w = 0, gtol = {args.gtol:g}; solves RK45 rtol = "

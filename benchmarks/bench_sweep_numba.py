@@ -8,7 +8,7 @@ four pieces of ``[-1, 0]`` (``n_w = 8``, three restarts of the solver), and
 ``rtol=1e-6``, ``atol=1e-9``, the error estimate), ``backend="numpy"`` and
 ``backend="numba"``.
 
-Columns, per jet order ``K``: the best of ``--repeat`` solves on numpy and of twice as
+Columns, per jet order ``K``: the best of ``--repeats`` solves on numpy and of twice as
 many on numba (warm: the numba kernel loaded, the numpy provider's generated code
 built), timed in alternation (each round one numpy solve, then two numba solves: the
 speed of the shared machine drifts during a run, and both backends should see the same
@@ -20,12 +20,11 @@ Compilation, reported separately: ``first call`` is this process's first numba s
 ``--cold`` also runs one solve in a fresh process with an empty cache
 (``NUMBA_CACHE_DIR`` set to a new folder): the one-time compilation on a new machine.
 
-Run:  python benchmarks/bench_sweep_numba.py [--repeat 5] [--cold]
+Run:  python benchmarks/bench_sweep_numba.py [--repeats 5] [--cold]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -34,7 +33,7 @@ import time
 
 import numpy as np
 
-from _machine import alternating, machine_info
+from _machine import alternating, arguments, header
 import _pendulums as pend
 
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
@@ -65,11 +64,10 @@ def cold() -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5)
+    ap = arguments(__doc__, repeats=5, aliases=("--repeat",))
     ap.add_argument("--cold", action="store_true")
     args = ap.parse_args()
-    print(machine_info("numba", "sympy"))
+    print(header("numba", "sympy"))
     import invimbed
 
     CONTROLS["constant"] = invimbed.Constant(pend.VALUES[0])
@@ -89,7 +87,7 @@ def main() -> None:
                        for k in FIELDS)
             t_np, t_nb = alternating([lambda: solve(problem, K, "numpy", ctrl),
                                       lambda: solve(problem, K, "numba", ctrl)], [1, 2],
-                                     args.repeat)
+                                     args.repeats)
             print(f"{ctrl:>9} {K:>2} {1e3 * t_np:>11.2f} {1e3 * t_nb:>11.3f} "
                   f"{t_np / t_nb:>11.1f}x {diff:>11.1e} {res.nfev:>6}", flush=True)
 

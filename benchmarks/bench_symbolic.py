@@ -34,7 +34,6 @@ Run:  python benchmarks/bench_symbolic.py [--quick] [--repeats R]
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -44,7 +43,7 @@ from typing import Any, Callable
 import numpy as np
 
 import invimbed
-from _machine import machine_info
+from _machine import arguments, best_of, header, repeats_of
 from invimbed._core.derivatives import DerivativeOrderError
 from invimbed._core.derivatives.multiindex import n_coefficients
 
@@ -111,11 +110,8 @@ def best_time(fn: Callable[[], Any], repeats: int, min_time: float) -> float:
             break
         number *= max(2, int(min_time / max(elapsed, 1e-9)))
     best = elapsed / number
-    for _ in range(repeats - 1):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / number)
+    if repeats > 1:
+        best = min(best, best_of(fn, repeats - 1, number=number)[0])
     return best
 
 
@@ -130,11 +126,9 @@ def fmt_time(s: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="orders 1..3, B = 1 and 64, one timed repeat (a smoke test)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed repeats per case, the best is kept (default 5, quick 1)")
+    parser = arguments(__doc__, quick="orders 1..3, B = 1 and 64, one timed repeat (a smoke test)",
+                       repeats_help="timed repeats per case, the best is kept (default 5, "
+                                    "quick 1)")
     args = parser.parse_args(argv)
     # the numba column times a cold compile: generated code goes to a fresh, empty cache
     os.environ["INVIMBED_CACHE"] = tempfile.mkdtemp(prefix="invimbed-bench-")
@@ -150,10 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         numba = None
     orders = (1, 2, 3) if args.quick else (1, 2, 3, 4)
     batches = (1, 64) if args.quick else (1, 64, 1024)
-    repeats = args.repeats or (1 if args.quick else 5)
+    repeats = repeats_of(args, full=5)
     min_time = 0.02 if args.quick else 0.1
 
-    print(machine_info("sympy", "numba"))
+    print(header("sympy", "numba", argv=argv))
     print(f"problem  : coupled pendulums, N = {N}, M = {M}; repeats = {repeats}, "
           f"min. run {min_time} s")
     print()

@@ -39,13 +39,12 @@ Run:  python benchmarks/bench_taylor_mode.py [--quick] [--budget SECONDS]
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
 import numpy as np
 
-from _machine import machine_info
+from _machine import arguments, header
 from invimbed._core.derivatives.symbolic import SympyProvider
 
 
@@ -127,14 +126,13 @@ def sweep(taylor_mode: bool | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="N = 2, 4 and K = 1..3 only")
+    ap = arguments(__doc__, quick="N = 2, 4 and K = 1..3 only", timed=False)
     ap.add_argument("--budget", type=float, default=60.0,
                     help="stop the symbolic column after an order whose setup took longer")
     ap.add_argument("--sweep", action="store_true", help="time the tol sweep (see above)")
     ap.add_argument("--symbolic", action="store_true", help="--sweep with Taylor mode off")
     args = ap.parse_args(argv)
-    print(machine_info("sympy", "numba"))
+    print(header("sympy", "numba", argv=argv))
     if args.sweep:
         sweep(False if args.symbolic else None)
         return 0

@@ -19,7 +19,6 @@ within one run, and rerun.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -34,6 +33,7 @@ sys.path.insert(0, HERE)
 import _pendulums as P  # noqa: E402
 
 import invimbed  # noqa: E402
+from _machine import arguments, header  # noqa: E402
 
 
 def call(n: int, backend: str):
@@ -117,8 +117,7 @@ def numpy_threads(n: int, repeats: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=5)
+    ap = arguments(__doc__, repeats=5)
     ap.add_argument("--ns", type=int, nargs="+", default=[128, 1024, 8192])
     ap.add_argument("--numpy-n", type=int, default=1024)
     ap.add_argument("--numpy-child", type=int, default=None)
@@ -126,9 +125,7 @@ def main() -> None:
     if a.numpy_child is not None:
         numpy_child(a.numpy_child)
         return
-    from _machine import machine_info
-
-    print(machine_info("numba"))
+    print(header("numba"))
     numba_threads(a.ns, a.repeats)
     numpy_threads(a.numpy_n, max(2, a.repeats // 2))
 

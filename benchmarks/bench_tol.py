@@ -115,9 +115,9 @@ def err_over_tol(res: dict, ref: dict) -> np.ndarray:
 
 
 def main() -> None:
-    from _machine import machine_info
+    from _machine import header
 
-    print(machine_info("sympy"))
+    print(header("sympy"))
     print(f"\ncase: forced double pendulum (from_sympy, N = 4), 9 depths s = "
           f"{-DEPTHS[0]:g} .. {-DEPTHS[-1]:g}, tol = {TOL:g}; each run a fresh process\n")
     with tempfile.TemporaryDirectory() as folder:
@@ -156,18 +156,14 @@ def report(res: dict, ref: dict) -> None:
         print(f"  message: {res['message']}")
 
 
-def best_of(calls: dict, repeats: int) -> dict:
+def best_each(calls: dict, repeats: int) -> dict:
     """The best wall time of each of ``calls`` (name: a function of no argument), timed in
     alternation, ``repeats`` rounds after a warm-up round (code generation, caches), and
-    the last result of each."""
-    best, out = {k: np.inf for k in calls}, {}
-    for r in range(repeats + 1):
-        for k, fn in calls.items():
-            t0 = time.perf_counter()
-            out[k] = fn()
-            if r:
-                best[k] = min(best[k], time.perf_counter() - t0)
-    return {k: (best[k], out[k]) for k in calls}
+    the last result of each (`_machine.interleaved`)."""
+    from _machine import interleaved
+
+    timed = interleaved(list(calls.values()), repeats)
+    return {k: (t.best, t.result) for k, t in zip(calls, timed)}
 
 
 def default_rule(repeats: int = 3) -> None:
@@ -191,7 +187,7 @@ def default_rule(repeats: int = 3) -> None:
           f"{repeats} in alternation, load average {os.getloadavg()[0]:.1f}")
     for name, pb, x, depths, c, order in cases:
         ref = invimbed.solve_adjoint(pb, x, depths, control=c, rtol=1e-11, atol=1e-13)
-        got = best_of({rt: (lambda rt=rt: invimbed.solve_imbedding(
+        got = best_each({rt: (lambda rt=rt: invimbed.solve_imbedding(
             pb, x, depths, control=c, order=order, ratio_test=rt)) for rt in (True, False)},
             repeats)
         line = []
@@ -237,7 +233,7 @@ def robertson_bdf(repeats: int = 1) -> None:
     # with BDF creeps on at collapsed steps within its step budget for more than ten
     # minutes on the shared 2-core container, and RK45 stops at order 1 there: "stiff")
     for depths in (-np.array([0.01, 0.02, 0.04]), -np.array([0.01, 0.1])):
-        got = best_of({m: (lambda m=m: invimbed.solve_imbedding(pb, x, depths, tol=1e-4,
+        got = best_each({m: (lambda m=m: invimbed.solve_imbedding(pb, x, depths, tol=1e-4,
                                                                  method=m))
                        for m in ("BDF", "RK45")}, repeats)
         for m, (t, res) in got.items():
@@ -249,11 +245,22 @@ def robertson_bdf(repeats: int = 1) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":     # the timed fresh process
         child(sys.argv[2], sys.argv[3])
-    elif len(sys.argv) > 1 and sys.argv[1] == "--default-rule":
-        default_rule()
-    elif len(sys.argv) > 1 and sys.argv[1] == "--robertson":
-        robertson_bdf()
     else:
-        main()
+        from _machine import arguments
+
+        ap = arguments(__doc__, repeats_help="--default-rule, --robertson: timed rounds, the "
+                                             "best kept (default 3 and 1)")
+        which = ap.add_mutually_exclusive_group()
+        which.add_argument("--default-rule", action="store_true",
+                           help="the default rule's guard: its cost")
+        which.add_argument("--robertson", action="store_true",
+                           help="BDF against RK45 at tol=1e-4 on Robertson's kinetics")
+        args = ap.parse_args()
+        if args.default_rule:
+            default_rule(args.repeats or 3)
+        elif args.robertson:
+            robertson_bdf(args.repeats or 1)
+        else:
+            main()

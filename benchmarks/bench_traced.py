@@ -31,15 +31,12 @@ Run:  python benchmarks/bench_traced.py [--n 128 1024] [--repeats 5] [--referenc
 
 from __future__ import annotations
 
-import argparse
+import _ensemble_cases as E    # first: one thread per tool, before numpy / jax load
 import time
-
-import bench_ensemble as E      # sets the thread variables before numpy / jax load
-import numpy as np
 
 import _pendulums as P
 import invimbed
-from _machine import machine_info
+from _machine import arguments, header, repeats_of
 
 # the per-sample @njit pendulum of bench_backends.py, from _coupled_njit.py (the constants of _pendulums.py)
 from _coupled_njit import R1 as R, T1 as T, f1 as f  # noqa: E402
@@ -77,14 +74,17 @@ def one_time_costs() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n", type=int, nargs="+", default=[128, 1024])
-    ap.add_argument("--repeats", type=int, default=5)
+    ap = arguments(__doc__, quick="n = 128 only, one timed repeat",
+                   repeats_help="timed repeats, best taken (default 5, 1 with --quick)")
+    ap.add_argument("--n", type=int, nargs="+", default=None,
+                    help="depth counts (default 128 1024; 128 with --quick)")
     ap.add_argument("--reference-max-n", type=int, default=128)
     args = ap.parse_args(argv)
+    args.n = args.n or ([128] if args.quick else [128, 1024])
+    args.repeats = repeats_of(args, full=5)
     print("invimbed benchmark: per-sample @njit functions on the numba ensemble vs diffrax")
-    print(machine_info("sympy", "numba", "jax", "diffrax"))
-    have_diffrax = E._have("diffrax") and E._have("jax")
+    print(header("sympy", "numba", "jax", "diffrax", argv=argv))
+    have_diffrax = E.have("diffrax") and E.have("jax")
     print(one_time_costs())
     pbs = problems()
     rows = []

@@ -6,7 +6,7 @@ n)``, one input ``X0``, ``rtol = 1e-8``, ``atol = 1e-10``. Rows (how the problem
 written; no derivatives are given except by ``from_sympy``):
 
 * ``vectorised, no flags``: ``BolzaProblem(f, R, T, vectorized=True)`` with numpy
-  functions of whole batches (``bench_core.f``, ``R``, ``T``; finite differences);
+  functions of whole batches (``_pendulums.f``, ``R``, ``T``; finite differences);
 * ``vectorised, autonomous=True``: the same with ``autonomous=True``;
 * ``vectorised, scalar t only``: the same functions behind ``float(t)``, which takes a
   scalar ``t`` only: they run once per distinct time (the result warns, ``"scalar_time"``);
@@ -20,7 +20,7 @@ Columns: ``solve_adjoint(strategy="ensemble")`` with ``backend="numpy"`` and
 ``backend="numba"`` (vectorised functions do not run on numba: ``n/a``); the reference
 rows below the table are the same problem written for diffrax (``jax.jit(jax.vmap(...))``,
 Tsit5, ``dJ/dp = -(lam . f + R)``) and CasADi (CVODES Adams with ``Function.map`` over 2
-threads, and the BDF loop), built by ``bench_ensemble.py``'s own code. Each cell: the best
+threads, and the BDF loop), built by ``_ensemble_cases.py`` (as in ``bench_ensemble.py``). Each cell: the best
 of ``R`` timed calls after one untimed warm-up (numba compilation, sympy code generation),
 and ``norm``, the worst of ``max|a - b| / max|b|`` over the five fields against the tight
 per-depth reference. A call whose warm-up exceeds ``--max-call-seconds`` is timed by that
@@ -34,20 +34,14 @@ per-sample ``@njit`` functions (target <= 3x) and for ``from_sympy``, the docume
 fastest way to write the problem (target <= 1.5x); each cell over diffrax.
 
 Run:  python benchmarks/bench_user_styles.py [--n 128 1024] [--repeats 3]
-      [--max-call-seconds 30]
-(also run at the end of ``python benchmarks/bench_ensemble.py``).
+      [--max-call-seconds 30] [--quick]
+(also run, as ``--table-only``, at the end of ``python benchmarks/bench_ensemble.py``).
 """
 
 from __future__ import annotations
 
-import os
-
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
-                                   "intra_op_parallelism_threads=1")
-
-import argparse  # noqa: E402
+# first: one thread per tool (BLAS, OpenMP, numba, XLA), before numpy or jax load
+import _ensemble_cases as E  # isort: skip
 import sys  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Callable  # noqa: E402
@@ -56,8 +50,7 @@ import numpy as np  # noqa: E402
 
 import invimbed  # noqa: E402
 import _pendulums as P  # noqa: E402
-import bench_core  # noqa: E402
-from _machine import machine_info  # noqa: E402
+from _machine import arguments, best_of, header, repeats_of  # noqa: E402
 
 TOL = (1e-8, 1e-10)
 STYLES = ("vectorised, no flags", "vectorised, autonomous=True", "vectorised, scalar t only",
@@ -94,7 +87,7 @@ def njit_functions() -> tuple[Callable, Callable, Callable]:
 
 def make(style: str) -> invimbed.BolzaProblem:
     """The problem written in ``style`` (one of `STYLES`)."""
-    f, R, T = bench_core.f, bench_core.R, bench_core.T
+    f, R, T = P.f, P.R, P.T
     if style == "vectorised, no flags":
         return invimbed.BolzaProblem(f, R, T, q=P.Q, vectorized=True)
     if style == "vectorised, autonomous=True":
@@ -125,17 +118,11 @@ class Cell:
     """One timed call: best of ``repeats`` after a warm-up, or the warm-up alone."""
 
     def __init__(self, call: Callable[[], Any], repeats: int, cap: float) -> None:
-        t0 = time.perf_counter()
-        self.result = call()
-        self.first = time.perf_counter() - t0
+        self.first, self.result = best_of(call, 1)
         self.best, self.once = self.first, True
         if self.first <= cap:
             self.once = False
-            self.best = float("inf")
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                self.result = call()
-                self.best = min(self.best, time.perf_counter() - t0)
+            self.best, self.result = best_of(call, repeats)
 
     def text(self) -> str:
         return f"{1e3 * self.best:.1f}{'*' if self.once else ''}"
@@ -148,8 +135,6 @@ def _fmt(cell: Cell | None, why: str = "n/a") -> str:
 def table(ns: list[int], repeats: int, cap: float, tools: dict[str, bool],
           numba_ok: bool) -> dict[tuple, Any]:
     """Measure and print the table; returns ``{(n, row, column): Cell or seconds}``."""
-    import bench_ensemble as E
-
     cells: dict[tuple, Any] = {}
     problems = {s: make(s) for s in STYLES if numba_ok or s != "per-sample @njit"}
     last: dict[tuple, tuple[int, float]] = {}      # (style, backend) -> (n, seconds)
@@ -244,10 +229,8 @@ def targets(cells: dict[tuple, Any], ns: list[int]) -> list[str]:
 
 
 def run(ns: list[int], repeats: int, cap: float, numba_ok: bool | None = None) -> None:
-    """The table and its targets (what `bench_ensemble.main` calls)."""
-    import bench_ensemble as E
-
-    tools = {"casadi": E._have("casadi"), "diffrax": E._have("diffrax") and E._have("jax")}
+    """The table and its targets (``--table-only``: what `bench_ensemble.main` runs)."""
+    tools = {"casadi": E.have("casadi"), "diffrax": E.have("diffrax") and E.have("jax")}
     if numba_ok is None:
         notes: list[str] = []
         numba_ok = E.prepare_numba(False, notes)
@@ -319,21 +302,31 @@ def rigid_body(repeats: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, nargs="+", default=[128, 1024])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = arguments(__doc__, quick="n = 128 only, one timed repeat", repeats_help=
+                       "timed repeats per cell, best taken (default 3, 1 with --quick)")
+    parser.add_argument("--n", type=int, nargs="+", default=None,
+                        help="depth counts (default 128 1024; 128 with --quick)")
     parser.add_argument("--max-call-seconds", type=float, default=30.0)
     parser.add_argument("--rigid-body-only", action="store_true",
                         help="run only the issue's rigid body (no table)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="run only the table (no machine lines, no rigid body): what "
+                             "bench_ensemble.py runs at its end")
+    parser.add_argument("--no-numba", action="store_true",
+                        help="skip the numba column (bench_ensemble.py found it does not run)")
     args = parser.parse_args(argv)
-    print(machine_info("sympy", "numba", "casadi", "jax", "diffrax"))
+    ns = args.n or ([128] if args.quick else [128, 1024])
+    repeats = repeats_of(args, full=3)
+    if args.table_only:
+        run(ns, repeats, args.max_call_seconds, numba_ok=False if args.no_numba else None)
+        return 0
+    print(header("sympy", "numba", "casadi", "jax", "diffrax", argv=argv))
     t0 = time.perf_counter()
     if not args.rigid_body_only:
-        run(args.n, args.repeats, args.max_call_seconds)
-    print("\n".join(rigid_body(args.repeats)))
+        run(ns, repeats, args.max_call_seconds, numba_ok=False if args.no_numba else None)
+    print("\n".join(rigid_body(repeats)))
     print(f"total {time.perf_counter() - t0:.1f} s")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -69,6 +69,7 @@ if "--simulate" in sys.argv:      # before numba is imported (it reads the varia
 import numpy as np
 
 import invimbed
+from _machine import arguments
 
 # the public name (invimbed.array_namespace) once the package exports it
 array_namespace = getattr(invimbed, "array_namespace", None)
@@ -220,8 +221,7 @@ def table(results: list[dict], sizes: list[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="B = 1024 and 16384, one repeat")
+    ap = arguments(__doc__, quick="B = 1024 and 16384, one repeat", repeats=3, json_out=True)
     ap.add_argument("--sizes", type=int, nargs="+", help="batch sizes B "
                     "(default 1024 16384 65536)")
     ap.add_argument("--backends", nargs="+", choices=BACKENDS, default=["cupy", "numpy-fd"],
@@ -231,8 +231,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the correctness check")
     ap.add_argument("--cap", type=float, default=30.0,
                     help="skip a size predicted to take more seconds per call (default 30)")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--json", help="write the measurements to this file")
     ap.add_argument("--targets", action="store_true",
                     help="the CUDA kernels against the issue's targets (section 3)")
     ap.add_argument("--simulate", action="store_true",
@@ -245,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.targets:
         return targets_main(args)
     sizes = args.sizes or ([1024, 16384] if args.quick else [1024, 16384, 65536])
-    repeats = 1 if args.quick else args.repeats
+    repeats = 1 if args.quick else args.repeats   # --quick: one repeat, whatever --repeats says
     cupy, reason = gpu_or_reason()
     backends = list(args.backends)
     if cupy is None:

@@ -47,6 +47,9 @@ def problem() -> invimbed.BolzaProblem:
 
 
 def solve(intervals: int = 100, **kwargs):
+    # KKT tol 1e-8: at the default 1e-6 the exact Hessian's IPOPT stops (rightly, within
+    # it) at H = 2 + 3e-6, short of the 1e-6 agreement with the published time we check
+    kwargs.setdefault("tol", 1e-8)
     return invimbed.solve_ocp(problem(), X0, grid=SPEC["grid"](intervals), control_bounds=BOUNDS,
                               final_state=TARGET, free_horizon=True, **kwargs)
 
