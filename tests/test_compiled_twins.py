@@ -156,43 +156,110 @@ def _ptx_compiler():
     return cuda.compile_ptx
 
 
+def _device_signatures():
+    """Each shared piece with the argument types a kernel gives it: the step arithmetic
+    (`_ensemble_parts`), the jet products (`_numba_kernels`) and the Taylor tape
+    interpreter (`_taylor_numba.run_row` and what it calls)."""
+    import sympy as sp
+    from numba import typeof, types
+
+    from invimbed._backends import _numba_kernels as kern
+    from invimbed._backends._numba import _jet_tables
+    from invimbed._core.derivatives import _taylor_numba as tay
+    from invimbed._core.derivatives._tape import build_tape
+
+    f8, i8, b1 = types.float64, types.int64, types.boolean
+    v, m, iv = types.float64[::1], types.float64[:, ::1], types.int64[::1]
+    sigs = [(parts, {
+        "error_scale": (f8, f8, f8, f8), "grow_factor": (f8, b1, f8, f8, f8),
+        "shrink_factor": (f8, f8, f8, f8), "first_guess": (f8, f8, f8),
+        "second_guess": (f8, f8, f8, i8, f8), "_rms": (v,), "_fmin": (f8, f8),
+        "_fmax": (f8, f8), "_finite": (v,), "_next_stop": (f8, f8, f8, v),
+        "_piece": (v, f8, f8), "_dense_z": (f8, m, i8, iv, i8, i8, v),
+        "initial_step_h0": (v, v, f8, f8, f8, v),
+        "initial_step": (v, v, v, f8, f8, f8, f8, i8, f8, v),
+        "stage_state": (v, m, m, i8, f8, i8, v), "weighted_step": (v, m, v, i8, f8, i8, v),
+        "scaled_error": (v, v, m, v, i8, f8, f8, f8, i8, v),
+        "dense_coefficient": (m, m, i8, i8, i8)})]
+    N, nw = 2, 2
+    tab = _jet_tables(N, 1)
+    ops = kern.jet_scratch(N, nw, 10, np.array([kern.operator_size(N, tab)]))
+    sigs.append((kern, {
+        "jet_rhs": (i8, i8, i8, i8, typeof(tab), m, v, types.float64[:, :, ::1], m, v, i8, v,
+                    typeof(ops), i8, m, m, iv, types.int64[:, ::1], v),
+        "_stage_input": (v, m, m, i8, f8, v), "_step": (v, m, v, f8)}))
+    t, a, b = sp.symbols("t a b")
+    tape = build_tape(sp, [sp.exp(a) * sp.sin(a * b) + abs(b), sp.atan(a) ** 3], t, [a, b],
+                      [a, b], [b])
+    ptr, ib, io = tay.plan(2, 4)
+    C = 15
+    row = (tape.ops, tape.par, tape.kind, tape.outputs, 0.0, np.array([0.3, 0.2]), 4, 2, ptr,
+           ib, io, np.zeros((len(tape.ops), 2, C)), np.zeros((7, C + 2)),
+           np.zeros((2, 2, C)), tay.lengths(tape.ops, tape.kind, 4, 2))
+    sigs.append((tay, {"run_row": tuple(typeof(x) for x in row),
+                       "series_into": (i8, f8, f8, i8, v)}))
+    return sigs
+
+
+def _cuda_exp():
+    """numba-cuda 0.30 types ``np.exp`` of a scalar but has no lowering for it (its table
+    of ufuncs lacks it): the one the CUDA kernels register, by ``math.exp``."""
+    import math
+
+    from numba.cuda import ufuncs
+    from numba.cuda.mathimpl import get_unary_impl_for_fn_and_ty
+
+    def exp(context, builder, sig, args):
+        return get_unary_impl_for_fn_and_ty(math.exp, sig.args[0])(context, builder, sig,
+                                                                    args)
+
+    return ufuncs.ufunc_db(), {"d->d": exp, "f->f": exp}
+
+
 @pytest.mark.slow
 def test_shared_pieces_are_cuda_device_functions(monkeypatch):
-    """Every piece the compiled kernels share (`_ensemble_parts`), and the step rules,
-    compile as numba-cuda device functions as written (no allocation, no numpy call the
-    CUDA target lacks): what the CUDA kernels reuse. PTX for compute capability 8.0;
-    without a GPU, the callees' compilation is told that capability (numba-cuda asks
-    the current device for it)."""
+    """Every piece the compiled kernels share (the step arithmetic and rules, the jet
+    products, the Taylor tape interpreter) compiles as a numba-cuda device function as
+    written (no allocation, no slice copies, no numpy call the CUDA target lacks but
+    ``np.exp``): what the CUDA kernels reuse. PTX for compute capability 8.0; without a
+    GPU, the callees' compilation is told that capability (numba-cuda asks the current
+    device for it)."""
     compile_ptx = _ptx_compiler()
     if compile_ptx is None:
         pytest.skip("numba-cuda's compiler (NVVM) is not available on this machine")
     from types import SimpleNamespace
 
     import numba.cuda.dispatcher as cuda_dispatcher
-    from numba import cuda, types
+    from numba import cuda
 
     if not cuda.is_available():
         monkeypatch.setattr(cuda_dispatcher, "get_current_device",
                             lambda: SimpleNamespace(compute_capability=(8, 0)))
+    db, exp = _cuda_exp()
+    if np.exp not in db:
+        monkeypatch.setitem(db, np.exp, exp)
+    for module, sigs in _device_signatures():
+        for name, sig in sigs.items():
+            compile_ptx(getattr(module, name).py_func, sig, device=True, cc=(8, 0))
 
-    f8, i8, b1 = types.float64, types.int64, types.boolean
-    v, m = types.float64[::1], types.float64[:, ::1]
-    sigs = {
-        "error_scale": (f8, f8, f8, f8), "grow_factor": (f8, b1, f8, f8, f8),
-        "shrink_factor": (f8, f8, f8, f8), "first_guess": (f8, f8, f8),
-        "second_guess": (f8, f8, f8, i8, f8), "_block": (v, i8, i8), "_pairwise": (v, i8, i8),
-        "_sum_squares": (v,), "_rms": (v,), "_fmin": (f8, f8), "_fmax": (f8, f8),
-        "_finite": (v,), "_search": (v, f8, b1), "_next_stop": (f8, f8, f8, v),
-        "_piece": (v, f8, f8), "_dense_z": (f8, m, i8, types.int64[::1], i8, i8, v),
-        "initial_step_h0": (v, v, f8, f8, f8, v),
-        "initial_step": (v, v, v, f8, f8, f8, f8, i8, f8, v),
-        "_weighted_rows": (m, v, i8, i8, v), "stage_state": (v, m, m, i8, f8, i8, v),
-        "weighted_step": (v, m, v, i8, f8, i8, v),
-        "scaled_error": (v, v, m, v, i8, f8, f8, f8, i8, v),
-        "dense_coefficient": (m, m, i8, i8, i8),
-    }
-    for name, sig in sigs.items():
-        compile_ptx(getattr(parts, name).py_func, sig, device=True, cc=(8, 0))
+
+def test_taylor_series_have_one_source():
+    """The compiled tape interpreter's univariate series are the numpy evaluator's
+    function, compiled; on one point and on a batch they agree to rounding (numpy's
+    vectorised ``tan``, ``sin``... and libm's differ in the last bit, which the
+    recurrences carry on)."""
+    from invimbed._core.derivatives import _taylor_numba, _univariate
+
+    assert _taylor_numba.series_into.py_func is _univariate.series_into
+    c = np.array([0.3, -0.2, 0.7])
+    for code in range(15):
+        x = c + (1.5 if code == 13 else 0.0)
+        with np.errstate(all="ignore"):
+            batch = _univariate.series(code, x, 2.5, 5)
+        for i in range(x.size):
+            g = np.zeros(6)
+            _taylor_numba.series_into(code, x[i], 2.5, 5, g)
+            np.testing.assert_allclose(g, batch[:, i], rtol=1e-13, atol=1e-15)
 
 
 def test_numba_adjoint_equations_equal_numpy():
