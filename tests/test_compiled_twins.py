@@ -106,7 +106,7 @@ def test_step_factors_compiled_equal_numpy(name):
     with np.errstate(divide="ignore"):
         scipy_grow = np.where(norms == 0, MAX_FACTOR,
                               np.minimum(MAX_FACTOR, SAFETY * norms ** exponent))
-    scipy_shrink = np.maximum(MIN_FACTOR, SAFETY * norms ** exponent)
+        scipy_shrink = np.maximum(MIN_FACTOR, SAFETY * norms ** exponent)
     for rejected in (False, True):
         grow, shrink = step_factors(norms, np.ones(norms.size, bool),
                                     np.full(norms.size, rejected), exponent)
