@@ -323,3 +323,25 @@ def test_one_embedded_step_compiled_equals_numpy(name, h):
     assert np.all(np.abs(Q - K.T @ tab.P) <= 1e-13 * (np.abs(K.T) @ np.abs(tab.P)))
     # the step is a step: y_new near the exact flow, to the method's order
     assert np.abs(y_new - expm(h * L) @ Y0).max() < abs(h) ** (tab.order + 1)
+
+
+def test_kernels_take_their_arguments_in_bundles():
+    """The compiled kernels take, beyond the item, the evaluator, the functions and the
+    plan, a few flat bundles (`invimbed._backends._bundles`), each built in one place:
+    no kernel takes more than 15 arguments (they took 25 to 46), and no bundle holds a
+    tuple (numba's ``prange`` loops cannot pass one nested in an argument)."""
+    import inspect
+
+    import invimbed._backends._bundles as bundles
+    from invimbed._backends import _ensemble_kernels, _numba_kernels, _sweep_kernels
+
+    for kernel in (_sweep_kernels.sweep_one, _sweep_kernels.sweep_rows,
+                   _numba_kernels._jet_sweep_one, _numba_kernels.jet_sweep,
+                   _ensemble_kernels._row, _ensemble_kernels.ensemble_rows):
+        fn = getattr(kernel, "py_func", kernel)
+        assert len(inspect.signature(fn).parameters) <= 15, fn.__name__
+    x = np.zeros((3, 2))
+    jet = bundles.jet(x, 0.0, 1, 2, [1, 2])
+    assert list(jet.cZs) == [3, 6] and list(jet.cVs) == [6, 10]
+    assert list(jet.offs) == [0, 2 * 3 + 6 * 3] and jet.size == 24 + 2 * 6 + 10 * 3
+    assert not any(isinstance(v, tuple) for v in jet)
