@@ -370,7 +370,7 @@ def memory_bytes(n: int, B: int, N: int, n_orders: int, width: int, size: int, c
                 + B * cap * (2 + size * (1 + kq)))
     threads = int(_types()["numba"].config.NUMBA_NUM_THREADS)     # as `_workspace`
     nodes = sum(t[0].shape[0] for t in tapes[:2]) * Df + tapes[2][0].shape[0]
-    work = 8 * threads * (nodes * CF + size * (stages + kq + 6) + (N + 1) * (Df + 4) * CF)
+    work = 8 * threads * (nodes * CF + size * (stages + kq + 6) + (N + 1) * (Df + 5) * (CF + 2))
     return held, work
 
 
