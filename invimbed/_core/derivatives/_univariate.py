@@ -26,7 +26,8 @@ def series(code: int, c: np.ndarray, r: float, J: int) -> np.ndarray:
 def series_into(code: int, c: Any, r: float, J: int, g: Any) -> None:
     """`series` into ``g[:J + 1]``: at the points ``c`` (B,) into ``g`` (J + 1, B), or at
     one point ``c`` into ``g`` (J + 1,). Unary functions by their closed forms or by the
-    recurrences of their differential equations (docs/theory.md, "Taylor mode")."""
+    recurrences of their differential equations (docs/derivatives.md, "`from_sympy` in
+    detail": Taylor mode)."""
     if code == 0:                                   # exp
         e = np.exp(c)
         fact = 1.0

@@ -10,7 +10,7 @@ propagates, as in numpy), allocates nothing and branches on nothing that an arra
 hold.
 
 The rules (scipy's ``RungeKutta._step_impl`` and ``select_initial_step``; Hairer, Norsett
-& Wanner, II.4; docs/theory.md, "Integrators"):
+& Wanner, II.4; docs/performance.md, "The compiled adaptive sweep"):
 
 * the error of a step is measured entry by entry against
   ``atol + rtol max(|y|, |y_new|)`` (`error_scale`), and its RMS norm decides: below 1
