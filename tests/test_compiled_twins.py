@@ -1,9 +1,12 @@
 """Each compiled method held equal to its numpy twin, generated from the registry of methods
 (`invimbed._core.integrators.methods`): one fixed step of every fixed-step tableau (the
 numba sweep's `_stage_input` and `_step` against `fixed.run_schedule`), and the step-size
-rules of every embedded pair (the compiled `initial_step` and step factors of
-`invimbed._backends._ensemble_parts` against `ensemble._initial_step` and
-`ensemble.step_factors`), on a small linear problem, to 1e-13."""
+rules of every embedded pair (the compiled `initial_step` of
+`invimbed._backends._ensemble_parts` against `ensemble._initial_step`, which applies the
+same rules vectorised), on a small linear problem, to 1e-13. The step factors and the
+error scale have one source (`invimbed._core.integrators.rules`), which both paths call:
+checked by identity, by value against scipy's rule, and, where numba-cuda's compiler is
+found, by compiling every shared piece as a CUDA device function."""
 
 from __future__ import annotations
 
@@ -79,22 +82,184 @@ def test_initial_step_compiled_equals_numpy(name, rtol, atol):
     assert 0 < h <= span
 
 
+def test_step_rules_have_one_source():
+    """The compiled step rules are `rules`' functions, compiled; the numpy ensemble calls
+    the same functions (its `step_factors` and error norm go through them)."""
+    from invimbed._core.integrators import ensemble, rules
+
+    for name in ("grow_factor", "shrink_factor", "error_scale", "first_guess",
+                 "second_guess"):
+        assert getattr(parts, name).py_func is getattr(rules, name), name
+    assert ensemble.grow_factor is rules.grow_factor
+    assert ensemble.shrink_factor is rules.shrink_factor
+    assert ensemble.error_scale is rules.error_scale
+
+
 @pytest.mark.parametrize("name", EMBEDDED)
 def test_step_factors_compiled_equal_numpy(name):
+    """The one rule on scalars (compiled) and on arrays (numpy's `step_factors`), and
+    against scipy's formula written out here: ``min(10, 0.9 norm^e)`` (10 at norm 0),
+    at most 1 after a rejection; ``max(0.2, 0.9 norm^e)`` (0.2 after a non-finite
+    stage)."""
     exponent = -1.0 / (METHODS[name].tableau.error_order + 1)
     norms = np.array([0.0, 1e-9, 0.3, 0.999, 1.0, 2.5, 1e6])
+    with np.errstate(divide="ignore"):
+        scipy_grow = np.where(norms == 0, MAX_FACTOR,
+                              np.minimum(MAX_FACTOR, SAFETY * norms ** exponent))
+        scipy_shrink = np.maximum(MIN_FACTOR, SAFETY * norms ** exponent)
     for rejected in (False, True):
         grow, shrink = step_factors(norms, np.ones(norms.size, bool),
                                     np.full(norms.size, rejected), exponent)
+        want = np.minimum(1.0, scipy_grow) if rejected else scipy_grow
+        np.testing.assert_array_equal(grow, want)
+        np.testing.assert_array_equal(shrink, scipy_shrink)
         for k, norm in enumerate(norms):
-            np.testing.assert_allclose(
-                parts.grow_factor(norm, rejected, SAFETY, MAX_FACTOR, exponent), grow[k],
-                rtol=1e-13, atol=0)
-            np.testing.assert_allclose(
-                parts.shrink_factor(norm, SAFETY, MIN_FACTOR, exponent), shrink[k],
-                rtol=1e-13, atol=0)
+            assert parts.grow_factor(norm, rejected, SAFETY, MAX_FACTOR, exponent) == grow[k]
+            assert parts.shrink_factor(norm, SAFETY, MIN_FACTOR, exponent) == shrink[k]
     assert grow[0] == 1.0 and step_factors(norms[:1], np.ones(1, bool), np.zeros(1, bool),
                                            exponent)[0][0] == MAX_FACTOR
+    _, shrink = step_factors(np.array([np.nan, 3.0]), np.array([False, False]),
+                             np.zeros(2, bool), exponent)
+    np.testing.assert_array_equal(shrink, [MIN_FACTOR, MIN_FACTOR])
+
+
+def test_pairwise_norm_is_numpys():
+    """The compiled RMS norm adds as numpy's pairwise summation does (bit for bit), for
+    sizes up to and across several levels of numpy's tree (blocks of 128), without
+    allocating (the sum of a left half is kept in the consumed input)."""
+    rng = np.random.default_rng(5)
+    for n in [0, 1, 7, 8, 9, 127, 128, 129, 135, 136, 255, 256, 257, 1000, 1031, 4097,
+              33333]:
+        a = rng.standard_normal(n) * 10.0 ** rng.integers(-6, 6, n)
+        want = np.sqrt(np.mean(a * a)) if n else 0.0
+        assert parts._rms(a.copy()) == want, n
+
+
+def test_search_is_searchsorted():
+    """`_search` (the kernels' bisection, also a device function) against numpy."""
+    stops = np.array([-1.0, -0.5, -0.5, 0.0, 2.0])
+    for v in (-2.0, -1.0, -0.7, -0.5, 0.0, 1.0, 2.0, 3.0):
+        for right in (True, False):
+            assert parts._search(stops, v, right) == np.searchsorted(
+                stops, v, side="right" if right else "left")
+    assert parts._search(np.empty(0), 1.0, True) == 0
+
+
+def _ptx_compiler():
+    """numba-cuda's ``compile_ptx`` where it can compile here (it needs NVVM, not a GPU),
+    else None."""
+    try:
+        from numba import cuda, float64
+        cuda.compile_ptx(lambda a: abs(a), (float64,), device=True, cc=(8, 0))
+    except Exception:   # no numba-cuda, or no NVVM: nothing to compile with
+        return None
+    return cuda.compile_ptx
+
+
+def _device_signatures():
+    """Each shared piece with the argument types a kernel gives it: the step arithmetic
+    (`_ensemble_parts`), the jet products (`_numba_kernels`) and the Taylor tape
+    interpreter (`_taylor_numba.run_row` and what it calls)."""
+    import sympy as sp
+    from numba import typeof, types
+
+    from invimbed._backends import _numba_kernels as kern
+    from invimbed._backends._numba import _jet_tables
+    from invimbed._core.derivatives import _taylor_numba as tay
+    from invimbed._core.derivatives._tape import build_tape
+
+    f8, i8, b1 = types.float64, types.int64, types.boolean
+    v, m, iv = types.float64[::1], types.float64[:, ::1], types.int64[::1]
+    sigs = [(parts, {
+        "error_scale": (f8, f8, f8, f8), "grow_factor": (f8, b1, f8, f8, f8),
+        "shrink_factor": (f8, f8, f8, f8), "first_guess": (f8, f8, f8),
+        "second_guess": (f8, f8, f8, i8, f8), "_rms": (v,), "_fmin": (f8, f8),
+        "_fmax": (f8, f8), "_finite": (v,), "_next_stop": (f8, f8, f8, v),
+        "_piece": (v, f8, f8), "_dense_z": (f8, m, i8, iv, i8, i8, v),
+        "initial_step_h0": (v, v, f8, f8, f8, v),
+        "initial_step": (v, v, v, f8, f8, f8, f8, i8, f8, v),
+        "stage_state": (v, m, m, i8, f8, i8, v), "weighted_step": (v, m, v, i8, f8, i8, v),
+        "scaled_error": (v, v, m, v, i8, f8, f8, f8, i8, v),
+        "dense_coefficient": (m, m, i8, i8, i8)})]
+    N, nw = 2, 2
+    tab = _jet_tables(N, 1)
+    ops = kern.jet_scratch(N, nw, 10, np.array([kern.operator_size(N, tab)]))
+    sigs.append((kern, {
+        "jet_rhs": (i8, i8, i8, i8, typeof(tab), m, v, types.float64[:, :, ::1], m, v, i8, v,
+                    typeof(ops), i8, m, m, iv, types.int64[:, ::1], v),
+        "_stage_input": (v, m, m, i8, f8, v), "_step": (v, m, v, f8)}))
+    t, a, b = sp.symbols("t a b")
+    tape = build_tape(sp, [sp.exp(a) * sp.sin(a * b) + abs(b), sp.atan(a) ** 3], t, [a, b],
+                      [a, b], [b])
+    ptr, ib, io = tay.plan(2, 4)
+    C = 15
+    row = (tape.ops, tape.par, tape.kind, tape.outputs, 0.0, np.array([0.3, 0.2]), 4, 2, ptr,
+           ib, io, np.zeros((len(tape.ops), 2, C)), np.zeros((7, C + 2)),
+           np.zeros((2, 2, C)), tay.lengths(tape.ops, tape.kind, 4, 2))
+    sigs.append((tay, {"run_row": tuple(typeof(x) for x in row),
+                       "series_into": (i8, f8, f8, i8, v)}))
+    return sigs
+
+
+def _cuda_exp():
+    """numba-cuda 0.30 types ``np.exp`` of a scalar but has no lowering for it (its table
+    of ufuncs lacks it): the one the CUDA kernels register, by ``math.exp``."""
+    import math
+
+    from numba.cuda import ufuncs
+    from numba.cuda.mathimpl import get_unary_impl_for_fn_and_ty
+
+    def exp(context, builder, sig, args):
+        return get_unary_impl_for_fn_and_ty(math.exp, sig.args[0])(context, builder, sig,
+                                                                    args)
+
+    return ufuncs.ufunc_db(), {"d->d": exp, "f->f": exp}
+
+
+@pytest.mark.slow
+def test_shared_pieces_are_cuda_device_functions(monkeypatch):
+    """Every piece the compiled kernels share (the step arithmetic and rules, the jet
+    products, the Taylor tape interpreter) compiles as a numba-cuda device function as
+    written (no allocation, no slice copies, no numpy call the CUDA target lacks but
+    ``np.exp``): what the CUDA kernels reuse. PTX for compute capability 8.0; without a
+    GPU, the callees' compilation is told that capability (numba-cuda asks the current
+    device for it)."""
+    compile_ptx = _ptx_compiler()
+    if compile_ptx is None:
+        pytest.skip("numba-cuda's compiler (NVVM) is not available on this machine")
+    from types import SimpleNamespace
+
+    import numba.cuda.dispatcher as cuda_dispatcher
+    from numba import cuda
+
+    if not cuda.is_available():
+        monkeypatch.setattr(cuda_dispatcher, "get_current_device",
+                            lambda: SimpleNamespace(compute_capability=(8, 0)))
+    db, exp = _cuda_exp()
+    if np.exp not in db:
+        monkeypatch.setitem(db, np.exp, exp)
+    for module, sigs in _device_signatures():
+        for name, sig in sigs.items():
+            compile_ptx(getattr(module, name).py_func, sig, device=True, cc=(8, 0))
+
+
+def test_taylor_series_have_one_source():
+    """The compiled tape interpreter's univariate series are the numpy evaluator's
+    function, compiled; on one point and on a batch they agree to rounding (numpy's
+    vectorised ``tan``, ``sin``... and libm's differ in the last bit, which the
+    recurrences carry on)."""
+    from invimbed._core.derivatives import _taylor_numba, _univariate
+
+    assert _taylor_numba.series_into.py_func is _univariate.series_into
+    c = np.array([0.3, -0.2, 0.7])
+    for code in range(15):
+        x = c + (1.5 if code == 13 else 0.0)
+        with np.errstate(all="ignore"):
+            batch = _univariate.series(code, x, 2.5, 5)
+        for i in range(x.size):
+            g = np.zeros(6)
+            _taylor_numba.series_into(code, x[i], 2.5, 5, g)
+            np.testing.assert_allclose(g, batch[:, i], rtol=1e-13, atol=1e-15)
 
 
 def test_numba_adjoint_equations_equal_numpy():
@@ -158,3 +323,25 @@ def test_one_embedded_step_compiled_equals_numpy(name, h):
     assert np.all(np.abs(Q - K.T @ tab.P) <= 1e-13 * (np.abs(K.T) @ np.abs(tab.P)))
     # the step is a step: y_new near the exact flow, to the method's order
     assert np.abs(y_new - expm(h * L) @ Y0).max() < abs(h) ** (tab.order + 1)
+
+
+def test_kernels_take_their_arguments_in_bundles():
+    """The compiled kernels take, beyond the item, the evaluator, the functions and the
+    plan, a few flat bundles (`invimbed._backends._bundles`), each built in one place:
+    no kernel takes more than 15 arguments (they took 25 to 46), and no bundle holds a
+    tuple (numba's ``prange`` loops cannot pass one nested in an argument)."""
+    import inspect
+
+    import invimbed._backends._bundles as bundles
+    from invimbed._backends import _ensemble_kernels, _numba_kernels, _sweep_kernels
+
+    for kernel in (_sweep_kernels.sweep_one, _sweep_kernels.sweep_rows,
+                   _numba_kernels._jet_sweep_one, _numba_kernels.jet_sweep,
+                   _ensemble_kernels._row, _ensemble_kernels.ensemble_rows):
+        fn = getattr(kernel, "py_func", kernel)
+        assert len(inspect.signature(fn).parameters) <= 15, fn.__name__
+    x = np.zeros((3, 2))
+    jet = bundles.jet(x, 0.0, 1, 2, [1, 2])
+    assert list(jet.cZs) == [3, 6] and list(jet.cVs) == [6, 10]
+    assert list(jet.offs) == [0, 2 * 3 + 6 * 3] and jet.size == 24 + 2 * 6 + 10 * 3
+    assert not any(isinstance(v, tuple) for v in jet)

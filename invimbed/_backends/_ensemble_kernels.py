@@ -158,17 +158,19 @@ def _grow(dense, nd):
 
 
 @_jit
-def _integrate(mode, t0, t1, y, tab, ctl, num, ints, fns, how, N, M, nw, dense, nd, wk, fd,
-               rk):
-    """`integrate_rows` for one row, from ``t0`` to ``t1``, ``y`` updated in place.
+def _integrate(mode, t0, t1, y, step, fns, how, N, M, nw, dense, nd, wk, fd, rk):
+    """`integrate_rows` for one row, from ``t0`` to ``t1``, ``y`` updated in place, with
+    the tableau, control and step control of ``step``
+    (`invimbed._backends._bundles.RowSteps`).
 
     ``mode`` 0 (forward) records the dense output of every accepted step in ``dense``
     (grown by doubling); ``mode`` 1 (backward) reads it. Returns ``(status, t, nsteps,
     nfev, h_lambda, dense, nd)``."""
-    A, Bw, C, E, P = tab
-    knots, values, stops = ctl
-    rtol, atol, first_step, max_step, safety, min_factor, max_factor = num
-    max_steps, order, stiff = ints
+    A, Bw, C, E, P = step.A, step.B, step.C, step.E, step.P
+    knots, values, stops = step.knots, step.values, step.stops
+    rtol, atol, first_step, max_step = step.rtol, step.atol, step.first_step, step.max_step
+    safety, min_factor, max_factor = step.safety, step.min_factor, step.max_factor
+    max_steps, order, stiff = step.max_steps, step.order, step.stiff
     K, f, y_new, ys, y_stiff, a = rk
     S = y.shape[0]
     ns = Bw.shape[0]
@@ -278,32 +280,31 @@ def _integrate(mode, t0, t1, y, tab, ctl, num, ints, fns, how, N, M, nw, dense, 
             return K_MAX_STEPS, t, nsteps, nfev, h_lambda, dense, nd
 
 
-def ensemble_rows(one, ev, fns, plan, how, X, depths, perm, q, N, M, nw, tab, ctl, num, ints,
-                  out_z, out_v, out_a, out_w, out_steps, out_nfev, out_status,
-                  out_t, out_hl):
+def ensemble_rows(one, ev, fns, plan, how, perm, rows, step, res):
     """Every row in a ``prange`` loop (``perm``: the order that spreads long and short
     rows over the threads' chunks); compiled by `invimbed._backends.ensemble_numba`."""
     for j in prange(perm.shape[0]):
-        one(perm[j], ev, fns, plan, how, X, depths, q, N, M, nw, tab, ctl, num, ints,
-            out_z, out_v, out_a, out_w, out_steps, out_nfev, out_status, out_t,
-            out_hl)
+        one(perm[j], ev, fns, plan, how, rows, step, res)
 
 
 @_jit
-def _row(r, ev, fns, plan, how, X, depths, q, N, M, nw, tab, ctl, num, ints,
-         out_z, out_v, out_a, out_w, out_steps, out_nfev, out_status, out_t, out_hl):
-    """Row ``r = i B + b`` (depth ``depths[i]``, input ``X[b]``): forward pass with dense
-    output, terminal conditions, backward pass. Failed rows keep their
-    NaN fields; ``out_status[r]`` holds the status of both passes.
+def _row(r, ev, fns, plan, how, rows, step, res):
+    """Row ``r = i B + b`` (depth ``depths[i]``, input ``X[b]``; ``rows``, a
+    `invimbed._backends._bundles.Rows`): forward pass with dense output, terminal
+    conditions, backward pass, stepped as ``step`` (`RowSteps`) says, into ``res``
+    (`RowsOut`). Failed rows keep their NaN fields; ``out_status[r]`` holds the status
+    of both passes.
 
     Memory: the dense output starts with room for 32 steps and doubles when full,
     ``2 + S + S kq`` floats per step (``S = N + 1``); it is freed when the row ends."""
+    X, depths, q, N, M, nw = rows
+    out_z, out_v, out_a, out_w, out_steps, out_nfev, out_status, out_t, out_hl = res
     B = X.shape[0]
     p = depths[r // B]
     x = X[r % B]
-    knots, values, stops = ctl
-    P = tab[4]
-    ns = tab[1].shape[0]
+    values = step.values
+    P = step.P
+    ns = step.B.shape[0]
     kq = P.shape[1]
     pz, pt, hs, vals = _plan_scratch(plan, N, M)
     fd = (ev, plan, pz, pt, hs, vals, np.empty(N * (N + 1) + N * M + M + 1))
@@ -318,7 +319,7 @@ def _row(r, ev, fns, plan, how, X, depths, q, N, M, nw, tab, ctl, num, ints,
     rk = (np.empty((ns + 1, S)), np.empty(S), np.empty(S), np.empty(S), np.empty(S),
           np.empty(S))
     st, t_end, nst, nfe, hl, dense, nd = _integrate(
-        _IDS[0], p, q, y, tab, ctl, num, ints, fns, how, N, M, nw, dense, _IDS[0], wk, fd, rk)
+        _IDS[0], p, q, y, step, fns, how, N, M, nw, dense, _IDS[0], wk, fd, rk)
     out_status[r, 0] = st
     out_steps[r] = nst
     out_nfev[r] = nfe
@@ -339,7 +340,7 @@ def _row(r, ev, fns, plan, how, X, depths, q, N, M, nw, tab, ctl, num, ints,
     rk = (np.empty((ns + 1, Sb)), np.empty(Sb), np.empty(Sb), np.empty(Sb), np.empty(Sb),
           np.empty(Sb))
     st, t_end, nst, nfe, hl, dense, nd = _integrate(
-        _IDS[1], q, p, yb, tab, ctl, num, ints, fns, how, N, M, nw, dense, nd, wk, fd, rk)
+        _IDS[1], q, p, yb, step, fns, how, N, M, nw, dense, nd, wk, fd, rk)
     out_status[r, 1] = st
     out_steps[r] += nst
     out_nfev[r] += nfe

@@ -1,15 +1,34 @@
-"""Scalar pieces of the numba ensemble adjoint (`invimbed._backends._ensemble_kernels`):
-numpy's pairwise summation and the RMS error norm (so that both ensembles take the same
-steps), finiteness, the next stop and control piece of a row, and the evaluation of a
-row's dense output. Compiled once per machine (``cache=True``).
+"""Scalar pieces of the compiled adaptive kernels (`invimbed._backends._ensemble_kernels`,
+`invimbed._backends._sweep_kernels`): numpy's pairwise summation and the RMS error norm
+(so that the numpy and compiled ensembles take the same steps), finiteness, the next stop
+and control piece of a row, the evaluation of a row's dense output, one explicit
+Runge-Kutta step's arithmetic, and the step-size rules of
+`invimbed._core.integrators.rules` (the one source the numpy ensemble applies too),
+compiled. Compiled once per machine (``cache=True``).
+
+Every function here is also a numba-cuda device function as written
+(``numba.cuda.jit(device=True)(f.py_func)``): scalars and arrays passed in, nothing
+allocated, no numpy function beyond ``np.minimum``/``np.maximum``, ``math`` for the rest
+(tests/test_compiled_twins.py compiles each to PTX where numba-cuda's compiler is found).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
+from .._core.integrators import rules
+
 _jit = njit(cache=True, error_model="numpy")
+
+#: The step-size rules, written once (`invimbed._core.integrators.rules`) and compiled.
+error_scale = _jit(rules.error_scale)
+grow_factor = _jit(rules.grow_factor)
+shrink_factor = _jit(rules.shrink_factor)
+first_guess = _jit(rules.first_guess)
+second_guess = _jit(rules.second_guess)
 
 
 @_jit
@@ -50,42 +69,47 @@ def _block(a, lo, n):
 def _pairwise(a, lo, n):
     """``sum(a[lo:lo + n])`` added as numpy adds a contiguous row (pairwise summation:
     blocks of at most 128, halves split at a multiple of 8). numpy recurses; this walks
-    the same tree with an explicit stack (numba cannot cache recursive functions)."""
+    the same tree leaf by leaf (numba cannot cache recursive functions, and a device
+    function has no stack to spare): the sum of a finished left half is kept in its own
+    first entry, which no later leaf reads (``a[lo:lo + n]`` is overwritten), and the
+    tree is descended again from the root to find a node's parent."""
     if n <= 128:
         return _block(a, lo, n)
-    los = np.empty(64, dtype=np.int64)
-    ns = np.empty(64, dtype=np.int64)
-    stage = np.zeros(64, dtype=np.int64)
-    left = np.empty(64)
-    top = 0
-    los[0] = lo
-    ns[0] = n
-    ret = 0.0
-    while top >= 0:
-        m = ns[top]
-        if m <= 128:
-            ret = _block(a, los[top], m)
-            top -= 1
-            continue
-        m2 = m // 2
-        m2 -= m2 % 8
-        if stage[top] == 0:          # the left half first
-            stage[top] = 1
-            los[top + 1] = los[top]
-            ns[top + 1] = m2
-            stage[top + 1] = 0
-            top += 1
-        elif stage[top] == 1:        # then the right half
-            left[top] = ret
-            stage[top] = 2
-            los[top + 1] = los[top] + m2
-            ns[top + 1] = m - m2
-            stage[top + 1] = 0
-            top += 1
-        else:
-            ret = left[top] + ret
-            top -= 1
-    return ret
+    pos = lo
+    while True:
+        fl = lo                       # the leaf that starts at pos
+        fm = n
+        while fm > 128:
+            m2 = fm // 2
+            m2 -= m2 % 8
+            if pos < fl + m2:
+                fm = m2
+            else:
+                fl += m2
+                fm -= m2
+        v = _block(a, fl, fm)
+        while True:                   # up while the finished node is a right half
+            if fl == lo and fm == n:
+                return v
+            pl = lo
+            pm = n
+            while True:               # its parent, from the root
+                m2 = pm // 2
+                m2 -= m2 % 8
+                if (fl == pl and fm == m2) or (fl == pl + m2 and fm == pm - m2):
+                    break
+                if fl < pl + m2:
+                    pm = m2
+                else:
+                    pl += m2
+                    pm -= m2
+            if fl == pl:              # a left half: kept until its right half is done
+                a[fl] = v
+                pos = fl + fm
+                break
+            v = a[pl] + v             # a right half: numpy's left + right
+            fl = pl
+            fm = pm
 
 
 @_jit
@@ -103,23 +127,19 @@ def _rms(a):
     n = a.shape[0]
     if n == 0:
         return 0.0
-    return np.sqrt(_sum_squares(a) / n)
+    return math.sqrt(_sum_squares(a) / n)
 
 
 @_jit
 def _fmin(a, b):
-    """``np.minimum`` (NaN propagates)."""
-    if a != a or b != b:
-        return np.nan
-    return a if a <= b else b
+    """``np.minimum`` of two scalars (NaN propagates)."""
+    return np.minimum(a, b)
 
 
 @_jit
 def _fmax(a, b):
-    """``np.maximum`` (NaN propagates)."""
-    if a != a or b != b:
-        return np.nan
-    return a if a >= b else b
+    """``np.maximum`` of two scalars (NaN propagates)."""
+    return np.maximum(a, b)
 
 
 @_jit
@@ -128,8 +148,23 @@ def _finite(a):
     3-4x the early exit's speed on a finite state, the case that matters)."""
     ok = True
     for i in range(a.shape[0]):
-        ok &= np.isfinite(a[i])
+        ok &= math.isfinite(a[i])
     return ok
+
+
+@_jit
+def _search(a, v, right):
+    """``np.searchsorted(a, v, side="right" if right else "left")`` for one value (a
+    bisection: ``a`` sorted, ``v`` not NaN)."""
+    lo = 0
+    hi = a.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid] < v or (right and a[mid] == v):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @_jit
@@ -139,11 +174,11 @@ def _next_stop(t, t1, direction, stops):
     if n == 0:
         return t1
     if direction > 0:
-        up = np.searchsorted(stops, t, side="right")
+        up = _search(stops, t, True)
         valid = up < n
         nxt = stops[up if up < n - 1 else n - 1]
     else:
-        down = np.searchsorted(stops, t, side="left") - 1
+        down = _search(stops, t, False) - 1
         valid = down >= 0
         nxt = stops[down if down > 0 else 0]
     if valid and direction * (t1 - nxt) > 0:
@@ -154,7 +189,7 @@ def _next_stop(t, t1, direction, stops):
 @_jit
 def _piece(knots, lo, hi):
     """`PiecewiseConstant.pieces`: the piece holding the midpoint of ``(lo, hi)``."""
-    k = np.searchsorted(knots, 0.5 * (lo + hi), side="right") - 1
+    k = _search(knots, 0.5 * (lo + hi), True) - 1
     last = knots.shape[0] - 2
     if k > last:
         k = last
@@ -187,62 +222,28 @@ def _dense_z(t, dense, nd, ptr, N, kq, zbuf):
         zbuf[s] = dense[a, 2 + s] + h * acc
 
 
-# -- the step-size rules of both compiled adaptive kernels (`_ensemble_kernels._integrate`,
-# `_sweep_kernels.sweep_one`), as `invimbed._core.integrators.ensemble` applies them -------
-
-
 @_jit
 def initial_step_h0(y, f, rtol, atol, span, a):
-    """The first half of scipy's ``select_initial_step`` (`ensemble._initial_step`):
+    """The first half of scipy's ``select_initial_step`` (`rules.first_guess`):
     ``(d1, h0)``, ``h0`` not beyond ``span``; ``a`` is scratch of ``y``'s size."""
     S = y.shape[0]
     for i in range(S):
-        a[i] = y[i] / (atol + abs(y[i]) * rtol)
+        a[i] = y[i] / error_scale(y[i], y[i], rtol, atol)
     d0 = _rms(a)
     for i in range(S):
-        a[i] = f[i] / (atol + abs(y[i]) * rtol)
+        a[i] = f[i] / error_scale(y[i], y[i], rtol, atol)
     d1 = _rms(a)
-    if d0 < 1e-5 or d1 < 1e-5:
-        h0 = 1e-6
-    else:
-        h0 = 0.01 * d0 / d1
-    return d1, _fmin(h0, span)
+    return d1, first_guess(d0, d1, span)
 
 
 @_jit
 def initial_step(y, f, f1, rtol, atol, d1, h0, order, span, a):
-    """The second half of scipy's ``select_initial_step``, from ``f1``, the derivative at
-    ``y + h0 f``: the first step, not beyond ``span`` (``h0`` where the rule gives a
-    non-finite one)."""
+    """The second half of scipy's ``select_initial_step`` (`rules.second_guess`), from
+    ``f1``, the derivative at ``y + h0 f``: the first step, not beyond ``span`` (``h0``
+    where the rule gives a non-finite one)."""
     for i in range(y.shape[0]):
-        a[i] = (f1[i] - f[i]) / (atol + abs(y[i]) * rtol)
-    d2 = _rms(a) / h0
-    if d1 <= 1e-15 and d2 <= 1e-15:
-        h1 = _fmax(1e-6, h0 * 1e-3)
-    else:
-        h1 = (0.01 / _fmax(d1, d2)) ** (1.0 / (order + 1))
-    if not np.isfinite(h1):
-        h1 = h0
-    return _fmin(_fmin(100 * h0, h1), span)
-
-
-@_jit
-def grow_factor(norm, rejected, safety, max_factor, exponent):
-    """The step's factor after an accepted step (scipy's ``RungeKutta._step_impl``):
-    ``min(max_factor, safety norm^exponent)``, not above 1 right after a rejection."""
-    if norm == 0:
-        factor = max_factor
-    else:
-        factor = _fmin(max_factor, safety * norm ** exponent)
-    if rejected:
-        factor = _fmin(1.0, factor)
-    return factor
-
-
-@_jit
-def shrink_factor(norm, safety, min_factor, exponent):
-    """The step's factor after a rejected step: ``max(min_factor, safety norm^exponent)``."""
-    return _fmax(min_factor, safety * norm ** exponent)
+        a[i] = (f1[i] - f[i]) / error_scale(y[i], y[i], rtol, atol)
+    return second_guess(d1, _rms(a) / h0, h0, order, span)
 
 
 # -- one explicit Runge-Kutta step's arithmetic, shared by both adaptive kernels ------------
@@ -283,7 +284,7 @@ def scaled_error(y, y_new, K, E, m, h, rtol, atol, n, out):
     ``atol + max(|y|, |y_new|) rtol``, whose RMS decides the step."""
     _weighted_rows(K, E, m, n, out)
     for i in range(n):
-        out[i] = (out[i] * h) / (atol + _fmax(abs(y[i]), abs(y_new[i])) * rtol)
+        out[i] = (out[i] * h) / error_scale(y[i], y_new[i], rtol, atol)
 
 
 @_jit

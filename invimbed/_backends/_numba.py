@@ -48,6 +48,7 @@ from ._result import finish
 from ._schedule import build_schedule, check_scope
 
 
+from . import _bundles as bundles
 from ._numba_functions import _types, function_tuple, import_numba
 
 
@@ -234,15 +235,13 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
     sched = build_schedule(setup, method, step, check_max_steps(max_steps))
     n = setup.depths_desc.size
     orders = [order] + ([order + 1] if estimate_error else [])
-    cZs = np.array([n_coefficients(N, K) for K in orders], dtype=np.int64)
-    cVs = np.array([n_coefficients(N, K + 1) for K in orders], dtype=np.int64)
-    sizes = N * cZs + cVs * (1 + nw)
+    jet = bundles.jet(setup.x, setup.q, M, nw, orders)
     # the kernel's fields (and their estimates) at every depth; per thread, a sample's
     # state and its stages
     stages = sched.A.shape[0] if np.ndim(sched.A) == 2 else 1
     check_compiled(setup, copies=len(orders) - 1,
                    held=8 * n * B * (2 * N + 1 + nw) * len(orders) + 16 * B,
-                   work=8 * _threads() * int(sizes.sum()) * (stages + 4),
+                   work=8 * _threads() * jet.size * (stages + 4),
                    budget=memory_budget)
     nan = np.nan
     fields = {"z": np.full((n, B, N), nan), "value": np.full((n, B), nan),
@@ -258,13 +257,11 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
             Request("T", 0, F)]
     plan = build_plan(prov, reqs)
     fns = function_tuple(setup, plan.used)
-    offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    args = (fns, plan.arrays(), setup.x, N, M, nw, n_coefficients(N, F), n_coefficients(N, W),
-            float(setup.q), np.array(orders, dtype=np.int64), cZs, cVs, offs,
-            int(sizes.sum()), _jet_tables(N, orders[0]), _jet_tables(N, orders[-1]),
-            sched.stage_p, sched.h, sched.theta, sched.jac, sched.A, sched.weights,
-            sched.record, int(sched.record_initial), bool(sched.disc),
-            *fields.values(), *errs, fail_pos, fail_p)
+    args = (fns, plan.arrays(), jet, _jet_tables(N, orders[0]), _jet_tables(N, orders[-1]),
+            bundles.Fixed(sched.stage_p, sched.h, sched.theta, sched.jac, sched.A,
+                          sched.weights, sched.record, int(sched.record_initial),
+                          bool(sched.disc)),
+            bundles.FixedOut(*fields.values(), *errs, fail_pos, fail_p))
     _run("jet_sweep", args)
     values = (CompiledValues(setup, prov) if setup.problem.derivative_provider is None else None)
     return finish(setup, sched, fields, error, fail_pos, fail_p, "jet", method, "numba",

@@ -288,27 +288,23 @@ def _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, x, th, J, pz, pt, hs, 
                 Rw[w, c] = s
 
 
-def jet_sweep(one, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, offs, size, tab_lo, tab_hi,
-              stage_p, step_h, thetas, jacs, A, Wts, record, rec0, disc,
-              out_z, out_v, out_a, out_w, err_z, err_v, err_a, err_w,
-              fail_pos, fail_p):
+def jet_sweep(one, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res):
     """Jet sweep of every sample (see the module docstring and JetClosure)."""
-    for b in prange(x.shape[0]):
-        one(np.int64(b), ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, offs, size, tab_lo, tab_hi,
-              stage_p, step_h, thetas, jacs, A, Wts, record, rec0, disc,
-              out_z, out_v, out_a, out_w, err_z, err_v, err_a, err_w,
-              fail_pos, fail_p)
+    for b in prange(jet.x.shape[0]):
+        one(np.int64(b), ev, fns, plan, jet, tab_lo, tab_hi, fixed, res)
 
 
 @njit(cache=True)
-def _jet_sweep_one(b, ev, fns, plan, x, N, M, nw, CF, CW, q, orders, cZs, cVs, offs, size, tab_lo, tab_hi,
-              stage_p, step_h, thetas, jacs, A, Wts, record, rec0, disc,
-              out_z, out_v, out_a, out_w, err_z, err_v, err_a, err_w,
-              fail_pos, fail_p):
-    """The jet sweep of sample ``b`` (see JetClosure): Z, V, W of each order in
-    ``orders`` (1, and 2 with the error estimate), stepped by the tableau ``A``, ``Wts``
-    or by the paper's layer recursion (``disc``)."""
-    n_orders = orders.shape[0]
+def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res):
+    """The jet sweep of sample ``b`` (see JetClosure): Z, V, W of each carried order (1,
+    and 2 with the error estimate: ``jet``, a `invimbed._backends._bundles.Jet`;
+    ``tab_lo``, ``tab_hi`` the tables of the first and the last), stepped by the tableau
+    of the schedule ``fixed`` (`Fixed`) or by the paper's layer recursion (its
+    ``disc``), into ``res`` (`FixedOut`)."""
+    x, q, N, M, nw, CF, CW, cZs, cVs, offs, size = jet
+    stage_p, step_h, thetas, jacs, A, Wts, record, rec0, disc = fixed
+    out_z, out_v, out_a, out_w, err_z, err_v, err_a, err_w, fail_pos, fail_p = res
+    n_orders = cZs.shape[0]
     S = A.shape[0]
     n_steps = step_h.shape[0]
     xb = x[b]

@@ -173,35 +173,40 @@ def _record_dense(Qr, y_old, idx, t_old, h, p, out, d, b):
         out[d, b, k // width, k % width] = h * acc + y_old[idx[k]]
 
 
-def sweep_rows(one, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N, M, nw, CF, CW,
-               cZs, cVs, offs, size, tab0, tab1, tab2, tab3, seg, seg_th, seg_J, depths, dep_seg, rk, num,
-               ints, out, fr_out, info, where_out, d_t, d_h, d_y, d_Q, ws_f, ws_r, ws_t):
+def sweep_rows(one, ev, fns, plan, tape, jet, tab0, tab1, tab2, tab3, grid, step, res, ws):
     """Every input's sweep in a ``prange`` loop (compiled by
     `invimbed._backends.sweep_adaptive`); each thread's inputs share its slice of the
-    tapes' node storage ``ws_f``, ``ws_r``, ``ws_t``."""
-    for b in prange(x.shape[0]):
-        one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N,
-            M, nw, CF,
-            CW, cZs, cVs, offs, size, tab0, tab1, tab2, tab3, seg, seg_th, seg_J, depths, dep_seg, rk, num,
-            ints, out, fr_out, info, where_out, d_t, d_h, d_y, d_Q, ws_f, ws_r, ws_t)
+    tapes' node storage ``ws = (ws_f, ws_r, ws_t)``."""
+    for b in prange(jet.x.shape[0]):
+        one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, tape, jet, tab0, tab1, tab2,
+            tab3, grid, step, res, ws)
 
 
 @_jit
-def sweep_one(b, tid, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F, Df, x, q, N, M, nw, CF,
-              CW,
-              cZs, cVs, offs, size, tab0, tab1, tab2, tab3, seg, seg_th, seg_J, depths, dep_seg, rk, num,
-              ints, out, fr_out, info, where_out, d_t, d_h, d_y, d_Q, ws_f, ws_r, ws_t):
-    """The sweep of input ``b`` on thread ``tid`` (see the module docstring); ``tab0``
-    ... ``tab3`` are the tables of the carried orders
-    (`invimbed._backends._numba._jet_tables`, the last repeated), ``tape_f``,
-    ``tape_r``, ``tape_t`` the tapes of ``f``, ``R``, ``T``, ``ws_f[tid]``,
-    ``ws_r[tid]``, ``ws_t[tid]`` their node storage (zero where the tapes' `lengths`
-    bound it, as `run_row` leaves it for the same tapes)."""
+def sweep_one(b, tid, ev, fns, plan, tape, jet, tab0, tab1, tab2, tab3, grid, step, res, ws):
+    """The sweep of input ``b`` on thread ``tid`` (see the module docstring), with the
+    bundles of `invimbed._backends._bundles`: ``tape`` (`Tapes`: the tapes of ``f``,
+    ``R``, ``T``), ``jet`` (`Jet`), ``grid`` (`Grid`), ``step`` (`Stepper`), ``res``
+    (`SweepOut`); ``tab0`` ... ``tab3`` are the tables of the carried orders
+    (`invimbed._backends._numba._jet_tables`, the last repeated); ``ws[k][tid]`` is the
+    node storage of tape ``k`` (zero where the tapes' `lengths` bound it, as `run_row`
+    leaves it for the same tapes)."""
     tabs = (tab0, tab1, tab2, tab3)
-    tapes = (tape_f, tape_r, tape_t)
-    A, Bw, C, E, P = rk
-    rtol, atol, first_step, max_step, min_step, safety, min_factor, max_factor = num
-    max_steps, err_order, cap, q_same = ints
+    use_tape = tape.use
+    tapes = ((tape.f_ops, tape.f_par, tape.f_kind, tape.f_out),
+             (tape.r_ops, tape.r_par, tape.r_kind, tape.r_out),
+             (tape.t_ops, tape.t_par, tape.t_kind, tape.t_out))
+    tplan = (tape.ptr, tape.ib, tape.io)
+    F, Df = tape.F, tape.Df
+    x, q, N, M, nw, CF, CW, cZs, cVs, offs, size = jet
+    seg, seg_th, seg_J, depths, dep_seg = grid
+    A, Bw, C, E, P = step.A, step.B, step.C, step.E, step.P
+    rtol, atol, first_step, max_step = step.rtol, step.atol, step.first_step, step.max_step
+    min_step, safety, min_factor, max_factor = (step.min_step, step.safety, step.min_factor,
+                                                step.max_factor)
+    max_steps, err_order, cap, q_same = step.max_steps, step.order, step.cap, step.q_same
+    out, fr_out, info, where_out, d_t, d_h, d_y, d_Q = res
+    ws_f, ws_r, ws_t = ws
     ns = Bw.shape[0]
     kq = P.shape[1]
     exponent = -1.0 / (err_order + 1)
@@ -219,8 +224,8 @@ def sweep_one(b, tid, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F,
           np.zeros((nw, CF)), ops, np.empty((N, cmax)), np.empty((nw, cmax)),
           np.empty(max(N, nw + 1), np.int64), np.empty((2, N), np.int64),
           np.empty(max(N, nw + 1)))
-    W = (ws_f[tid], np.zeros((Df + 4, CF)), np.zeros((N, Df, CF)),
-         ws_r[tid], np.zeros((Df + 4, CF)), np.zeros((1, Df, CF)),
+    W = (ws_f[tid], np.zeros((Df + 5, CF + 2)), np.zeros((N, Df, CF)),
+         ws_r[tid], np.zeros((Df + 5, CF + 2)), np.zeros((1, Df, CF)),
          lengths(tapes[0][0], tapes[0][2], F, N), lengths(tapes[1][0], tapes[1][2], F, N),
          np.zeros(2, np.int64))
     # Phi and G are zero beyond the tapes' bounds, or full (a derivative plan)
@@ -254,7 +259,7 @@ def sweep_one(b, tid, ev, fns, plan, use_tape, tape_f, tape_r, tape_t, tplan, F,
         Wt = ws_t[tid]
         to = np.zeros((1, 1, CF))
         run_row(tt[0], tt[1], tt[2], tt[3], q, xin, F, 1, tplan[0], tplan[1], tplan[2], Wt,
-                np.zeros((5, CF)), to, lengths(tt[0], tt[2], F, N))
+                np.zeros((6, CF + 2)), to, lengths(tt[0], tt[2], F, N))
         for c in range(CF):
             tbuf[c] = to[0, 0, c]
     else:

@@ -66,6 +66,7 @@ from .._core.setup.arguments import Setup
 from .._core.sweep.assembly import depth_gradient
 from ._numba import (CompiledValues, _fingerprint, compile_loop, eval_signature,
                      function_tuple, import_numba)
+from . import _bundles as bundles
 from ._plans import BASE_KEYS, Request, build_plan
 
 _KERNELS: dict[tuple, Any] = {}
@@ -162,14 +163,16 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
     perm = np.argsort((np.arange(rows) * 0.6180339887498949) % 1.0, kind="stable")
     c = np.ascontiguousarray
     first = opts.get("first_step")
-    args = (fns, tuple(arrays), how, c(setup.x, dtype=float), depths, perm.astype(np.int64), q,
-            N, M, nw, (c(tab.A), c(tab.B), c(tab.C), c(tab.E), c(tab.P)),
-            (knots, values, c(stops)),
-            (float(rtol), float(atol), -1.0 if first is None else float(first),
-             float(opts.get("max_step", np.inf)), SAFETY, MIN_FACTOR, MAX_FACTOR),
-            (int(opts["max_steps"]), int(tab.error_order),
-             -1 if tab.stiff_stage is None else int(tab.stiff_stage)),
-            out_z, out_v, out_a, out_w, out_steps, out_nfev, out_status, out_t, out_hl)
+    args = (fns, tuple(arrays), how, perm.astype(np.int64),
+            bundles.Rows(c(setup.x, dtype=float), depths, q, N, M, nw),
+            bundles.RowSteps(
+                *bundles.tableau_arrays(tab), knots, values, c(stops), float(rtol),
+                float(atol), -1.0 if first is None else float(first),
+                float(opts.get("max_step", np.inf)), SAFETY, MIN_FACTOR, MAX_FACTOR,
+                int(opts["max_steps"]), int(tab.error_order),
+                -1 if tab.stiff_stage is None else int(tab.stiff_stage)),
+            bundles.RowsOut(out_z, out_v, out_a, out_w, out_steps, out_nfev, out_status,
+                            out_t, out_hl))
     if rows:
         _run(args)
     nfev = int(out_nfev.max()) if rows else 0
@@ -222,9 +225,9 @@ def _build(args: tuple) -> tuple[Any, Any, Any]:
 
     argtypes, ev_sig, ev_type = eval_signature(args)
     i8 = types.int64
-    # _row takes the loop's arguments without the row order: (r, ev, fns, plan, how, X,
-    # depths, q, ...)
-    one_sig = types.void(i8, ev_type, *argtypes[:5], *argtypes[6:])
+    # _row takes the loop's arguments without the row order: (r, ev, fns, plan, how, rows,
+    # step, res)
+    one_sig = types.void(i8, ev_type, *argtypes[:3], *argtypes[4:])
     for key, slot in SLOTS.items():   # the kernel calls these functions by position
         if BASE_KEYS[slot] != key:
             raise RuntimeError(f"internal error: _ensemble_kernels.SLOTS[{key}] = {slot} "

@@ -47,6 +47,7 @@ from .._core.sweep.memory import check_compiled
 from ._numba import _jet_tables, compile_loop, eval_signature
 from ._numba_functions import _types, function_tuple, import_numba
 from ._plans import Request, build_plan
+from . import _bundles as bundles
 from . import _sweep_kernels as kern
 
 #: The methods of the compiled adaptive sweep.
@@ -303,16 +304,13 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
 
     tplan = tape_plan(N, F)
     Df = 1 + M if (use_tape and nw) else 1
-    cZs = np.array([n_coefficients(N, K) for K in orders], dtype=np.int64)
-    cVs = np.array([n_coefficients(N, K + 1) for K in orders], dtype=np.int64)
-    sizes = N * cZs + cVs * (1 + nw)
-    offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    size = int(sizes.sum())
     tabs = [_jet_tables(N, K) for K in orders]
     tabs = tuple(tabs + [tabs[-1]] * (4 - len(tabs)))
+    jet = bundles.jet(setup.x, setup.q, M, nw, orders)
+    cZs, cVs, offs, size = jet.cZs, jet.cVs, jet.offs, jet.size
     seg, seg_th, seg_J, dep_seg = _segments(setup)
     tab = TABLEAUX[method]
-    rk = tuple(np.ascontiguousarray(a, dtype=float) for a in (tab.A, tab.B, tab.C, tab.E, tab.P))
+    rk = bundles.tableau_arrays(tab)
     num = (float(rtol), float(atol), float(first_step or 0.0),
            float(np.inf if max_step is None else max_step), float(min_step or 0.0),
            float(SAFETY), float(MIN_FACTOR), float(MAX_FACTOR))
@@ -333,11 +331,12 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         where = np.full((B, 2), np.nan)
         d_t, d_h = np.zeros((B, cap)), np.zeros((B, cap))
         d_y, d_Q = np.zeros((B, cap, size)), np.zeros((B, cap, size, kq))
-        args = (_addressed(fns), plan.arrays(), use_tape, *tapes, tplan, F, Df, setup.x, float(setup.q),
-                N, M, nw, CF, CF, cZs, cVs, offs, size, *tabs, seg, seg_th, seg_J, depths,
-                dep_seg, rk, num,
-                (budget, int(tab.error_order), cap, int(q_same)), out, fr, info, where,
-                d_t, d_h, d_y, d_Q, *_workspace(tapes, F, Df, CF))
+        args = (_addressed(fns), plan.arrays(),
+                bundles.Tapes(use_tape, *tapes[0], *tapes[1], *tapes[2], *tplan, F, Df), jet,
+                *tabs, bundles.Grid(seg, seg_th, seg_J, depths, dep_seg),
+                bundles.Stepper(*rk, *num, budget, int(tab.error_order), cap, int(q_same)),
+                bundles.SweepOut(out, fr, info, where, d_t, d_h, d_y, d_Q),
+                _workspace(tapes, F, Df, CF))
         loop, one, ev = _kernel(args)
         _run_loop(loop, one, ev, args, B)
         if not cap or int(info[:, 2].max()) <= cap:
@@ -369,7 +368,7 @@ def memory_bytes(n: int, B: int, N: int, n_orders: int, width: int, size: int, c
                 + B * cap * (2 + size * (1 + kq)))
     threads = int(_types()["numba"].config.NUMBA_NUM_THREADS)     # as `_workspace`
     nodes = sum(t[0].shape[0] for t in tapes[:2]) * Df + tapes[2][0].shape[0]
-    work = 8 * threads * (nodes * CF + size * (stages + kq + 6) + (N + 1) * (Df + 4) * CF)
+    work = 8 * threads * (nodes * CF + size * (stages + kq + 6) + (N + 1) * (Df + 5) * (CF + 2))
     return held, work
 
 

@@ -9,8 +9,9 @@ evaluator does. Products walk `invimbed._core.derivatives.multiindex.product_tab
 coefficients (the powers ``h^j`` of a composition have none below degree ``j``). Each
 node touches only the leading coefficients its degree can fill (`lengths`: a linear
 node of a 16-variable tape fills 17 of the 153 coefficients of degree 2), and nothing
-is allocated per node. The univariate series are
-`invimbed._core.derivatives._univariate.series`, compiled.
+is allocated at all: the node storage and the scratch are the caller's, so that `run_row`
+and the functions it calls are numba-cuda device functions as written. The univariate
+series are `invimbed._core.derivatives._univariate.series_into`, compiled.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from numba import njit
 from ._tape import (ABS, ADD, AND, CMP, CONST, FUNC, INPUT, MAX, MIN, MUL, NOT, OR, POWI,
                     SELECT, STEP, TIME, Tape)
 from .multiindex import n_coefficients, product_table
-from ._univariate import series as _series
+from ._univariate import series_into as _series_into
 
-series = njit(cache=True)(_series)
+#: `invimbed._core.derivatives._univariate.series_into` (the numpy evaluator's), compiled.
+series_into = njit(cache=True)(_series_into)
 
 
 @lru_cache(maxsize=None)
@@ -131,10 +133,24 @@ def _mul_acc(x, y, out, ptr, ib, io, lx, ly):
 
 
 @njit(cache=True)
+def _fill(a, n, v):
+    """``a[:n] = v`` (a loop: a slice assignment needs numba's runtime on a GPU)."""
+    for j in range(n):
+        a[j] = v
+
+
+@njit(cache=True)
+def _copy(dst, src, n):
+    """``dst[:n] = src[:n]`` (a loop, as `_fill`)."""
+    for j in range(n):
+        dst[j] = src[j]
+
+
+@njit(cache=True)
 def _zero(w, D, lp, ld):
-    w[0, :lp] = 0.0
+    _fill(w[0], lp, 0.0)
     for d in range(1, D):
-        w[d, :ld] = 0.0
+        _fill(w[d], ld, 0.0)
 
 
 @njit(cache=True)
@@ -151,33 +167,43 @@ def _jmul(x, y, kx, ky, out, D, ptr, ib, io, Lx, Ly, lp, ld):
 
 
 @njit(cache=True)
+def _sign(p):
+    """``np.sign`` of a scalar (0 for both zeros, NaN for NaN)."""
+    if p > 0:
+        return 1.0
+    if p < 0:
+        return -1.0
+    return p if p != p else 0.0
+
+
+@njit(cache=True)
 def _compose(code, r, x, kx, out, order, D, ptr, ib, io, Lx, lp, ld, S):
-    """``g(x)`` for the univariate function ``code``; ``S`` (4, C) scratch."""
-    c0 = np.empty(1)
-    c0[0] = x[0, 0]
+    """``g(x)`` for the univariate function ``code``; ``S`` (5, C + 2) scratch (its last
+    row: the series of ``g``)."""
     duals = kx == 2
-    g = series(code, c0, r, order + (1 if duals else 0))
+    g = S[4]
+    series_into(code, x[0, 0], r, order + (1 if duals else 0), g)
     h, power, val, dg = S[0], S[1], S[2], S[3]
-    h[:lp] = x[0, :lp]
+    _copy(h, x[0], lp)
     h[0] = 0.0
-    power[:lp] = h[:lp]
-    val[:lp] = 0.0
-    dg[:lp] = 0.0
-    val[0] = g[0, 0]
+    _copy(power, h, lp)
+    _fill(val, lp, 0.0)
+    _fill(dg, lp, 0.0)
+    val[0] = g[0]
     if duals:
-        dg[0] = g[1, 0]
+        dg[0] = g[1]
     for j in range(1, order + 1):
         if j > 1:
-            out[0, :lp] = 0.0
+            _fill(out[0], lp, 0.0)
             _mul_acc(power, h, out[0], ptr, ib, io, lp, Lx[0])
-            power[:lp] = out[0, :lp]
+            _copy(power, out[0], lp)
         for c in range(lp):
-            val[c] += g[j, 0] * power[c]
+            val[c] += g[j] * power[c]
         if duals:
             for c in range(lp):
-                dg[c] += (j + 1) * g[j + 1, 0] * power[c]
+                dg[c] += (j + 1) * g[j + 1] * power[c]
     _zero(out, D, lp, ld)
-    out[0, :lp] = val[:lp]
+    _copy(out[0], val, lp)
     if duals:
         for d in range(1, D):
             _mul_acc(dg, x[d], out[d], ptr, ib, io, lp, Lx[1])
@@ -188,7 +214,7 @@ def run(ops, par, kind, outputs, t, xin, order, D, C, ptr, ib, io, out, n):
     """Evaluate the tape (``n`` seeded variables) for every row of ``xin`` into ``out``
     (B, n_out, D, C)."""
     W = np.zeros((ops.shape[0], D, C))
-    tmp = np.zeros((D + 4, C))
+    tmp = np.zeros((D + 5, C + 2))
     L = lengths(ops, kind, order, n)
     for row in range(xin.shape[0]):
         run_row(ops, par, kind, outputs, t[row], xin[row], order, D, ptr, ib, io, W, tmp,
@@ -199,8 +225,8 @@ def run(ops, par, kind, outputs, t, xin, order, D, C, ptr, ib, io, out, n):
 def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out, L):
     """One row of `run`: the tape at time ``t`` and inputs ``x`` into ``out`` (n_out, D,
     C), with the node storage ``W`` (n_nodes, D, C, zero where `lengths` ``L`` bounds
-    it), ``tmp`` (D + 4, C) of the caller (the compiled imbedding sweep keeps them for a
-    whole sweep). Nothing is allocated but the univariate series."""
+    it), ``tmp`` (D + 5, C + 2) of the caller (the compiled imbedding sweep keeps them
+    for a whole sweep). Nothing is allocated."""
     n_nodes = ops.shape[0]
     for i in range(n_nodes):
         op, a, b, c = ops[i, 0], ops[i, 1], ops[i, 2], ops[i, 3]
@@ -240,22 +266,22 @@ def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out, L
             if k == 0:
                 w[0, 0] = W[a, 0, 0] ** b
             else:
-                w[:, :] = W[a]
+                for d in range(w.shape[0]):
+                    _copy(w[d], W[a, d], w.shape[1])
                 for _ in range(b - 1):
                     _jmul(w, W[a], k, k, tmp, Dk, ptr, ib, io, L[i], L[a], lp, ld)
-                    w[0, :lp] = tmp[0, :lp]
+                    _copy(w[0], tmp[0], lp)
                     for d in range(1, Dk):
-                        w[d, :ld] = tmp[d, :ld]
+                        _copy(w[d], tmp[d], ld)
         elif op == FUNC:
             if k == 0:
-                c0 = np.empty(1)
-                c0[0] = W[a, 0, 0]
-                w[0, 0] = series(b, c0, par[i], 0)[0, 0]
+                series_into(b, W[a, 0, 0], par[i], 0, tmp[D + 4])
+                w[0, 0] = tmp[D + 4, 0]
             else:
                 _compose(b, par[i], W[a], kind[a], w, order, D, ptr, ib, io, L[a], lp, ld,
                          tmp[D:])
         elif op == ABS:
-            s = np.sign(W[a, 0, 0])
+            s = _sign(W[a, 0, 0])
             for j in range(lp):
                 w[0, j] = s * W[a, 0, j]
             for d in range(1, Dk):
@@ -270,11 +296,12 @@ def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out, L
             if k == 0:
                 w[0, 0] = W[src, 0, 0]
             else:
-                w[:Dk, :] = W[src, :Dk, :]
+                for d in range(Dk):
+                    _copy(w[d], W[src, d], w.shape[1])
         elif op == STEP:
             p = W[a, 0, 0]
             if b == 1:
-                w[0, 0] = np.sign(p)
+                w[0, 0] = _sign(p)
             else:
                 w[0, 0] = 1.0 if p > 0 else (0.0 if p < 0 else par[i])
         elif op == CMP:
@@ -289,7 +316,8 @@ def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out, L
         elif op == NOT:
             w[0, 0] = 1.0 if W[a, 0, 0] == 0 else 0.0
     for j in range(outputs.shape[0]):
-        out[j] = W[outputs[j]]
+        for d in range(out.shape[1]):
+            _copy(out[j, d], W[outputs[j], d], out.shape[2])
 
 
 def evaluate(tape: Tape, t: np.ndarray, xin: np.ndarray, order: int) -> np.ndarray:

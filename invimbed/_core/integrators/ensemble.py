@@ -38,9 +38,9 @@ from typing import Callable
 import numpy as np
 
 from ..results.failures import DONE, MAX_STEPS, NONFINITE, RUNNING, UNDERFLOW
+from .rules import (MAX_FACTOR, MIN_FACTOR, SAFETY, error_scale, grow_factor,  # noqa: F401
+                    shrink_factor)
 from .tableau import EMBEDDED, TABLEAUX, ButcherTableau  # noqa: F401 (TABLEAUX re-exported)
-
-SAFETY, MIN_FACTOR, MAX_FACTOR = 0.9, 0.2, 10.0
 
 
 #: The methods the ensemble runs natively: the embedded pairs of `tableau.TABLEAUX` (the
@@ -205,8 +205,7 @@ def integrate_rows(rhs: RowRHS, t0: np.ndarray, t1: np.ndarray, y0: np.ndarray, 
         K[:, -1] = evaluate(t_new, y_new, act, piece)
         with np.errstate(all="ignore"):
             err = hs[:, None] * np.matmul(tab.E, K)
-            scale = atol + np.maximum(np.abs(ya), np.abs(y_new)) * rtol
-            norm = _rms(err / scale)
+            norm = _rms(err / error_scale(ya, y_new, rtol, atol))
         finite = np.isfinite(norm) & np.all(np.isfinite(K[:, -1]), axis=1) \
             & np.all(np.isfinite(y_new), axis=1)
         accept = finite & (norm < 1.0)
@@ -254,14 +253,13 @@ def integrate_rows(rhs: RowRHS, t0: np.ndarray, t1: np.ndarray, y0: np.ndarray, 
 def step_factors(norm: np.ndarray, finite: np.ndarray, rejected: np.ndarray,
                  exponent: float) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the step's factor if accepted (at most 1 right after a rejection) and if
-    rejected (`MIN_FACTOR` after a non-finite stage): scipy's rule, whose compiled twins
-    are `invimbed._backends._ensemble_parts.grow_factor` and ``shrink_factor``."""
+    rejected (`MIN_FACTOR` after a non-finite stage): the rules of
+    `invimbed._core.integrators.rules`, which the compiled kernels apply to one row."""
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        grow = np.where(norm == 0, MAX_FACTOR,
-                        np.minimum(MAX_FACTOR, SAFETY * norm ** exponent))
-        shrink = np.where(finite, np.maximum(MIN_FACTOR, SAFETY * norm ** exponent),
+        grow = grow_factor(norm, rejected, SAFETY, MAX_FACTOR, exponent)
+        shrink = np.where(finite, shrink_factor(norm, SAFETY, MIN_FACTOR, exponent),
                           MIN_FACTOR)
-    return np.where(rejected, np.minimum(1.0, grow), grow), shrink
+    return grow, shrink
 
 
 def _take(piece: object, keep: np.ndarray) -> object:
@@ -269,8 +267,10 @@ def _take(piece: object, keep: np.ndarray) -> object:
 
 
 def _initial_step(evaluate, t, y, f, direction, span, rows, piece, order, rtol, atol):
-    """scipy's ``select_initial_step`` (Hairer, Norsett & Wanner, II.4), per row."""
-    scale = atol + np.abs(y) * rtol
+    """scipy's ``select_initial_step`` (Hairer, Norsett & Wanner, II.4), per row: the
+    rules `rules.first_guess` and `rules.second_guess` (which the compiled kernels apply
+    to one row), vectorised with ``np.where``."""
+    scale = error_scale(y, y, rtol, atol)
     d0 = _rms(y / scale)
     d1 = _rms(f / scale)
     with np.errstate(divide="ignore", invalid="ignore"):
