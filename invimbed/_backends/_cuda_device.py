@@ -1,13 +1,15 @@
-"""The numba CPU kernels' step arithmetic as CUDA device functions: one source, two targets.
+"""The numba CPU kernels' per-row loop and step arithmetic as CUDA device functions: one
+source, two targets.
 
-`device` compiles a ``numba.njit`` function of `invimbed._backends._ensemble_parts` for
+`device` compiles a ``numba.njit`` function of `invimbed._backends._ensemble_parts` (or
+`invimbed._backends._ensemble_kernels`, whose ``_integrate`` is the per-row loop) for
 the GPU with ``numba.cuda.jit(device=True)``: its own Python source (``py_func``), run
 with the functions it calls replaced by their device versions, recursively. What CUDA
 lacks is replaced in that copy of the globals only, never in the source:
 
-* ``np`` is a module that is numpy but for ``isfinite`` and ``sqrt``, which are
-  `math.isfinite` and `math.sqrt` (numba-cuda has no scalar numpy ufuncs; on floats
-  they are the same operations);
+* ``np`` is a module that is numpy but for ``isfinite``, ``sqrt`` and ``nextafter``,
+  which are `math.isfinite`, `math.sqrt` and `math.nextafter` (numba-cuda has no scalar
+  numpy ufuncs; on floats they are the same operations);
 * numpy's pairwise summation ``_pairwise`` (an explicit stack of ``np.empty`` arrays,
   which device code cannot allocate) is its first block, ``_block``: the same sum, bit
   for bit, for rows of at most `MAX_STATE` entries, which `check_state_size` enforces.
@@ -81,21 +83,25 @@ def _numpy() -> types.ModuleType:
     if not _NP:
         mod = types.ModuleType("invimbed_cuda_numpy")
         mod.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
-        mod.isfinite, mod.sqrt = math.isfinite, math.sqrt
+        mod.isfinite, mod.sqrt, mod.nextafter = math.isfinite, math.sqrt, math.nextafter
         _NP.append(mod)
     return _NP[0]
 
 
-def device(fn: Any) -> Any:
+def device(fn: Any, **replace: Any) -> Any:
     """The CUDA device function of the numba function ``fn`` (the module docstring);
-    one per ``fn`` per process."""
+    one per ``fn`` per process. ``replace`` maps names of ``fn``'s globals to the device
+    functions that stand for them in this copy (a generated right-hand side): each call
+    with it compiles a new one."""
+    if replace:
+        return _retarget(fn, replace)
     key = id(fn)
     if key not in _DEVICE:
         _DEVICE[key] = (_retarget(fn), fn)   # fn kept alive: its id stays its own
     return _DEVICE[key][0]
 
 
-def _retarget(fn: Any) -> Any:
+def _retarget(fn: Any, replace: dict[str, Any] | None = None) -> Any:
     from numba.core.registry import CPUDispatcher
 
     from . import _ensemble_parts as parts
@@ -105,7 +111,9 @@ def _retarget(fn: Any) -> Any:
     glb = dict(py.__globals__)
     for name in py.__code__.co_names:
         obj = glb.get(name)
-        if obj is np:
+        if replace and name in replace:
+            glb[name] = replace[name]
+        elif obj is np:
             glb[name] = _numpy()
         elif obj is parts._pairwise:
             glb[name] = device(parts._block)

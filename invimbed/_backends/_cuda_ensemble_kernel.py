@@ -14,10 +14,10 @@ What it is made of
   own functions, compiled for the device by `invimbed._backends._cuda_device.device`
   (scipy's first-step rule, the step-size factors, the stage and step sums, the scaled
   error and numpy's pairwise RMS, the stops and pieces of the control, the dense output).
-  `_integrate` below is the control flow of `_ensemble_kernels._integrate`, decision for
-  decision, with two differences a GPU needs: the dense output has a fixed capacity
-  (a row that fills it ends with `K_FULL`, and `invimbed._backends.ensemble_cuda` runs
-  it again with more), and the right-hand side is the generated `_rhs` below.
+  The per-row loop is `_ensemble_kernels._integrate` itself, compiled for the device
+  with two names of its globals replaced: `_rhs` by the generated `_rhs` below, and
+  `_grow` by `_fixed` (the dense output has a fixed capacity: a row that fills it ends
+  with `K_FULL`, and `invimbed._backends.ensemble_cuda` runs it again with more).
 * The derivatives are the symbolic provider's generated code, the ``point`` function of
   each request (`invimbed._core.derivatives._codegen`) that ``backend="numba"`` calls
   through ``sample``: here it writes into a thread-local buffer, and the tensor's entries
@@ -42,11 +42,10 @@ from numba import cuda, float64, int64
 from .._core.integrators.ensemble import MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
 from . import _ensemble_parts as parts
 from ._cuda_device import device, simulated
-from ._ensemble_kernels import K_DONE, K_MAX_STEPS, K_NONFINITE, K_UNDERFLOW
+from . import _ensemble_kernels as kern
+from ._ensemble_kernels import K_DONE, K_FULL
 
-#: The row code of a forward pass whose dense output filled its buffer (not a
-#: `RowCode`: the host runs such a row again with a larger buffer).
-K_FULL = 100
+__all__ = ["K_FULL", "build_kernel"]
 
 #: The derivatives the kernel evaluates, as ``(which, dz, dth)``.
 KEYS = (("f", 0, 0), ("R", 0, 0), ("f", 1, 0), ("R", 1, 0), ("f", 0, 1), ("R", 0, 1),
@@ -106,23 +105,16 @@ def build_kernel(provider: Any, N: int, M: int, nw: int, method: str) -> Any:
     f_pt, r_pt, fz_pt, rz_pt, fth_pt, rth_pt, t_pt, tz_pt = pts
     GF, GR, GFZ, GRZ, GFTH, GRTH, GT, GTZ = gat
     OF, OR, OFZ, ORZ, OFTH, ORTH, OT, OTZ, TOTAL = off
-    EXPONENT = -1.0 / (ORDER + 1)
     WIDTH = 2 + S + S * KQ
-    dense_z = device(parts._dense_z)
-    finite = device(parts._finite)
-    fmin, fmax = device(parts._fmin), device(parts._fmax)
-    next_stop, piece_of = device(parts._next_stop), device(parts._piece)
-    rms, sum_squares = device(parts._rms), device(parts._sum_squares)
-    h0_rule, h1_rule = device(parts.initial_step_h0), device(parts.initial_step)
-    grow, shrink = device(parts.grow_factor), device(parts.shrink_factor)
-    stage, step = device(parts.stage_state), device(parts.weighted_step)
-    scaled, coef = device(parts.scaled_error), device(parts.dense_coefficient)
+    dense_z, piece_of = device(parts._dense_z), device(parts._piece)
+    pass_out, row_out = device(kern.pass_out), device(kern.row_out)
 
     @cuda.jit(device=True)
-    def _rhs(mode, t, y, piece, out, values, dense, nd, ptr, zb, gacc, vals):
+    def _rhs(mode, t, y, piece, out, values, dense, nd, ptr, ctx):
         """`_ensemble_kernels._rhs` on the generated code: forward (``mode == 0``)
         ``[f, R]``; backward ``[-(f_z^T lam + R_z), -((f_th^T lam + R_th) dtheta/dw)]``
-        at ``z(t)`` of the dense output."""
+        at ``z(t)`` of the dense output; ``ctx`` is ``(zb, gacc, vals)``."""
+        zb, gacc, vals = ctx
         th = values[piece]
         if mode == 0:
             for i in range(N):
@@ -158,112 +150,11 @@ def build_kernel(provider: Any, N: int, M: int, nw: int, method: str) -> Any:
             out[N + piece * M + m] = -(gacc[m] + vals[ORTH + GRTH[m]])
 
     @cuda.jit(device=True)
-    def _integrate(mode, t0, t1, y, K, f, y_new, ys, y_stiff, a, knots, values, stops,
-                   dense, nd, cap, ptr, zb, gacc, vals, rtol, atol, first_step, max_step,
-                   max_steps):
-        """`_ensemble_kernels._integrate` for one row (see the module docstring):
-        ``(status, t, nsteps, nfev, h_lambda, nd)``."""
-        S_ = y.shape[0]
-        ptr[0] = nd - 1 if nd > 0 else 0
-        direction = 1.0 if t1 > t0 else (-1.0 if t1 < t0 else 0.0)
-        t = t0
-        nsteps = 0
-        nfev = 0
-        h_lambda = 0.0
-        if direction == 0:
-            return K_DONE, t, nsteps, nfev, h_lambda, nd
-        stop = next_stop(t, t1, direction, stops)
-        piece = piece_of(knots, t, stop)
-        _rhs(mode, t, y, piece, f, values, dense, nd, ptr, zb, gacc, vals)
-        nfev += 1
-        if not finite(f):
-            return K_NONFINITE, t, nsteps, nfev, h_lambda, nd
-        span = abs(stop - t)
-        if first_step > 0:
-            h = fmin(first_step, span)
-        else:
-            d1, h0 = h0_rule(y, f, rtol, atol, span, a)
-            for i in range(S_):
-                ys[i] = y[i] + (h0 * direction) * f[i]
-            _rhs(mode, t + h0 * direction, ys, piece, K[1], values, dense, nd, ptr, zb,
-                 gacc, vals)
-            nfev += 1
-            h = h1_rule(y, f, K[1], rtol, atol, d1, h0, ORDER, span, a)
-        rejected = False
-        last_bad = False
-        while True:
-            stop = next_stop(t, t1, direction, stops)
-            piece = piece_of(knots, t, stop)
-            min_step = 10.0 * abs(math.nextafter(t, direction * math.inf) - t)
-            if rejected and h < min_step:
-                status = K_NONFINITE if last_bad else K_UNDERFLOW
-                return status, t, nsteps, nfev, h_lambda, nd
-            h_try = fmin(fmax(h, min_step), max_step)
-            dist = abs(stop - t)
-            hit = h_try >= dist
-            ha = dist if hit else h_try
-            t_new = stop if hit else t + direction * ha
-            hstep = t_new - t
-            for i in range(S_):
-                K[0, i] = f[i]
-            for s in range(1, NS):
-                stage(y, K, A, s, hstep, S_, ys)
-                _rhs(mode, t + C[s] * hstep, ys, piece, K[s], values, dense, nd, ptr, zb,
-                     gacc, vals)
-                nfev += 1
-                if s == STIFF:
-                    for i in range(S_):
-                        y_stiff[i] = ys[i]
-            step(y, K, Bw, NS, hstep, S_, y_new)
-            _rhs(mode, t_new, y_new, piece, K[NS], values, dense, nd, ptr, zb, gacc, vals)
-            nfev += 1
-            scaled(y, y_new, K, E, NS + 1, hstep, rtol, atol, S_, a)
-            norm = rms(a)
-            ok = math.isfinite(norm) and finite(K[NS]) and finite(y_new)
-            accept = ok and norm < 1.0
-            nsteps += 1
-            if accept:
-                factor = grow(norm, rejected, SAFETY, MAX_FACTOR, EXPONENT)
-            elif ok:
-                factor = shrink(norm, SAFETY, MIN_FACTOR, EXPONENT)
-            else:
-                factor = MIN_FACTOR
-            h = ha * factor
-            rejected = not accept
-            last_bad = not ok
-            if accept:
-                if mode == 0:     # dense output: t_old, h, y_old, Q = K^T P
-                    if nd == cap:
-                        return K_FULL, t, nsteps, nfev, h_lambda, nd
-                    dense[nd, 0] = t
-                    dense[nd, 1] = hstep
-                    for i in range(S_):
-                        dense[nd, 2 + i] = y[i]
-                        for c in range(KQ):
-                            dense[nd, 2 + S_ + i * KQ + c] = coef(K, P, NS + 1, i, c)
-                    nd += 1
-                if STIFF >= 0:   # Shampine: |h| |K_last - K_stiff| / |y_new - y_stiff|
-                    for i in range(S_):
-                        a[i] = K[NS, i] - K[STIFF, i]
-                        ys[i] = y_new[i] - y_stiff[i]
-                    num_ = math.sqrt(sum_squares(a))
-                    den_ = math.sqrt(sum_squares(ys))
-                    h_lambda = abs(hstep) * num_ / den_ if den_ > 0 else 0.0
-                t = t_new
-                for i in range(S_):
-                    y[i] = y_new[i]
-                    f[i] = K[NS, i]
-                if t_new == t1:
-                    return K_DONE, t, nsteps, nfev, h_lambda, nd
-                if hit:   # a stop: the next step starts from the next piece's derivative
-                    nxt = next_stop(t, t1, direction, stops)
-                    _rhs(mode, t, y, piece_of(knots, t, nxt), f, values, dense, nd, ptr, zb,
-                         gacc, vals)
-                    nfev += 1
-                    if not finite(f):
-                        return K_NONFINITE, t, nsteps, nfev, h_lambda, nd
-            if nsteps >= max_steps:
-                return K_MAX_STEPS, t, nsteps, nfev, h_lambda, nd
+    def _fixed(dense, nd):
+        """The dense buffer cannot grow: `_integrate` ends the row with `K_FULL`."""
+        return dense
+
+    integrate = device(kern._integrate, _rhs=_rhs, _grow=_fixed)
 
     @cuda.jit
     def kernel(rows, X, depths, q, knots, values, stops, num, max_steps, dense, out_z, out_v,
@@ -286,7 +177,6 @@ def build_kernel(provider: Any, N: int, M: int, nw: int, method: str) -> Any:
         out_g[r] = math.nan
         out_status[r, 1] = K_DONE
         rtol, atol, first_step, max_step = num[0], num[1], num[2], num[3]
-        cap = dense.shape[0]
         dn = dense[:, :, j]
         ptr = cuda.local.array(1, int64)
         zb = cuda.local.array(N, float64)
@@ -304,15 +194,14 @@ def build_kernel(provider: Any, N: int, M: int, nw: int, method: str) -> Any:
         for i in range(N):            # forward: y = [z, int R] from p to q
             y[i] = X[r % B, i]
         y[N] = 0.0
-        st, t_end, nst, nfe, hl, nd = _integrate(
-            0, p, q, y[:S], K[:, :S], f[:S], y_new[:S], ys[:S], y_stiff[:S], a[:S], knots,
-            values, stops, dn, 0, cap, ptr, zb, gacc, vals, rtol, atol, first_step,
-            max_step, max_steps)
-        out_status[r, 0] = st
-        out_steps[r] = nst
-        out_nfev[r] = nfe
-        out_t[r] = t_end
-        out_hl[r] = hl
+        step = (A, Bw, C, E, P, knots, values, stops, rtol, atol, first_step, max_step,
+                SAFETY, MIN_FACTOR, MAX_FACTOR, max_steps, ORDER, STIFF)
+        ctx = (zb, gacc, vals)
+        st, t_end, nst, nfe, hl, dn, nd = integrate(
+            0, p, q, y[:S], step, (K[:, :S], f[:S], y_new[:S], ys[:S], y_stiff[:S], a[:S]),
+            dn, 0, ptr, ctx)
+        pass_out(r, 0, st, nst, nfe, t_end, hl, out_status, out_steps, out_nfev, out_t,
+                 out_hl)
         if st != K_DONE:
             return
         zq = cuda.local.array(N, float64)
@@ -326,23 +215,14 @@ def build_kernel(provider: Any, N: int, M: int, nw: int, method: str) -> Any:
             y[i] = 0.0
         for i in range(N):
             y[i] = vals[OTZ + GTZ[i]]
-        st, t_end, nst, nfe, hl, nd = _integrate(
-            1, q, p, y[:SB], K[:, :SB], f[:SB], y_new[:SB], ys[:SB], y_stiff[:SB], a[:SB],
-            knots, values, stops, dn, nd, cap, ptr, zb, gacc, vals, rtol, atol, first_step,
-            max_step, max_steps)
-        out_status[r, 1] = st
-        out_steps[r] += nst
-        out_nfev[r] += nfe
-        out_t[r] = t_end
-        out_hl[r] = hl
+        st, t_end, nst, nfe, hl, dn, nd = integrate(
+            1, q, p, y[:SB], step, (K[:, :SB], f[:SB], y_new[:SB], ys[:SB], y_stiff[:SB],
+                                     a[:SB]), dn, nd, ptr, ctx)
+        pass_out(r, 1, st, nst, nfe, t_end, hl, out_status, out_steps, out_nfev, out_t,
+                 out_hl)
         if st != K_DONE:
             return
-        for i in range(N):
-            out_z[r, i] = zq[i]
-            out_a[r, i] = y[i]
-        for w in range(nw):
-            out_w[r, w] = y[N + w]
-        out_v[r] = value
+        row_out(r, zq, y, value, N, nw, out_z, out_a, out_w, out_v)
         # dJ/dp = -(lambda . f + R) at (p, x), theta(p) from above (`depth_gradient`),
         # summed in `sum_products`' order
         th = values[piece_of(knots, p, p)]

@@ -27,7 +27,7 @@ from numba import njit, prange
 
 from .._core.results.status import RowCode
 from ._ensemble_parts import (_dense_z, _finite, _fmax, _fmin, _next_stop, _piece, _rms,
-                              _sum_squares, dense_coefficient, grow_factor, initial_step,
+                              _sign, _sum_squares, dense_coefficient, grow_factor, initial_step,
                               initial_step_h0, scaled_error, shrink_factor, stage_state,
                               weighted_step)
 from ._numba_calls import _plan_scratch
@@ -38,6 +38,10 @@ _jit = njit(cache=True, error_model="numpy")
 K_DONE, K_UNDERFLOW, K_NONFINITE, K_MAX_STEPS, K_RUNNING = (
     int(RowCode.DONE), int(RowCode.UNDERFLOW), int(RowCode.NONFINITE), int(RowCode.MAX_STEPS),
     int(RowCode.RUNNING))
+
+#: The row code of a forward pass whose fixed dense buffer (the CUDA kernel's) filled up
+#: (not a `RowCode`: the host runs such a row again with a larger buffer).
+K_FULL = 100
 
 #: Small integers as run-time values (numba would specialise callees on literals).
 _IDS = np.arange(8, dtype=np.int64)
@@ -72,7 +76,7 @@ def _transposed_times(J, col, y, N, C, out):
 
 
 @_jit
-def _rhs(mode, t, y, piece, out, fns, values, dense, nd, ptr, wk, how, N, M, nw, kq, fd):
+def _rhs(mode, t, y, piece, out, values, dense, nd, ptr, ctx):
     """The right-hand side of one row: forward (``mode == 0``) ``[f, R]``; backward
     ``[-(f_z^T lam + R_z), -((f_th^T lam + R_th) dtheta/dw)]`` at ``z(t)`` of the dense
     output; ``piece`` is the control's piece.
@@ -81,7 +85,9 @@ def _rhs(mode, t, y, piece, out, fns, values, dense, nd, ptr, wk, how, N, M, nw,
     function of the problem that is that derivative, called directly (``SLOTS``); -1,
     zero (a missing running loss); -2, by the plan (finite differences). Calling the
     function directly skips `eval_request`'s bookkeeping, which costs several times a
-    small function's own time (measured 300 ns against 70 ns per call)."""
+    small function's own time (measured 300 ns against 70 ns per call). ``ctx`` is
+    ``(fns, how, N, M, nw, kq, fd, wk)`` (`_row`)."""
+    fns, how, N, M, nw, kq, fd, wk = ctx
     th = values[piece]
     zbuf = wk[:N]
     if mode == 0:
@@ -158,27 +164,30 @@ def _grow(dense, nd):
 
 
 @_jit
-def _integrate(mode, t0, t1, y, step, fns, how, N, M, nw, dense, nd, wk, fd, rk):
+def _integrate(mode, t0, t1, y, step, rk, dense, nd, ptr, ctx):
     """`integrate_rows` for one row, from ``t0`` to ``t1``, ``y`` updated in place, with
-    the tableau, control and step control of ``step``
-    (`invimbed._backends._bundles.RowSteps`).
+    the tableau, control and step control of ``step`` (the fields of
+    `invimbed._backends._bundles.RowSteps`, in its order), the stage buffers ``rk =
+    (K, f, y_new, ys, y_stiff, a)`` and ``_rhs(..., ctx)`` the right-hand side.
+
+    One source for two targets: the numba CPU kernel (`_row`) and, compiled by
+    `invimbed._backends._cuda_device.device` with `_rhs` and `_grow` replaced, the CUDA
+    kernel (`invimbed._backends._cuda_ensemble_kernel`), whose dense buffer has a fixed
+    capacity (its `_grow` returns it as it is: the row ends with `K_FULL` and the host runs
+    it again with more).
 
     ``mode`` 0 (forward) records the dense output of every accepted step in ``dense``
-    (grown by doubling); ``mode`` 1 (backward) reads it. Returns ``(status, t, nsteps,
-    nfev, h_lambda, dense, nd)``."""
-    A, Bw, C, E, P = step.A, step.B, step.C, step.E, step.P
-    knots, values, stops = step.knots, step.values, step.stops
-    rtol, atol, first_step, max_step = step.rtol, step.atol, step.first_step, step.max_step
-    safety, min_factor, max_factor = step.safety, step.min_factor, step.max_factor
-    max_steps, order, stiff = step.max_steps, step.order, step.stiff
+    (grown by doubling); ``mode`` 1 (backward) reads it (``ptr``: `_dense_z`'s cursor).
+    Returns ``(status, t, nsteps, nfev, h_lambda, dense, nd)``."""
+    (A, Bw, C, E, P, knots, values, stops, rtol, atol, first_step, max_step, safety,
+     min_factor, max_factor, max_steps, order, stiff) = step
     K, f, y_new, ys, y_stiff, a = rk
     S = y.shape[0]
     ns = Bw.shape[0]
     kq = P.shape[1]
     exponent = -1.0 / (order + 1)
-    ptr = np.zeros(1, dtype=np.int64)
     ptr[0] = nd - 1 if nd > 0 else 0
-    direction = np.sign(t1 - t0)
+    direction = _sign(t1 - t0)
     t = t0
     nsteps = 0
     nfev = 0
@@ -187,7 +196,7 @@ def _integrate(mode, t0, t1, y, step, fns, how, N, M, nw, dense, nd, wk, fd, rk)
         return K_DONE, t, nsteps, nfev, h_lambda, dense, nd
     stop = _next_stop(t, t1, direction, stops)
     piece = _piece(knots, t, stop)
-    _rhs(mode, t, y, piece, f, fns, values, dense, nd, ptr, wk, how, N, M, nw, kq, fd)
+    _rhs(mode, t, y, piece, f, values, dense, nd, ptr, ctx)
     nfev += 1
     if not _finite(f):
         return K_NONFINITE, t, nsteps, nfev, h_lambda, dense, nd
@@ -198,8 +207,7 @@ def _integrate(mode, t0, t1, y, step, fns, how, N, M, nw, dense, nd, wk, fd, rk)
         d1, h0 = initial_step_h0(y, f, rtol, atol, span, a)
         for i in range(S):
             ys[i] = y[i] + (h0 * direction) * f[i]
-        _rhs(mode, t + h0 * direction, ys, piece, K[1], fns, values, dense, nd, ptr, wk,
-             how, N, M, nw, kq, fd)
+        _rhs(mode, t + h0 * direction, ys, piece, K[1], values, dense, nd, ptr, ctx)
         nfev += 1
         h = initial_step(y, f, K[1], rtol, atol, d1, h0, order, span, a)
     rejected = False
@@ -221,15 +229,13 @@ def _integrate(mode, t0, t1, y, step, fns, how, N, M, nw, dense, nd, wk, fd, rk)
             K[0, i] = f[i]
         for s in range(1, ns):
             stage_state(y, K, A, s, hstep, S, ys)
-            _rhs(mode, t + C[s] * hstep, ys, piece, K[s], fns, values, dense, nd, ptr, wk,
-                 how, N, M, nw, kq, fd)
+            _rhs(mode, t + C[s] * hstep, ys, piece, K[s], values, dense, nd, ptr, ctx)
             nfev += 1
             if s == stiff:
                 for i in range(S):
                     y_stiff[i] = ys[i]
         weighted_step(y, K, Bw, ns, hstep, S, y_new)
-        _rhs(mode, t_new, y_new, piece, K[ns], fns, values, dense, nd, ptr, wk, how, N, M, nw,
-             kq, fd)
+        _rhs(mode, t_new, y_new, piece, K[ns], values, dense, nd, ptr, ctx)
         nfev += 1
         scaled_error(y, y_new, K, E, ns + 1, hstep, rtol, atol, S, a)
         norm = _rms(a)
@@ -249,6 +255,8 @@ def _integrate(mode, t0, t1, y, step, fns, how, N, M, nw, dense, nd, wk, fd, rk)
             if mode == 0:     # dense output: t_old, h, y_old, Q = K^T P
                 if nd == dense.shape[0]:
                     dense = _grow(dense, nd)
+                    if nd == dense.shape[0]:    # a fixed buffer (the GPU's) is full
+                        return K_FULL, t, nsteps, nfev, h_lambda, dense, nd
                 dense[nd, 0] = t
                 dense[nd, 1] = hstep
                 for i in range(S):
@@ -271,13 +279,41 @@ def _integrate(mode, t0, t1, y, step, fns, how, N, M, nw, dense, nd, wk, fd, rk)
                 return K_DONE, t, nsteps, nfev, h_lambda, dense, nd
             if hit:   # a stop: the next step starts from the next piece's derivative
                 nxt = _next_stop(t, t1, direction, stops)
-                _rhs(mode, t, y, _piece(knots, t, nxt), f, fns, values, dense, nd, ptr, wk,
-                     how, N, M, nw, kq, fd)
+                _rhs(mode, t, y, _piece(knots, t, nxt), f, values, dense, nd, ptr, ctx)
                 nfev += 1
                 if not _finite(f):
                     return K_NONFINITE, t, nsteps, nfev, h_lambda, dense, nd
         if nsteps >= max_steps:
             return K_MAX_STEPS, t, nsteps, nfev, h_lambda, dense, nd
+
+
+@_jit
+def pass_out(r, k, st, nst, nfe, t_end, hl, out_status, out_steps, out_nfev, out_t,
+             out_hl):
+    """Row ``r``'s record of its pass ``k`` (0 forward, 1 backward; the backward adds its
+    steps and evaluations to the forward's), in both kernels (`_row`, and the CUDA
+    kernel through `invimbed._backends._cuda_device.device`)."""
+    out_status[r, k] = st
+    if k == 0:
+        out_steps[r] = nst
+        out_nfev[r] = nfe
+    else:
+        out_steps[r] += nst
+        out_nfev[r] += nfe
+    out_t[r] = t_end
+    out_hl[r] = hl
+
+
+@_jit
+def row_out(r, zq, yb, value, N, nw, out_z, out_a, out_w, out_v):
+    """Row ``r``'s fields once both passes are done: ``z(q)``, ``lambda(p)``, ``mu(p)``
+    (``yb = [lambda, mu]``) and ``J``."""
+    for i in range(N):
+        out_z[r, i] = zq[i]
+        out_a[r, i] = yb[i]
+    for w in range(nw):
+        out_w[r, w] = yb[N + w]
+    out_v[r] = value
 
 
 def ensemble_rows(one, ev, fns, plan, how, perm, rows, step, res):
@@ -318,13 +354,12 @@ def _row(r, ev, fns, plan, how, rows, step, res):
         y[i] = x[i]
     rk = (np.empty((ns + 1, S)), np.empty(S), np.empty(S), np.empty(S), np.empty(S),
           np.empty(S))
+    ptr = np.zeros(1, dtype=np.int64)
+    ctx = (fns, how, N, M, nw, kq, fd, wk)
     st, t_end, nst, nfe, hl, dense, nd = _integrate(
-        _IDS[0], p, q, y, step, fns, how, N, M, nw, dense, _IDS[0], wk, fd, rk)
-    out_status[r, 0] = st
-    out_steps[r] = nst
-    out_nfev[r] = nfe
-    out_t[r] = t_end
-    out_hl[r] = hl
+        _IDS[0], p, q, y, step, rk, dense, _IDS[0], ptr, ctx)
+    pass_out(r, _IDS[0], st, nst, nfe, t_end, hl, out_status, out_steps, out_nfev, out_t,
+             out_hl)
     if st != K_DONE:
         return
     zq = np.empty(N)
@@ -340,17 +375,10 @@ def _row(r, ev, fns, plan, how, rows, step, res):
     rk = (np.empty((ns + 1, Sb)), np.empty(Sb), np.empty(Sb), np.empty(Sb), np.empty(Sb),
           np.empty(Sb))
     st, t_end, nst, nfe, hl, dense, nd = _integrate(
-        _IDS[1], q, p, yb, step, fns, how, N, M, nw, dense, nd, wk, fd, rk)
-    out_status[r, 1] = st
-    out_steps[r] += nst
-    out_nfev[r] += nfe
-    out_t[r] = t_end
-    out_hl[r] = hl
+        _IDS[1], q, p, yb, step, rk, dense, nd, ptr, ctx)
+    pass_out(r, _IDS[1], st, nst, nfe, t_end, hl, out_status, out_steps, out_nfev, out_t,
+             out_hl)
     if st != K_DONE:
         return
-    for i in range(N):      # the depth gradient: by the core, from the adjoint
-        out_z[r, i] = zq[i]
-        out_a[r, i] = yb[i]
-    for w in range(nw):
-        out_w[r, w] = yb[N + w]
-    out_v[r] = value
+    # the depth gradient: by the core, from the adjoint
+    row_out(r, zq, yb, value, N, nw, out_z, out_a, out_w, out_v)

@@ -131,6 +131,16 @@ def _rms(a):
 
 
 @_jit
+def _sign(x):
+    """``np.sign`` of a float, written out (device code has no numpy ufuncs)."""
+    if x > 0:
+        return 1.0
+    if x < 0:
+        return -1.0
+    return x            # zero or NaN, as np.sign
+
+
+@_jit
 def _fmin(a, b):
     """``np.minimum`` of two scalars (NaN propagates)."""
     return np.minimum(a, b)

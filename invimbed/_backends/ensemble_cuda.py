@@ -2,8 +2,8 @@
 NVIDIA GPU, one thread per row.
 
 What it computes is `invimbed._backends.ensemble_numba`'s, row by row, by the same
-algorithm (`invimbed._backends._cuda_ensemble_kernel`: the numba kernels' step
-arithmetic compiled for the device, scipy's RK45 / RK23 with its step rule, stops on the
+algorithm (`invimbed._backends._cuda_ensemble_kernel`: the numba kernel's per-row loop
+and step arithmetic, the same source compiled for the device, scipy's RK45 / RK23 with its step rule, stops on the
 control's breakpoints, the step budget, Shampine's ``h |lambda|``), on the problem's
 generated derivatives. In numba-cuda's simulator the two backends agree bit for bit
 (``tests/cuda``); on a GPU the compiler may fuse a multiply and an add, so they agree to
