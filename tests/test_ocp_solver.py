@@ -211,3 +211,20 @@ def test_generated_variational_rhs_equals_the_six_call_path(free, monkeypatch):
         np.testing.assert_allclose(getattr(fused, name), getattr(generic, name),
                                    rtol=1e-10, atol=1e-12, err_msg=name)
     assert fused.nfev == generic.nfev
+
+
+def test_collocation_warm_start_moves_the_nodes_and_reaches_the_cold_optimum():
+    """The collocation transcription packs its interior states past the nodes: a warm
+    re-solve moves the nodes and controls and rebuilds the points (it failed with a shape
+    error when the shooting layout was moved instead)."""
+    sp = pytest.importorskip("sympy")
+    t, x, u = sp.symbols("t x u")
+    problem = invimbed.from_sympy(t, [x], [u], [x * (1 - x) + u], x ** 2 + u ** 2, q=1.0)
+    kw = dict(p=0.0, intervals=8, control_bounds=(-1, 1), transcription="collocation",
+              solver="slsqp")
+    mpc = invimbed.OCPSolver(problem, [1.0], **kw)
+    assert mpc.solve().success
+    warm = mpc.solve([0.9])
+    cold = invimbed.solve_ocp(problem, [0.9], **kw)
+    assert warm.success and warm.warm_start and cold.success
+    assert abs(warm.fun - cold.fun) <= 1e-6 * abs(cold.fun)
