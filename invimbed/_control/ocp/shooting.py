@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._core.results.failures import row_failure_reason
-from .variational import variational_rhs
+from ..._backends import ocp_rows
+from .variational import first_order_rows, variational_rhs
 
 from ..._core.integrators.ensemble import DONE, TABLEAUX, DenseRows, integrate_rows
 
@@ -178,10 +179,14 @@ class Shooting:
         S0 = np.zeros((P * K, n, nm))
         S0[:, np.arange(n), np.arange(n)] = 1.0
         y0[:, i_S:i_cS] = S0.reshape(P * K, -1)
-        out = integrate_rows(rhs, t[:, :-1].ravel(), t[:, 1:].ravel(), y0,
-                             tableau=self.tableau, rtol=self.rtol, atol=self.atol,
-                             max_steps=self.max_steps, first_step=self.first_step,
-                             max_step=self.max_step, record=record)
+        run = first_order_rows(self.prov)
+        kw = dict(tableau=self.tableau, rtol=self.rtol, atol=self.atol,
+                  max_steps=self.max_steps, first_step=self.first_step,
+                  max_step=self.max_step, record=record)
+        if run is not None:                         # compiled (sympy problems, numba)
+            out = ocp_rows.integrate(run, t[:, :-1].ravel(), t[:, 1:].ravel(), y0, U, **kw)
+        else:
+            out = integrate_rows(rhs, t[:, :-1].ravel(), t[:, 1:].ravel(), y0, **kw)
         return [self._unpack_rows(out, j, S[j], U[j * K:(j + 1) * K], t[j])
                 for j in range(P)]
 
@@ -191,6 +196,7 @@ class Shooting:
         rather than at the first solve."""
         self._evaluators()
         variational_rhs(self.prov)
+        first_order_rows(self.prov)
 
     def _evaluators(self) -> tuple:
         """``f, f_z, f_theta, R, R_z, R_theta`` of the provider, for the ensemble's loop."""

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..._backends.ocp_rows import POINT_SIGNATURE
 from ..._core.derivatives._sympy_input import numpy_printer
 from ..._core.derivatives.symbolic import SympyProvider, _lambdify_options
 
@@ -43,7 +44,9 @@ def variational_rhs(provider: Any) -> Callable | None:
     return fn
 
 
-def _generate(prov: SympyProvider) -> Callable:
+def _first_order(prov: SympyProvider) -> tuple:
+    """``(t, z, u, S, exprs)``: the symbols of the row's time, state, control and
+    sensitivities, and the row's right-hand sides ``(f, R, dS, dcS)`` in them."""
     import sympy as sp
 
     n, m = prov.n_state, prov.n_theta
@@ -57,13 +60,31 @@ def _generate(prov: SympyProvider) -> Callable:
           + (f_u[i, j - n] if j >= n else 0) for i in range(n) for j in range(nm)]
     dcS = [sum((R_z[k] * S[k][j] for k in range(n)), sp.S.Zero)
            + (R_u[j - n] if j >= n else 0) for j in range(nm)]
-    t_arg = sp.Symbol("_t")
-    z_args = [sp.Symbol(f"_z{i}") for i in range(n)]
-    u_args = [sp.Symbol(f"_u{j}") for j in range(m)]
-    rename = {prov.t: t_arg, **dict(zip(prov.z, z_args)), **dict(zip(prov.theta, u_args))}
+    t_arg, z_args, u_args, rename = row_symbols(prov)
     exprs = [sp.sympify(e).xreplace(rename) for e in (*f, R, *dS, *dcS)]
+    return t_arg, z_args, u_args, [s for row in S for s in row], exprs
+
+
+def row_symbols(prov: SympyProvider) -> tuple:
+    """``(t, z, u, rename)``: the symbols of a row's time, state and control, and the
+    map from the problem's symbols to them."""
+    import sympy as sp
+
+    t_arg = sp.Symbol("_t")
+    z_args = [sp.Symbol(f"_z{i}") for i in range(prov.n_state)]
+    u_args = [sp.Symbol(f"_u{j}") for j in range(prov.n_theta)]
+    rename = {prov.t: t_arg, **dict(zip(prov.z, z_args)), **dict(zip(prov.theta, u_args))}
+    return t_arg, z_args, u_args, rename
+
+
+def _generate(prov: SympyProvider) -> Callable:
+    import sympy as sp
+
+    n, m = prov.n_state, prov.n_theta
+    nm = n + m
+    t_arg, z_args, u_args, S, exprs = _first_order(prov)
     repl, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("_c"))
-    args = (t_arg, *z_args, *u_args, *(s for row in S for s in row))
+    args = (t_arg, *z_args, *u_args, *S)
     code = sp.lambdify(args, list(reduced), modules="numpy", cse=lambda _: (repl, reduced),
                        printer=numpy_printer(sp), **_lambdify_options(sp))
     i_S = n + 1
@@ -76,3 +97,63 @@ def _generate(prov: SympyProvider) -> Callable:
         return out
 
     return rhs
+
+
+# -- the compiled rows ------------------------------------------------------------------
+_COMPILED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def compiled_available(provider: Any) -> bool:
+    """Whether the shooting rows of ``provider`` run as compiled code
+    (`invimbed._backends.ocp_rows`): a sympy provider (`invimbed.from_sympy`) where numba
+    is installed."""
+    if not isinstance(provider, SympyProvider):
+        return False
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def compiled_rows(provider: Any, key: Any, build: Callable[[], tuple]) -> Any:
+    """The generated right-hand side ``point(t, y, u, out)`` of one row
+    (`invimbed._backends.ocp_rows`, compiled for its `POINT_SIGNATURE`) of the rows
+    ``key`` of ``provider``, generated once per provider and key from ``build() ->
+    (t, y, u, exprs)``: the symbols of the row's time, its state entries in order (None
+    for an entry no right-hand side reads) and its control, and the right-hand side of
+    every entry. None where `compiled_available` is not."""
+    if not compiled_available(provider):
+        return None
+    per = _COMPILED.setdefault(provider, {})
+    if key not in per:
+        point = _row_module(*build()).point
+        point.compile(POINT_SIGNATURE)
+        per[key] = point
+    return per[key]
+
+
+def first_order_rows(provider: Any) -> Any:
+    """`compiled_rows` of the first-order rows ``y = (z, c, S, cS)`` (`variational_rhs`)."""
+    def build() -> tuple:
+        import sympy as sp
+
+        t_arg, z_args, u_args, S, exprs = _first_order(provider)
+        return t_arg, [*z_args, sp.Symbol("_cost"), *S], u_args, exprs
+
+    return compiled_rows(provider, "first", build)
+
+
+def _row_module(t_arg: Any, y_args: list, u_args: list, exprs: list) -> Any:
+    """The generated numba module of one row's right-hand side ``point(t, y, u, out)``
+    (`invimbed._core.derivatives._codegen`, cached on disk)."""
+    import sympy as sp
+    from sympy.printing.pycode import PythonCodePrinter
+
+    from ..._core.derivatives import _codegen
+
+    y_args = [a if a is not None else sp.Symbol(f"_unused{i}") for i, a in enumerate(y_args)]
+    repl, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("_c"))
+    printer = PythonCodePrinter({"fully_qualified_modules": True, "strict": True})
+    body = _codegen.point_source(printer, t_arg, tuple(y_args), tuple(u_args), repl, reduced)
+    return _codegen.load(body, options=", error_model='numpy'")
