@@ -43,6 +43,8 @@ from ..._core.integrators.ensemble import DONE, integrate_rows
 from ..._core.results.failures import row_failure_reason
 from ..options import SolverFailure
 from .shooting import STIFF_REMEDY, Shooting
+from .variational import second_order_rows
+from ..._backends import ocp_rows
 
 _T_REL = np.finfo(float).eps ** (1.0 / 3.0)
 #: The factor on ``rtol`` and ``atol`` for the columns of ``Y_pp`` (per-column tolerances
@@ -195,9 +197,18 @@ class SecondOrderRows:
         loose = np.arange(y0.shape[1]) >= i2        # Y_pp: its own, looser tolerances
         rtol = np.where(loose, HESSIAN_TOL_FACTOR * sh.rtol, sh.rtol)
         atol = np.where(loose, HESSIAN_TOL_FACTOR * sh.atol, sh.atol)
-        out = integrate_rows(rhs, t[:-1], t[1:], y0, tableau=sh.tableau, rtol=rtol,
-                             atol=atol, max_steps=sh.max_steps, first_step=sh.first_step,
-                             max_step=sh.max_step, record=record)
+        kw = dict(tableau=sh.tableau, max_steps=sh.max_steps, first_step=sh.first_step,
+                  max_step=sh.max_step, record=record)
+        point = second_order_rows(sh.prov, A, HESSIAN_TOL_FACTOR)
+        if point is None:
+            out = integrate_rows(rhs, t[:-1], t[1:], y0, rtol=rtol, atol=atol, **kw)
+        else:   # compiled: Y_pp carried over HESSIAN_TOL_FACTOR (`second_order_rows`)
+            out = ocp_rows.integrate(point, t[:-1], t[1:], y0, U, rtol=sh.rtol, atol=sh.atol,
+                                     **kw)
+            out.y[:, i2:] *= HESSIAN_TOL_FACTOR
+            if out.dense is not None:
+                out.dense.y_old[:, i2:] *= HESSIAN_TOL_FACTOR
+                out.dense.Q[:, i2:] *= HESSIAN_TOL_FACTOR
         bad = np.flatnonzero(out.status != DONE)
         if bad.size:
             k = int(bad[0])

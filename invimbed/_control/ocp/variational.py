@@ -157,3 +157,54 @@ def _row_module(t_arg: Any, y_args: list, u_args: list, exprs: list) -> Any:
     printer = PythonCodePrinter({"fully_qualified_modules": True, "strict": True})
     body = _codegen.point_source(printer, t_arg, tuple(y_args), tuple(u_args), repl, reduced)
     return _codegen.load(body, options=", error_model='numpy'")
+
+
+def second_order_rows(provider: Any, active: np.ndarray, factor: float) -> Any:
+    """`compiled_rows` of the second-order rows of `invimbed._control.ocp.second_order`:
+    ``y = (z, c, Y_p, Y_pp[active] / factor)`` with ``dY_p/dt = g_w W`` and ``dY_pp/dt =
+    g_z Y_pp + W^T g_ww W`` (``W = [Y_p[:n]; 0 | I]``, ``g = (f, R)``); ``Y_pp`` is carried
+    divided by ``factor`` (`second_order.HESSIAN_TOL_FACTOR`), so that the loop's one
+    tolerance measures it ``factor`` times more loosely in absolute terms."""
+    active = tuple(int(a) for a in active)
+
+    def build() -> tuple:
+        import sympy as sp
+
+        n, m = provider.n_state, provider.n_theta
+        P = n + m
+        t_arg, z_args, u_args, rename = row_symbols(provider)
+
+        def tensor(which, dz, dth):
+            return sp.Array(provider.expression(which, dz, dth)).applyfunc(
+                lambda e: sp.sympify(e).xreplace(rename))
+
+        g_w, g_ww = [], []
+        for which in ("f", "R"):
+            z1, u1 = tensor(which, 1, 0), tensor(which, 0, 1)
+            zz, zu, uu = tensor(which, 2, 0), tensor(which, 1, 1), tensor(which, 0, 2)
+            for i in range(n if which == "f" else 1):
+                at = (lambda a, *k: a[(i, *k)]) if which == "f" else (lambda a, *k: a[k])
+                g_w.append([at(z1, k) for k in range(n)] + [at(u1, j) for j in range(m)])
+                g_ww.append(sp.Matrix(P, P, lambda p, q: (
+                    at(zz, p, q) if p < n and q < n else at(zu, p, q - n) if p < n
+                    else at(zu, q, p - n) if q < n else at(uu, p - n, q - n))))
+        Yp = [[sp.Symbol(f"_Y{i}_{p}") for p in range(P)] for i in range(n + 1)]
+        Y2 = {a: [[sp.Symbol(f"_Z{a}_{p}_{q}") for q in range(P)] for p in range(P)]
+              for a in active}
+        W = sp.Matrix(P, P, lambda k, p: Yp[k][p] if k < n else int(p == k))
+        dYp = [sum((g_w[i][k] * W[k, p] for k in range(P)), sp.S.Zero)
+               for i in range(n + 1) for p in range(P)]
+        dY2 = []
+        for a in active:
+            quad = W.T * g_ww[a] * W
+            coupled = [[sum((g_w[a][b] * Y2[b][p][q] for b in active if b < n), sp.S.Zero)
+                        for q in range(P)] for p in range(P)]
+            dY2 += [coupled[p][q] + quad[min(p, q), max(p, q)] / factor
+                    for p in range(P) for q in range(P)]
+        f = [sp.sympify(e).xreplace(rename) for e in provider.expression("f")]
+        R = sp.sympify(provider.expression("R")).xreplace(rename)
+        y_args = [*z_args, None, *(s for row in Yp for s in row),
+                  *(Y2[a][p][q] for a in active for p in range(P) for q in range(P))]
+        return t_arg, y_args, u_args, [*f, R, *dYp, *dY2]
+
+    return compiled_rows(provider, ("second", active, float(factor)), build)
