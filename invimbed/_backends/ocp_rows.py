@@ -97,6 +97,13 @@ _loop: Any = None
 POINT_SIGNATURE = "void(float64, float64[::1], float64[::1], float64[::1])"
 
 
+def dispatcher() -> Any:
+    """A caching numba dispatcher of `_run` (its disk cache is the compiled entry's)."""
+    import numba
+
+    return numba.njit(cache=True, error_model="numpy")(_run)
+
+
 def _entry(step: Any) -> Any:
     """The compiled `_run` for the types of ``step`` (once per machine, kept in numba's
     disk cache; announced by `invimbed._core.runtime.compile_cost.compiling` while it is
@@ -112,7 +119,7 @@ def _entry(step: Any) -> Any:
         from ._ensemble_kernels import _integrate
 
         _loop = _rebind(_rows, _integrate=_rebind(_integrate, _rhs=_rebind(_rhs)))
-        run = numba.njit(cache=True, error_model="numpy")(_run)
+        run = dispatcher()
         args, ret = sigutils.normalize_signature(POINT_SIGNATURE)
         f8, i8 = nt.float64, nt.int64
         C1, C2, I1 = nt.Array(f8, 1, "C"), nt.Array(f8, 2, "C"), nt.Array(i8, 1, "C")
