@@ -11,8 +11,8 @@ import invimbed
 pytest.importorskip("numba")
 pytest.importorskip("sympy")
 
-from test_ocp_solver import needs_ipopt  # noqa: E402
-from test_ocp import _example, nonautonomous_problem  # noqa: E402
+from test_ocp_solver import _gallery_arguments, needs_ipopt  # noqa: E402
+from test_ocp import nonautonomous_problem  # noqa: E402
 
 
 @pytest.fixture
@@ -127,18 +127,7 @@ def test_compiled_row_failure_is_reported_as_the_numpy_one(numpy_rows):
 def test_solve_ocp_gives_the_same_result_compiled_and_numpy(numpy_rows, monkeypatch):
     """The gallery's Van der Pol problem (20 intervals, exact Hessian): the same
     iterations, objective and controls on both paths."""
-    ex = _example("ocp_vanderpol")
-    calls = []
-    real = invimbed.solve_ocp
-
-    def spy(problem, x, **kw):
-        calls.append((problem, x, kw))
-        return real(problem, x, **kw)
-
-    with monkeypatch.context() as m:
-        m.setattr(invimbed, "solve_ocp", spy)
-        fast = ex.solve(20)
-    (problem, x, kw), = calls
+    problem, x, kw, fast = _gallery_arguments("ocp_vanderpol", 20, monkeypatch)
     numpy_rows()
     slow = invimbed.solve_ocp(problem, x, **kw)
     assert fast.success and slow.success and fast.hessian == "exact"

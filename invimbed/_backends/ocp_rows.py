@@ -129,7 +129,8 @@ def _entry(step: Any) -> Any:
             warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
             run.compile(sig)
         run.disable_compile()
-        _ENTRY.append(run)
+        # its entry point: no typing of the arguments at each call
+        _ENTRY.append(run.overloads[run.signatures[0]].entry_point)
     return _ENTRY[0]
 
 
@@ -151,10 +152,10 @@ def integrate(point: Any, t0: np.ndarray, t1: np.ndarray, y0: np.ndarray, U: np.
     hl = np.zeros(R)
     step = bundles.row_steps(tableau, np.array([-np.inf, np.inf]), np.zeros((1, max(m, 1))),
                              np.empty(0), rtol, atol, first_step, max_step, max_steps)
-    dense, starts = _entry(step)(point, np.ascontiguousarray(t0, dtype=float),
-                        np.ascontiguousarray(t1, dtype=float), Y,
-                        np.ascontiguousarray(U, dtype=float), step, 0 if record else 1,
-                        status, t_end, steps, nfev, hl)
+    c = np.ascontiguousarray
+    dense, starts = _entry(step)(point, c(t0, dtype=float), c(t1, dtype=float), Y,
+                                 c(U, dtype=float), step, 0 if record else 1, status,
+                                 t_end, steps, nfev, hl)
     Y[status != DONE] = np.nan
     rows = None
     if record:

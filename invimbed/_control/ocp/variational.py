@@ -118,7 +118,8 @@ def compiled_available(provider: Any) -> bool:
 
 def compiled_rows(provider: Any, key: Any, build: Callable[[], tuple]) -> Any:
     """The generated right-hand side ``point(t, y, u, out)`` of one row
-    (`invimbed._backends.ocp_rows`, compiled for its `POINT_SIGNATURE`) of the rows
+    (`invimbed._backends.ocp_rows`, compiled for its `POINT_SIGNATURE`, as a first-class
+    function value) of the rows
     ``key`` of ``provider``, generated once per provider and key from ``build() ->
     (t, y, u, exprs)``: the symbols of the row's time, its state entries in order (None
     for an entry no right-hand side reads) and its control, and the right-hand side of
@@ -127,9 +128,12 @@ def compiled_rows(provider: Any, key: Any, build: Callable[[], tuple]) -> Any:
         return None
     per = _COMPILED.setdefault(provider, {})
     if key not in per:
+        from numba.core.types.function_type import CompileResultWAP
+
         point = _row_module(*build()).point
         point.compile(POINT_SIGNATURE)
-        per[key] = point
+        # its machine code's address, looked up once (numba would at every call)
+        per[key] = CompileResultWAP(point.overloads[point.signatures[0]])
     return per[key]
 
 

@@ -70,7 +70,7 @@ KERNELS: dict[str, tuple[str, float]] = {
                "more)", 42.0),
     "contract": ("the jet closure's compiled contraction (jets of high order)", 1.5),
     "ocp_rows": ("the compiled shooting rows of solve_ocp / OCPSolver (from_sympy "
-                 "problems)", 20.0),
+                 "problems)", 14.0),
 }
 #: The file beside numba's cache (in the kernels' cache directory) that keeps the last
 #: compile time of each kernel on this machine, in seconds of wall time.
