@@ -134,3 +134,18 @@ def test_solve_ocp_gives_the_same_result_compiled_and_numpy(numpy_rows, monkeypa
     assert fast.nit == slow.nit
     assert abs(fast.fun - slow.fun) <= 1e-9 * abs(slow.fun)
     np.testing.assert_allclose(fast.controls, slow.controls, atol=1e-7)
+
+
+def test_rows_numba_cannot_compile_take_the_numpy_path(monkeypatch):
+    """Where the generated code cannot be printed or compiled, the numpy rows serve
+    (the same values): the solve does not fail."""
+    from invimbed._control.ocp import variational
+
+    def refuse(*args):
+        raise ValueError("cannot print")
+
+    monkeypatch.setattr(variational, "_row_module", refuse)
+    prov = nonautonomous_problem(q=1.0).provider(2, 1)
+    assert variational.first_order_rows(prov) is None
+    sol = _shooting(prov, False).solve(_point(False))
+    assert sol.failure is None and np.all(np.isfinite(sol.F))

@@ -123,17 +123,21 @@ def compiled_rows(provider: Any, key: Any, build: Callable[[], tuple]) -> Any:
     ``key`` of ``provider``, generated once per provider and key from ``build() ->
     (t, y, u, exprs)``: the symbols of the row's time, its state entries in order (None
     for an entry no right-hand side reads) and its control, and the right-hand side of
-    every entry. None where `compiled_available` is not."""
+    every entry. None where `compiled_available` is not, or where the expressions
+    cannot be printed as Python or compiled by numba: the numpy path serves them."""
     if not compiled_available(provider):
         return None
     per = _COMPILED.setdefault(provider, {})
     if key not in per:
         from numba.core.types.function_type import CompileResultWAP
 
-        point = _row_module(*build()).point
-        point.compile(POINT_SIGNATURE)
-        # its machine code's address, looked up once (numba would at every call)
-        per[key] = CompileResultWAP(point.overloads[point.signatures[0]])
+        try:
+            point = _row_module(*build()).point
+            point.compile(POINT_SIGNATURE)
+        except Exception:  # noqa: BLE001 - not printable as Python, or numba refuses it
+            per[key] = None     # the numpy path serves (the same values, slower)
+        else:   # its machine code's address, looked up once (numba would at every call)
+            per[key] = CompileResultWAP(point.overloads[point.signatures[0]])
     return per[key]
 
 
