@@ -15,10 +15,18 @@ printed into one function of the ensemble's columns: one call per stage of the e
 instead of six derivative calls, a matrix product and an assembly, with ``sin``, ``exp``
 and the like evaluated once for ``f`` and its derivatives. The code is generated once
 per provider (cached) and gives the values of the six-call path to rounding.
+
+Where numba is installed the same expressions (and those of the second-order rows of
+`invimbed._control.ocp.second_order`) are printed instead as a numba function of ONE row,
+``point(t, y, u, out)`` (`compiled_rows`), which the compiled per-row loop of
+`invimbed._backends.ocp_rows` integrates: the default for a sympy provider. The numpy
+function serves without numba, and where numba cannot print or compile the expressions.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import weakref
 from typing import Any, Callable
 
@@ -107,21 +115,19 @@ def compiled_available(provider: Any) -> bool:
     """Whether the shooting rows of ``provider`` run as compiled code
     (`invimbed._backends.ocp_rows`): a sympy provider (`invimbed.from_sympy`) where numba
     is installed."""
-    if not isinstance(provider, SympyProvider):
-        return False
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return isinstance(provider, SympyProvider) and _have_numba()
+
+
+@functools.lru_cache(maxsize=None)
+def _have_numba() -> bool:
+    return importlib.util.find_spec("numba") is not None
 
 
 def compiled_rows(provider: Any, key: Any, build: Callable[[], tuple]) -> Any:
-    """The generated right-hand side ``point(t, y, u, out)`` of one row
-    (`invimbed._backends.ocp_rows`, compiled for its `POINT_SIGNATURE`, as a first-class
-    function value) of the rows
-    ``key`` of ``provider``, generated once per provider and key from ``build() ->
-    (t, y, u, exprs)``: the symbols of the row's time, its state entries in order (None
+    """The generated right-hand side ``point(t, y, u, out)`` of one row of the rows
+    ``key`` of ``provider`` (`invimbed._backends.ocp_rows`; compiled for its
+    `POINT_SIGNATURE`, a first-class function value), generated once per provider and
+    key from ``build() -> (t, y, u, exprs)``: the symbols of the row's time, its state entries in order (None
     for an entry no right-hand side reads) and its control, and the right-hand side of
     every entry. None where `compiled_available` is not, or where the expressions
     cannot be printed as Python or compiled by numba: the numpy path serves them."""
