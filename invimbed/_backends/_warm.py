@@ -8,8 +8,7 @@ numba sweeps and the numba ensemble on a 2-state problem of per-sample functions
 compiled here (``cache=True``, derivatives by finite differences, so nothing is traced
 or generated per problem), the depth gradient's loop on 1024 rows, the Taylor-mode
 kernel on a one-variable tape, the contraction on a small table, the compiled
-shooting rows on one row. A kernel already in
-numba's cache is loaded, not compiled.
+shooting rows on one row. A kernel already in numba's cache is loaded, not compiled.
 """
 
 from __future__ import annotations

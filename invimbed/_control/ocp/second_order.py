@@ -28,7 +28,9 @@ y_HH = d_e^2 (g_te + g_ze g_e) - 2 d_0 d_e g_ze G + d_0^2 (Y_ss[g_0, g_0] + Y_s^
 
 (``Y_s^ = [Y_s | e_c]``, the end's derivative in the augmented start state). The
 columns of ``Y_pp`` are integrated to ``HESSIAN_TOL_FACTOR`` times the solve's ``rtol``
-and ``atol``, the state and ``Y_p`` to them. The time
+and ``atol``, the state and ``Y_p`` to them (the numpy rows; the compiled rows of
+`invimbed._backends.ocp_rows`, whose loop has one tolerance, carry ``Y_pp /
+HESSIAN_TOL_FACTOR``: ``rtol`` and ``HESSIAN_TOL_FACTOR atol`` on ``Y_pp``). The time
 derivatives ``g_t`` are central differences in ``t`` of ``g`` (zero for an autonomous
 problem; the providers give derivatives in ``z`` and ``theta`` only).
 """
