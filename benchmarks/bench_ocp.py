@@ -5,8 +5,9 @@ time, Bryson-Denham, LQ tracking, hypersensitive) both tools solve the same tran
 with the control constant on each.
 
 - invimbed: multiple shooting on the exact ensemble (`solve_ocp`, IPOPT through cyipopt,
-  the Hessian each example chooses: L-BFGS, finite differences for the hypersensitive
-  problem), rtol 1e-8, atol 1e-10;
+  the Hessian each example chooses, by default the exact one), rtol 1e-8, atol 1e-10;
+  the shooting rows compiled where numba is installed (``--rows numpy``: the numpy
+  ensemble's rows);
 - CasADi 3.8 (benchmark-only) + IPOPT, exact derivatives and exact Hessian by CasADi's
   algorithmic differentiation: multiple shooting with RK4 (10 steps per interval) or
   Radau collocation of degree 3 (``--casadi collocation``, and always for the
@@ -40,7 +41,7 @@ clock starts: invimbed's `from_sympy` problem with its code generated, CasADi's
   (target: median ratio <= 2).
 
 Run:  python benchmarks/bench_ocp.py [--quick] [--repeats R] [--casadi collocation]
-      [--hessian finite-differences] [--only NAME] [--skip-gallery]
+      [--hessian finite-differences] [--only NAME] [--skip-gallery] [--rows numpy]
 """
 
 from __future__ import annotations
@@ -303,10 +304,18 @@ def main(argv: list[str] | None = None) -> int:
                     default=None, help="default: each example's own choice")
     ap.add_argument("--only", default=None, help="run the problems whose name contains this")
     ap.add_argument("--skip-gallery", action="store_true", help="the new problems only")
+    ap.add_argument("--rows", choices=("auto", "numpy"), default="auto",
+                    help="invimbed's shooting rows: compiled where numba is installed "
+                         "(auto), or the numpy ensemble")
     args = ap.parse_args(argv)
-    print(header("casadi", "cyipopt", "sympy", argv=argv))
-    print(f"\ncasadi scheme: {args.casadi}; invimbed hessian: {args.hessian}; "
-          f"repeats: {args.repeats}\n")
+    print(header("casadi", "cyipopt", "numba", "sympy", argv=argv))
+    from invimbed._control.ocp import variational
+    if args.rows == "numpy":
+        variational.compiled_available = lambda provider: False
+    rows_path = ("compiled (numba)" if importlib.util.find_spec("numba") and args.rows == "auto"
+                 else "numpy")
+    print(f"\ncasadi scheme: {args.casadi}; invimbed hessian: {args.hessian}; invimbed rows "
+          f"of from_sympy problems: {rows_path}; repeats: {args.repeats}\n")
     rows = []
     head = (f"{'problem':<14} {'K':>4} {'J casadi':>12} {'J invimbed':>12} {'rel diff':>9} "
             f"{'t casadi':>9} {'t invimbed':>10} {'ratio':>6} {'it c/i':>8}  note")

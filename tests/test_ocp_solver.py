@@ -190,7 +190,9 @@ def test_generated_variational_rhs_equals_the_six_call_path(free, monkeypatch):
     of the generic path (six derivative calls and a matrix product), on a
     time-dependent problem with running and terminal losses."""
     import invimbed._control.ocp.shooting as shooting
+    from invimbed._control.ocp import variational
     from test_ocp import nonautonomous_problem
+    monkeypatch.setattr(variational, "compiled_available", lambda p: False)  # numpy rows
     problem = nonautonomous_problem(q=1.0)
     prov = problem.provider(2, 1)
     assert shooting.variational_rhs(prov) is not None

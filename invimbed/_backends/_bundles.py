@@ -97,6 +97,22 @@ def jet(x: np.ndarray, q: float, M: int, nw: int, orders: Sequence[int]) -> Jet:
     return Jet(x, float(q), N, M, nw, C, C, cZs, cVs, offs, int(sizes.sum()))
 
 
+def row_steps(tab: Any, knots: np.ndarray, values: np.ndarray, stops: np.ndarray,
+              rtol: float, atol: float, first_step: float | None, max_step: float,
+              max_steps: int) -> RowSteps:
+    """The `RowSteps` of the tableau ``tab`` (a `ButcherTableau`) with scipy's constants
+    of the step control (`invimbed._core.integrators.rules`); ``first_step`` None for
+    scipy's first-step rule."""
+    from .._core.integrators.rules import MAX_FACTOR, MIN_FACTOR, SAFETY
+
+    c = np.ascontiguousarray
+    return RowSteps(*tableau_arrays(tab), c(knots, dtype=float), c(values, dtype=float),
+                    c(stops, dtype=float), float(rtol), float(atol),
+                    -1.0 if first_step is None else float(first_step), float(max_step),
+                    SAFETY, MIN_FACTOR, MAX_FACTOR, int(max_steps), int(tab.error_order),
+                    -1 if tab.stiff_stage is None else int(tab.stiff_stage))
+
+
 def tableau_arrays(tab: Any) -> tuple:
     """``(A, B, C, E, P)`` of a `ButcherTableau`, C-contiguous floats (the layout the
     kernels are compiled for)."""

@@ -7,8 +7,8 @@ cache and the recorded compile time are those of a solve): the fixed-step and ad
 numba sweeps and the numba ensemble on a 2-state problem of per-sample functions
 compiled here (``cache=True``, derivatives by finite differences, so nothing is traced
 or generated per problem), the depth gradient's loop on 1024 rows, the Taylor-mode
-kernel on a one-variable tape, the contraction on a small table. A kernel already in
-numba's cache is loaded, not compiled.
+kernel on a one-variable tape, the contraction on a small table, the compiled
+shooting rows on one row. A kernel already in numba's cache is loaded, not compiled.
 """
 
 from __future__ import annotations
@@ -93,6 +93,21 @@ def _contract() -> None:
     run_contraction(_kernel(), a, b, ia, ib, io, n_coefficients(1, 1))
 
 
+@njit(cache=True)
+def _point(t, y, u, out):
+    out[0] = u[0] - y[0]
+
+
+def _ocp_rows() -> None:
+    from .._core.integrators.ensemble import TABLEAUX
+    from .ocp_rows import integrate
+
+    out = integrate(_point, np.zeros(1), np.ones(1), np.ones((1, 1)), np.zeros((1, 1)),
+                    tableau=TABLEAUX["RK45"], rtol=1e-6, atol=1e-9, max_steps=100)
+    if not np.all(np.isfinite(out.y)):
+        raise RuntimeError("the warm-up of the compiled shooting rows failed")
+
+
 #: How each kernel of `invimbed._core.runtime.compile_cost.KERNELS` is warmed.
 WARMERS: dict[str, Callable[[], None]] = {
     "sweep_fixed": lambda: _solve(method="rk4", step=0.25),
@@ -101,6 +116,7 @@ WARMERS: dict[str, Callable[[], None]] = {
     "ensemble": _ensemble,
     "taylor": _taylor,
     "contract": _contract,
+    "ocp_rows": _ocp_rows,
 }
 
 
@@ -132,6 +148,10 @@ def representative(name: str) -> Any:
         from ._ensemble_kernels import _row as d
     elif name == "taylor":
         from .._core.derivatives._taylor_numba import run as d
+    elif name == "ocp_rows":
+        from .ocp_rows import dispatcher
+
+        d = dispatcher()
     else:
         from .._core.closures._contract_numba import contract as d
     return d

@@ -61,7 +61,7 @@ import numpy as np
 from .._core.reference.row_chunks import RowCost, output_bytes
 from .._core.results.failures import empty_fields
 from .._core.problem.open_loop import Constant, NoControl, PiecewiseConstant
-from .._core.integrators.ensemble import DONE, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
+from .._core.integrators.ensemble import DONE, TABLEAUX
 from .._core.setup.arguments import Setup
 from .._core.sweep.assembly import depth_gradient
 from ._numba import (CompiledValues, _fingerprint, compile_loop, eval_signature,
@@ -165,12 +165,8 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
     first = opts.get("first_step")
     args = (fns, tuple(arrays), how, perm.astype(np.int64),
             bundles.Rows(c(setup.x, dtype=float), depths, q, N, M, nw),
-            bundles.RowSteps(
-                *bundles.tableau_arrays(tab), knots, values, c(stops), float(rtol),
-                float(atol), -1.0 if first is None else float(first),
-                float(opts.get("max_step", np.inf)), SAFETY, MIN_FACTOR, MAX_FACTOR,
-                int(opts["max_steps"]), int(tab.error_order),
-                -1 if tab.stiff_stage is None else int(tab.stiff_stage)),
+            bundles.row_steps(tab, knots, values, stops, rtol, atol, first,
+                              opts.get("max_step", np.inf), opts["max_steps"]),
             bundles.RowsOut(out_z, out_v, out_a, out_w, out_steps, out_nfev, out_status,
                             out_t, out_hl))
     if rows:

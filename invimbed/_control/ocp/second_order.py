@@ -28,7 +28,9 @@ y_HH = d_e^2 (g_te + g_ze g_e) - 2 d_0 d_e g_ze G + d_0^2 (Y_ss[g_0, g_0] + Y_s^
 
 (``Y_s^ = [Y_s | e_c]``, the end's derivative in the augmented start state). The
 columns of ``Y_pp`` are integrated to ``HESSIAN_TOL_FACTOR`` times the solve's ``rtol``
-and ``atol``, the state and ``Y_p`` to them. The time
+and ``atol``, the state and ``Y_p`` to them (the numpy rows; the compiled rows of
+`invimbed._backends.ocp_rows`, whose loop has one tolerance, carry ``Y_pp /
+HESSIAN_TOL_FACTOR``: ``rtol`` and ``HESSIAN_TOL_FACTOR atol`` on ``Y_pp``). The time
 derivatives ``g_t`` are central differences in ``t`` of ``g`` (zero for an autonomous
 problem; the providers give derivatives in ``z`` and ``theta`` only).
 """
@@ -43,6 +45,8 @@ from ..._core.integrators.ensemble import DONE, integrate_rows
 from ..._core.results.failures import row_failure_reason
 from ..options import SolverFailure
 from .shooting import STIFF_REMEDY, Shooting
+from .variational import second_order_rows
+from ..._backends import ocp_rows
 
 _T_REL = np.finfo(float).eps ** (1.0 / 3.0)
 #: The factor on ``rtol`` and ``atol`` for the columns of ``Y_pp`` (per-column tolerances
@@ -195,9 +199,18 @@ class SecondOrderRows:
         loose = np.arange(y0.shape[1]) >= i2        # Y_pp: its own, looser tolerances
         rtol = np.where(loose, HESSIAN_TOL_FACTOR * sh.rtol, sh.rtol)
         atol = np.where(loose, HESSIAN_TOL_FACTOR * sh.atol, sh.atol)
-        out = integrate_rows(rhs, t[:-1], t[1:], y0, tableau=sh.tableau, rtol=rtol,
-                             atol=atol, max_steps=sh.max_steps, first_step=sh.first_step,
-                             max_step=sh.max_step, record=record)
+        kw = dict(tableau=sh.tableau, max_steps=sh.max_steps, first_step=sh.first_step,
+                  max_step=sh.max_step, record=record)
+        point = second_order_rows(sh.prov, A, HESSIAN_TOL_FACTOR)
+        if point is None:
+            out = integrate_rows(rhs, t[:-1], t[1:], y0, rtol=rtol, atol=atol, **kw)
+        else:   # compiled: Y_pp carried over HESSIAN_TOL_FACTOR (`second_order_rows`)
+            out = ocp_rows.integrate(point, t[:-1], t[1:], y0, U, rtol=sh.rtol, atol=sh.atol,
+                                     **kw)
+            out.y[:, i2:] *= HESSIAN_TOL_FACTOR
+            if out.dense is not None:
+                out.dense.y_old[:, i2:] *= HESSIAN_TOL_FACTOR
+                out.dense.Q[:, i2:] *= HESSIAN_TOL_FACTOR
         bad = np.flatnonzero(out.status != DONE)
         if bad.size:
             k = int(bad[0])

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._core.results.failures import row_failure_reason
-from .variational import variational_rhs
+from ..._backends import ocp_rows
+from .variational import first_order_rows, variational_rhs
 
 from ..._core.integrators.ensemble import DONE, TABLEAUX, DenseRows, integrate_rows
 
@@ -158,7 +159,8 @@ class Shooting:
         f, f_z, f_u, R, R_z, R_u = self._evaluators()
         i_S = n + 1
         i_cS = i_S + n * nm
-        fused = variational_rhs(self.prov)
+        run = first_order_rows(self.prov)          # compiled (sympy problems, numba)
+        fused = variational_rhs(self.prov) if run is None else None
 
         def rhs(tt, y, rows, piece):
             z = y[:, :n]
@@ -178,19 +180,23 @@ class Shooting:
         S0 = np.zeros((P * K, n, nm))
         S0[:, np.arange(n), np.arange(n)] = 1.0
         y0[:, i_S:i_cS] = S0.reshape(P * K, -1)
-        out = integrate_rows(rhs, t[:, :-1].ravel(), t[:, 1:].ravel(), y0,
-                             tableau=self.tableau, rtol=self.rtol, atol=self.atol,
-                             max_steps=self.max_steps, first_step=self.first_step,
-                             max_step=self.max_step, record=record)
+        kw = dict(tableau=self.tableau, rtol=self.rtol, atol=self.atol,
+                  max_steps=self.max_steps, first_step=self.first_step,
+                  max_step=self.max_step, record=record)
+        if run is not None:
+            out = ocp_rows.integrate(run, t[:, :-1].ravel(), t[:, 1:].ravel(), y0, U, **kw)
+        else:
+            out = integrate_rows(rhs, t[:, :-1].ravel(), t[:, 1:].ravel(), y0, **kw)
         return [self._unpack_rows(out, j, S[j], U[j * K:(j + 1) * K], t[j])
                 for j in range(P)]
 
     def generate(self) -> None:
         """Generate the code that `solve_points` runs (the provider's derivative code, and
-        for a sympy problem the one right-hand side of `variational_rhs`) now, once,
-        rather than at the first solve."""
+        for a sympy problem the one right-hand side of `first_order_rows`, compiled, or
+        of `variational_rhs`) now, once, rather than at the first solve."""
         self._evaluators()
-        variational_rhs(self.prov)
+        if first_order_rows(self.prov) is None:
+            variational_rhs(self.prov)
 
     def _evaluators(self) -> tuple:
         """``f, f_z, f_theta, R, R_z, R_theta`` of the provider, for the ensemble's loop."""

@@ -58,8 +58,9 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
     r"""Solve an optimal-control problem by multiple shooting with an NLP solver.
 
     Minimises ``J`` of eq. (4) from ``z(p) = x`` over controls constant on each interval
-    of a grid on ``[p, q]``, all intervals one exact ensemble solve. Details:
-    docs/optimization.md, "solve_ocp in detail".
+    of a grid on ``[p, q]``, all intervals one exact ensemble solve (compiled, for a
+    `from_sympy` problem where numba is installed: docs/optimization.md, "Compiled
+    rows"). Details: docs/optimization.md, "solve_ocp in detail".
 
     Parameters
     ----------

@@ -15,15 +15,24 @@ printed into one function of the ensemble's columns: one call per stage of the e
 instead of six derivative calls, a matrix product and an assembly, with ``sin``, ``exp``
 and the like evaluated once for ``f`` and its derivatives. The code is generated once
 per provider (cached) and gives the values of the six-call path to rounding.
+
+Where numba is installed the same expressions (and those of the second-order rows of
+`invimbed._control.ocp.second_order`) are printed instead as a numba function of ONE row,
+``point(t, y, u, out)`` (`compiled_rows`), which the compiled per-row loop of
+`invimbed._backends.ocp_rows` integrates: the default for a sympy provider. The numpy
+function serves without numba, and where numba cannot print or compile the expressions.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import weakref
 from typing import Any, Callable
 
 import numpy as np
 
+from ..._backends.ocp_rows import POINT_SIGNATURE
 from ..._core.derivatives._sympy_input import numpy_printer
 from ..._core.derivatives.symbolic import SympyProvider, _lambdify_options
 
@@ -43,7 +52,9 @@ def variational_rhs(provider: Any) -> Callable | None:
     return fn
 
 
-def _generate(prov: SympyProvider) -> Callable:
+def _first_order(prov: SympyProvider) -> tuple:
+    """``(t, z, u, S, exprs)``: the symbols of the row's time, state, control and
+    sensitivities, and the row's right-hand sides ``(f, R, dS, dcS)`` in them."""
     import sympy as sp
 
     n, m = prov.n_state, prov.n_theta
@@ -57,13 +68,31 @@ def _generate(prov: SympyProvider) -> Callable:
           + (f_u[i, j - n] if j >= n else 0) for i in range(n) for j in range(nm)]
     dcS = [sum((R_z[k] * S[k][j] for k in range(n)), sp.S.Zero)
            + (R_u[j - n] if j >= n else 0) for j in range(nm)]
-    t_arg = sp.Symbol("_t")
-    z_args = [sp.Symbol(f"_z{i}") for i in range(n)]
-    u_args = [sp.Symbol(f"_u{j}") for j in range(m)]
-    rename = {prov.t: t_arg, **dict(zip(prov.z, z_args)), **dict(zip(prov.theta, u_args))}
+    t_arg, z_args, u_args, rename = row_symbols(prov)
     exprs = [sp.sympify(e).xreplace(rename) for e in (*f, R, *dS, *dcS)]
+    return t_arg, z_args, u_args, [s for row in S for s in row], exprs
+
+
+def row_symbols(prov: SympyProvider) -> tuple:
+    """``(t, z, u, rename)``: the symbols of a row's time, state and control, and the
+    map from the problem's symbols to them."""
+    import sympy as sp
+
+    t_arg = sp.Symbol("_t")
+    z_args = [sp.Symbol(f"_z{i}") for i in range(prov.n_state)]
+    u_args = [sp.Symbol(f"_u{j}") for j in range(prov.n_theta)]
+    rename = {prov.t: t_arg, **dict(zip(prov.z, z_args)), **dict(zip(prov.theta, u_args))}
+    return t_arg, z_args, u_args, rename
+
+
+def _generate(prov: SympyProvider) -> Callable:
+    import sympy as sp
+
+    n, m = prov.n_state, prov.n_theta
+    nm = n + m
+    t_arg, z_args, u_args, S, exprs = _first_order(prov)
     repl, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("_c"))
-    args = (t_arg, *z_args, *u_args, *(s for row in S for s in row))
+    args = (t_arg, *z_args, *u_args, *S)
     code = sp.lambdify(args, list(reduced), modules="numpy", cse=lambda _: (repl, reduced),
                        printer=numpy_printer(sp), **_lambdify_options(sp))
     i_S = n + 1
@@ -76,3 +105,120 @@ def _generate(prov: SympyProvider) -> Callable:
         return out
 
     return rhs
+
+
+# -- the compiled rows ------------------------------------------------------------------
+_COMPILED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def compiled_available(provider: Any) -> bool:
+    """Whether the shooting rows of ``provider`` run as compiled code
+    (`invimbed._backends.ocp_rows`): a sympy provider (`invimbed.from_sympy`) where numba
+    is installed."""
+    return isinstance(provider, SympyProvider) and _have_numba()
+
+
+@functools.lru_cache(maxsize=None)
+def _have_numba() -> bool:
+    return importlib.util.find_spec("numba") is not None
+
+
+def compiled_rows(provider: Any, key: Any, build: Callable[[], tuple]) -> Any:
+    """The generated right-hand side ``point(t, y, u, out)`` of one row of the rows
+    ``key`` of ``provider`` (`invimbed._backends.ocp_rows`; compiled for its
+    `POINT_SIGNATURE`, a first-class function value), generated once per provider and
+    key from ``build() -> (t, y, u, exprs)``: the symbols of the row's time, its state entries in order (None
+    for an entry no right-hand side reads) and its control, and the right-hand side of
+    every entry. None where `compiled_available` is not, or where the expressions
+    cannot be printed as Python or compiled by numba: the numpy path serves them."""
+    if not compiled_available(provider):
+        return None
+    per = _COMPILED.setdefault(provider, {})
+    if key not in per:
+        from numba.core.types.function_type import CompileResultWAP
+
+        try:
+            point = _row_module(*build()).point
+            point.compile(POINT_SIGNATURE)
+        except Exception:  # noqa: BLE001 - not printable as Python, or numba refuses it
+            per[key] = None     # the numpy path serves (the same values, slower)
+        else:   # its machine code's address, looked up once (numba would at every call)
+            per[key] = CompileResultWAP(point.overloads[point.signatures[0]])
+    return per[key]
+
+
+def first_order_rows(provider: Any) -> Any:
+    """`compiled_rows` of the first-order rows ``y = (z, c, S, cS)`` (`variational_rhs`)."""
+    def build() -> tuple:
+        import sympy as sp
+
+        t_arg, z_args, u_args, S, exprs = _first_order(provider)
+        return t_arg, [*z_args, sp.Symbol("_cost"), *S], u_args, exprs
+
+    return compiled_rows(provider, "first", build)
+
+
+def _row_module(t_arg: Any, y_args: list, u_args: list, exprs: list) -> Any:
+    """The generated numba module of one row's right-hand side ``point(t, y, u, out)``
+    (`invimbed._core.derivatives._codegen`, cached on disk)."""
+    import sympy as sp
+    from sympy.printing.pycode import PythonCodePrinter
+
+    from ..._core.derivatives import _codegen
+
+    y_args = [a if a is not None else sp.Symbol(f"_unused{i}") for i, a in enumerate(y_args)]
+    repl, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("_c"))
+    printer = PythonCodePrinter({"fully_qualified_modules": True, "strict": True})
+    body = _codegen.point_source(printer, t_arg, tuple(y_args), tuple(u_args), repl, reduced)
+    return _codegen.load(body, options=", error_model='numpy'")
+
+
+def second_order_rows(provider: Any, active: np.ndarray, factor: float) -> Any:
+    """`compiled_rows` of the second-order rows of `invimbed._control.ocp.second_order`:
+    ``y = (z, c, Y_p, Y_pp[active] / factor)`` with ``dY_p/dt = g_w W`` and ``dY_pp/dt =
+    g_z Y_pp + W^T g_ww W`` (``W = [Y_p[:n]; 0 | I]``, ``g = (f, R)``); ``Y_pp`` is carried
+    divided by ``factor`` (`second_order.HESSIAN_TOL_FACTOR`), so that the loop's one
+    tolerance measures it ``factor`` times more loosely in absolute terms."""
+    active = tuple(int(a) for a in active)
+
+    def build() -> tuple:
+        import sympy as sp
+
+        n, m = provider.n_state, provider.n_theta
+        P = n + m
+        t_arg, z_args, u_args, rename = row_symbols(provider)
+
+        def tensor(which, dz, dth):
+            return sp.Array(provider.expression(which, dz, dth)).applyfunc(
+                lambda e: sp.sympify(e).xreplace(rename))
+
+        g_w, g_ww = [], []
+        for which in ("f", "R"):
+            z1, u1 = tensor(which, 1, 0), tensor(which, 0, 1)
+            zz, zu, uu = tensor(which, 2, 0), tensor(which, 1, 1), tensor(which, 0, 2)
+            for i in range(n if which == "f" else 1):
+                at = (lambda a, *k: a[(i, *k)]) if which == "f" else (lambda a, *k: a[k])
+                g_w.append([at(z1, k) for k in range(n)] + [at(u1, j) for j in range(m)])
+                g_ww.append(sp.Matrix(P, P, lambda p, q: (
+                    at(zz, p, q) if p < n and q < n else at(zu, p, q - n) if p < n
+                    else at(zu, q, p - n) if q < n else at(uu, p - n, q - n))))
+        Yp = [[sp.Symbol(f"_Y{i}_{p}") for p in range(P)] for i in range(n + 1)]
+        Y2 = {a: [[sp.Symbol(f"_Z{a}_{p}_{q}") for q in range(P)] for p in range(P)]
+              for a in active}
+        W = sp.Matrix(P, P, lambda k, p: Yp[k][p] if k < n else int(p == k))
+        dYp = [sum((g_w[i][k] * W[k, p] for k in range(P)), sp.S.Zero)
+               for i in range(n + 1) for p in range(P)]
+        dY2 = []
+        for a in active:
+            quad = W.T * g_ww[a] * W
+            coupled = [[sum((g_w[a][b] * Y2[b][p][q] for b in active if b < n), sp.S.Zero)
+                        for q in range(P)] for p in range(P)]
+            dY2 += [coupled[p][q] + quad[min(p, q), max(p, q)] / factor
+                    for p in range(P) for q in range(P)]
+        f = [sp.sympify(e).xreplace(rename) for e in provider.expression("f")]
+        R = sp.sympify(provider.expression("R")).xreplace(rename)
+        y_args = [*z_args, None, *(s for row in Yp for s in row),
+                  *(Y2[a][p][q] for a in active for p in range(P) for q in range(P))]
+        return t_arg, y_args, u_args, [*f, R, *dYp, *dY2]
+
+    return compiled_rows(provider, ("second", active, float(factor)), build)

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-HEADER = "import math\nimport numpy as np\nfrom numba import njit\n\n_jit = njit(cache={cache})\n"
+HEADER = ("import math\nimport numpy as np\nfrom numba import njit\n\n"
+          "_jit = njit(cache={cache}{options})\n")
 
 
 def cache_dir() -> Path | None:
@@ -79,9 +80,10 @@ def sample_source(n_values: int, gather: np.ndarray, shape: tuple[int, ...],
     return lines
 
 
-def load(body: list[str]) -> types.ModuleType:
-    """The generated module of ``body`` (see the module docstring)."""
-    source = HEADER.format(cache=True) + "\n\n" + "\n".join(body) + "\n"
+def load(body: list[str], options: str = "") -> types.ModuleType:
+    """The generated module of ``body`` (see the module docstring); ``options`` are more
+    keywords of its ``njit``, as source (``", error_model='numpy'"``)."""
+    source = HEADER.format(cache=True, options=options) + "\n\n" + "\n".join(body) + "\n"
     name = "invimbed_codegen_" + hashlib.sha256(source.encode()).hexdigest()[:32]
     if name in sys.modules:
         return sys.modules[name]
@@ -101,7 +103,7 @@ def load(body: list[str]) -> types.ModuleType:
         except OSError:
             pass
     module = types.ModuleType(name)
-    memory = HEADER.format(cache=False) + "\n\n" + "\n".join(body) + "\n"
+    memory = HEADER.format(cache=False, options=options) + "\n\n" + "\n".join(body) + "\n"
     exec(compile(memory, f"<{name}>", "exec"), module.__dict__)
     sys.modules[name] = module
     return module

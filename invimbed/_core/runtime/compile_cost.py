@@ -69,6 +69,8 @@ KERNELS: dict[str, tuple[str, float]] = {
     "taylor": ("the Taylor-mode tape kernel (from_sympy problems, jets of degree 4 and "
                "more)", 42.0),
     "contract": ("the jet closure's compiled contraction (jets of high order)", 1.5),
+    "ocp_rows": ("the compiled shooting rows of solve_ocp / OCPSolver (from_sympy "
+                 "problems)", 14.0),
 }
 #: The file beside numba's cache (in the kernels' cache directory) that keeps the last
 #: compile time of each kernel on this machine, in seconds of wall time.
