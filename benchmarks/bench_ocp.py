@@ -44,7 +44,11 @@ clock starts: invimbed's `from_sympy` problem with its code generated, CasADi's
 
 Run:  python benchmarks/bench_ocp.py [--quick] [--repeats R] [--casadi collocation]
       [--hessian finite-differences] [--only NAME] [--skip-gallery] [--rows numpy]
-      [--style plain]
+      [--style plain] [--first-solve ocp_vanderpol]
+
+``--first-solve EXAMPLE`` times only the first `solve_ocp` of a gallery example in fresh
+processes (``INVIMBED_CACHE`` empty, then filled), ``backend="auto"`` against ``"numpy"``:
+what the compiled rows' generation and compilation cost a new problem.
 """
 
 from __future__ import annotations
@@ -299,6 +303,46 @@ def bench_mpc(spec, repeats: int, hessian: str | None, backend: str = "auto",
     return ratio
 
 
+#: The child process of `bench_first_solve`: the example imported, then its ``solve``
+#: timed twice (wall and CPU), printed as one line of numbers.
+_FIRST_SOLVE = """
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("ex", sys.argv[1])
+ex = importlib.util.module_from_spec(spec); spec.loader.exec_module(ex)
+t0, c0 = time.perf_counter(), time.process_time()
+res = ex.solve(int(sys.argv[2]), backend=sys.argv[3])
+t1, c1 = time.perf_counter(), time.process_time()
+ex.solve(int(sys.argv[2]), backend=sys.argv[3])
+print(t1 - t0, c1 - c0, time.perf_counter() - t1, res.backend, res.fun)
+"""
+
+
+def bench_first_solve(name: str, K: int, repeats: int) -> None:
+    """The first `solve_ocp` of gallery problem ``name`` in a fresh process, with
+    ``backend="auto"`` (the compiled rows: generated and compiled, or loaded from the
+    cache) and ``"numpy"``, in alternation: with an empty ``INVIMBED_CACHE`` (a new
+    problem) and again with the cache the first process filled."""
+    import os
+    import subprocess
+    import tempfile
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    print(f"\nfirst solve_ocp of {name} (K = {K}) in a fresh process; seconds: wall (CPU); "
+          f"then the second solve in that process")
+    for r in range(repeats):
+        for backend in ("auto", "numpy"):
+            with tempfile.TemporaryDirectory() as cache:
+                for label in ("empty cache", "cache filled"):
+                    out = subprocess.run(
+                        [sys.executable, "-c", _FIRST_SOLVE, str(EXAMPLES / f"{name}.py"),
+                         str(K), backend], env={**env, "INVIMBED_CACHE": cache},
+                        capture_output=True, text=True, check=True).stdout.split()
+                    print(f"  run {r + 1}, backend={backend!r:<8} {label:<13} first "
+                          f"{float(out[0]):6.2f} s ({float(out[1]):5.2f} s CPU), second "
+                          f"{float(out[2]):5.2f} s; rows {out[3]}, J {float(out[4]):.8f}",
+                          flush=True)
+
+
 def bench_problems(args) -> list:
     print(f"\n{'problem':<20} {'K':>4} {'J casadi':>12} {'J invimbed':>12} {'rel diff':>9} "
           f"{'t casadi':>9} {'t invimbed':>10} {'ratio':>6} {'it c/i':>8}  note")
@@ -330,8 +374,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--style", choices=("sympy", "plain"), default="sympy",
                     help="the problems of _ocp_problems (cart-pole, MPC, ...) written with "
                          "from_sympy, or as plain vectorised numpy functions (traced)")
+    ap.add_argument("--first-solve", metavar="EXAMPLE", default=None,
+                    help="only time the first solve of this gallery example (e.g. "
+                         "ocp_vanderpol) in fresh processes, backend 'auto' against 'numpy'")
     args = ap.parse_args(argv)
     print(header("casadi", "cyipopt", "numba", "sympy", argv=argv))
+    if args.first_solve:
+        bench_first_solve(args.first_solve, 20 if args.quick else 100, args.repeats)
+        return 0
     print(f"\ncasadi scheme: {args.casadi}; invimbed hessian: {args.hessian}; invimbed "
           f"backend (rows): {args.rows} (each result's `backend` printed); problems of "
           f"_ocp_problems written as: {args.style}; repeats: {args.repeats}\n")
