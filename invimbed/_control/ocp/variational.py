@@ -19,8 +19,11 @@ per provider (cached) and gives the values of the six-call path to rounding.
 Where numba is installed the same expressions (and those of the second-order rows of
 `invimbed._control.ocp.second_order`) are printed instead as a numba function of ONE row,
 ``point(t, y, u, out)`` (`compiled_rows`), which the compiled per-row loop of
-`invimbed._backends.ocp_rows` integrates: the default for a sympy provider. The numpy
-function serves without numba, and where numba cannot print or compile the expressions.
+`invimbed._backends.ocp_rows` integrates: the default for a sympy provider (from_sympy,
+or traced from plain functions). The numpy function serves without numba, where numba
+cannot print or compile the expressions, and with ``backend="numpy"`` (`rows_backend`:
+the ``backend`` keyword of `invimbed.solve_ocp`). A problem's rows are compiled once per
+problem and machine, announced (`compile_cost.compiling`, ``"ocp_point"``).
 """
 
 from __future__ import annotations
