@@ -151,6 +151,22 @@ def invimbed_problem(spec: Spec) -> invimbed.BolzaProblem:
     return invimbed.from_sympy(t, z, u, spec.dynamics(z, u, sp), q=spec.horizon, **kw)
 
 
+def invimbed_plain_problem(spec: Spec) -> invimbed.BolzaProblem:
+    """The `invimbed.BolzaProblem` of ``spec`` written as plain vectorised numpy
+    functions (``vectorized=True``), as a user writes it without sympy: its derivatives
+    traced (`invimbed.BolzaProblem`, ``derivatives="auto"``), its rows compiled as the
+    `invimbed_problem` twin's where the trace succeeds."""
+    def f(t, z, u):
+        return np.stack(spec.dynamics(z.T, u.T, np), axis=1)
+
+    kw: dict[str, Any] = {}
+    if spec.running is not None:
+        kw["running_loss"] = lambda t, z, u: spec.running(z.T, u.T, np)
+    if spec.terminal is not None:
+        kw["terminal_loss"] = lambda z: spec.terminal(z.T, np)
+    return invimbed.BolzaProblem(f, q=spec.horizon, vectorized=True, **kw)
+
+
 def invimbed_options(spec: Spec, intervals: int | None = None) -> dict:
     """The keyword arguments of `invimbed.solve_ocp` (and `invimbed.OCPSolver`) for
     ``spec`` on ``intervals`` equal intervals (the spec's own by default)."""

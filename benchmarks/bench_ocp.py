@@ -6,8 +6,8 @@ with the control constant on each.
 
 - invimbed: multiple shooting on the exact ensemble (`solve_ocp`, IPOPT through cyipopt,
   the Hessian each example chooses, by default the exact one), rtol 1e-8, atol 1e-10;
-  the shooting rows compiled where numba is installed (``--rows numpy``: the numpy
-  ensemble's rows);
+  the shooting rows compiled where numba is installed (``--rows numpy``: solve_ocp's
+  ``backend="numpy"``, the numpy ensemble's rows);
 - CasADi 3.8 (benchmark-only) + IPOPT, exact derivatives and exact Hessian by CasADi's
   algorithmic differentiation: multiple shooting with RK4 (10 steps per interval) or
   Radau collocation of degree 3 (``--casadi collocation``, and always for the
@@ -30,6 +30,8 @@ clock starts: invimbed's `from_sympy` problem with its code generated, CasADi's
   intervals; the cart-pole swing-up, 40 intervals (target: time ratio <= 2); the
   obstacle avoidance, feasible and infeasible (the target inside the obstacle), 40
   intervals: objective (or the infeasibility verdict), IPOPT iterations, times, ratio;
+- ``--style plain``: these problems written as plain vectorised numpy functions
+  (`_ocp_problems.invimbed_plain_problem`, derivatives traced), not with `from_sympy`;
 - the MPC loop (``--only mpc``): Van der Pol, 20 intervals a window of ``H = 1``,
   re-solved every ``dt = 0.25`` (5 intervals) from ``z(0) = (1, 0)``, 20 re-solves, the
   plant simulated by scipy (the same for both sides, not timed).
@@ -42,6 +44,11 @@ clock starts: invimbed's `from_sympy` problem with its code generated, CasADi's
 
 Run:  python benchmarks/bench_ocp.py [--quick] [--repeats R] [--casadi collocation]
       [--hessian finite-differences] [--only NAME] [--skip-gallery] [--rows numpy]
+      [--style plain] [--first-solve ocp_vanderpol]
+
+``--first-solve EXAMPLE`` times only the first `solve_ocp` of a gallery example in fresh
+processes (``INVIMBED_CACHE`` empty, then filled), ``backend="auto"`` against ``"numpy"``:
+what the compiled rows' generation and compilation cost a new problem.
 """
 
 from __future__ import annotations
@@ -165,9 +172,9 @@ def run_casadi(ex, K, scheme, repeats):
     return out, best
 
 
-def run_invimbed(ex, K, repeats, hessian):
+def run_invimbed(ex, K, repeats, hessian, backend="auto"):
     best, res = np.inf, None
-    kw = {} if hessian is None else {"hessian": hessian}
+    kw = {"backend": backend} if hessian is None else {"hessian": hessian, "backend": backend}
     ex.solve(K, **kw)                                 # imports, first compilations
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -191,11 +198,18 @@ def _best_alternating(fns: list, repeats: int) -> tuple[list, list[float], list[
     return outs, best, cpu
 
 
-def bench_problem(spec, repeats: int, hessian: str | None) -> tuple[str, float]:
+def _problem(spec, style: str):
+    """The invimbed problem of ``spec``: `from_sympy`, or plain numpy functions."""
+    return (problems.invimbed_plain_problem(spec) if style == "plain"
+            else problems.invimbed_problem(spec))
+
+
+def bench_problem(spec, repeats: int, hessian: str | None, backend: str = "auto",
+                  style: str = "sympy") -> tuple[str, float]:
     """One problem of `_ocp_problems`, both sides; returns (line, time ratio)."""
     import invimbed
-    pb = problems.invimbed_problem(spec)
-    kw = problems.invimbed_options(spec)
+    pb = _problem(spec, style)
+    kw = {**problems.invimbed_options(spec), "backend": backend}
     if hessian is not None:
         kw["hessian"] = hessian
     cas = problems.CasadiOCP(spec)
@@ -209,6 +223,7 @@ def bench_problem(spec, repeats: int, hessian: str | None) -> tuple[str, float]:
         note = f"casadi: {c['status']}; invimbed: status {r.status}, {r.solver_message}"
     else:
         note = "" if r.success else f"NOT SUCCESS: {r.message[:60]}"
+    note = f"rows {r.backend}; {note}"
     Jr = f"{r.fun:>12.7f}" if np.isfinite(r.fun) else f"{'nan':>12}"
     line = (f"{spec.name:<20} {spec.intervals:>4} {c['f']:>12.7f} {Jr} "
             f"{abs(r.fun - c['f']) / abs(c['f']):>9.1e} {tc:>8.3f}s {ti:>9.3f}s "
@@ -217,17 +232,22 @@ def bench_problem(spec, repeats: int, hessian: str | None) -> tuple[str, float]:
     return line, ti / tc
 
 
-def mpc_loops(spec, hessian: str | None) -> tuple:
+#: What the last `mpc_loops` built (printed by `bench_mpc`).
+mpc_rows = [""]
+
+
+def mpc_loops(spec, hessian: str | None, backend: str = "auto", style: str = "sympy") -> tuple:
     """The two MPC loops of ``spec`` (`_ocp_problems.VDP_MPC`): each a callable that
     runs the whole loop and returns (per-step solve times, iterations, true cost)."""
     import invimbed
     K, shift, steps = spec.intervals, spec.notes["shift"], spec.notes["steps"]
     h = spec.horizon / K
-    pb = problems.invimbed_problem(spec)
-    kw = problems.invimbed_options(spec)
+    pb = _problem(spec, style)
+    kw = {**problems.invimbed_options(spec), "backend": backend}
     if hessian is not None:
         kw["hessian"] = hessian
     mpc = invimbed.OCPSolver(pb, spec.x0, **kw)
+    mpc_rows[0] = f"{style} problem, derivatives: {pb.derivative_source}; rows {mpc.backend}"
     cas = problems.CasadiOCP(spec)
     cas.solve(spec.x0, cas.solve(spec.x0), shift)      # builds the warm solver
 
@@ -259,8 +279,9 @@ def mpc_loops(spec, hessian: str | None) -> tuple:
     return (lambda: loop(theirs)), (lambda: loop(ours))
 
 
-def bench_mpc(spec, repeats: int, hessian: str | None) -> float:
-    cas_loop, our_loop = mpc_loops(spec, hessian)
+def bench_mpc(spec, repeats: int, hessian: str | None, backend: str = "auto",
+              style: str = "sympy") -> float:
+    cas_loop, our_loop = mpc_loops(spec, hessian, backend, style)
     best = [None, None]
     for _ in range(repeats):
         for i, fn in enumerate((cas_loop, our_loop)):
@@ -272,6 +293,7 @@ def bench_mpc(spec, repeats: int, hessian: str | None) -> float:
     print(f"\nMPC loop, Van der Pol, {spec.intervals} intervals a window of H = "
           f"{spec.horizon}, re-solved every {spec.notes['dt']} ({spec.notes['shift']} "
           f"intervals), {spec.notes['steps']} re-solves, warm-started; best of {repeats} loops")
+    print(f"  invimbed: {mpc_rows[0]}")
     for name, t, it, J, c in (("casadi", tc, itc, Jc, cc), ("invimbed", ti, iti, Ji, ci)):
         print(f"  {name:<9} median {1e3 * np.median(t):8.2f} ms per re-solve (CPU "
               f"{1e3 * np.median(c):.2f} ms; first, cold: {1e3 * t[0]:.1f} ms; max "
@@ -279,6 +301,46 @@ def bench_mpc(spec, repeats: int, hessian: str | None) -> float:
     print(f"  ratio of the medians (invimbed / casadi): {ratio:.2f} (target <= 2); of the "
           f"CPU medians: {np.median(ci) / np.median(cc):.2f}")
     return ratio
+
+
+#: The child process of `bench_first_solve`: the example imported, then its ``solve``
+#: timed twice (wall and CPU), printed as one line of numbers.
+_FIRST_SOLVE = """
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("ex", sys.argv[1])
+ex = importlib.util.module_from_spec(spec); spec.loader.exec_module(ex)
+t0, c0 = time.perf_counter(), time.process_time()
+res = ex.solve(int(sys.argv[2]), backend=sys.argv[3])
+t1, c1 = time.perf_counter(), time.process_time()
+ex.solve(int(sys.argv[2]), backend=sys.argv[3])
+print(t1 - t0, c1 - c0, time.perf_counter() - t1, res.backend, res.fun)
+"""
+
+
+def bench_first_solve(name: str, K: int, repeats: int) -> None:
+    """The first `solve_ocp` of gallery problem ``name`` in a fresh process, with
+    ``backend="auto"`` (the compiled rows: generated and compiled, or loaded from the
+    cache) and ``"numpy"``, in alternation: with an empty ``INVIMBED_CACHE`` (a new
+    problem) and again with the cache the first process filled."""
+    import os
+    import subprocess
+    import tempfile
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    print(f"\nfirst solve_ocp of {name} (K = {K}) in a fresh process; seconds: wall (CPU); "
+          f"then the second solve in that process")
+    for r in range(repeats):
+        for backend in ("auto", "numpy"):
+            with tempfile.TemporaryDirectory() as cache:
+                for label in ("empty cache", "cache filled"):
+                    out = subprocess.run(
+                        [sys.executable, "-c", _FIRST_SOLVE, str(EXAMPLES / f"{name}.py"),
+                         str(K), backend], env={**env, "INVIMBED_CACHE": cache},
+                        capture_output=True, text=True, check=True).stdout.split()
+                    print(f"  run {r + 1}, backend={backend!r:<8} {label:<13} first "
+                          f"{float(out[0]):6.2f} s ({float(out[1]):5.2f} s CPU), second "
+                          f"{float(out[2]):5.2f} s; rows {out[3]}, J {float(out[4]):.8f}",
+                          flush=True)
 
 
 def bench_problems(args) -> list:
@@ -289,9 +351,10 @@ def bench_problems(args) -> list:
         if args.only and args.only not in name:
             continue
         if name == "vdp-mpc":
-            rows.append(("MPC loop", bench_mpc(spec, args.repeats, args.hessian)))
+            rows.append(("MPC loop", bench_mpc(spec, args.repeats, args.hessian, args.rows,
+                                               args.style)))
             continue
-        line, ratio = bench_problem(spec, args.repeats, args.hessian)
+        line, ratio = bench_problem(spec, args.repeats, args.hessian, args.rows, args.style)
         print(line, flush=True)
         rows.append((name, ratio))
     return rows
@@ -304,18 +367,24 @@ def main(argv: list[str] | None = None) -> int:
                     default=None, help="default: each example's own choice")
     ap.add_argument("--only", default=None, help="run the problems whose name contains this")
     ap.add_argument("--skip-gallery", action="store_true", help="the new problems only")
-    ap.add_argument("--rows", choices=("auto", "numpy"), default="auto",
-                    help="invimbed's shooting rows: compiled where numba is installed "
-                         "(auto), or the numpy ensemble")
+    ap.add_argument("--rows", choices=("auto", "numpy", "numba"), default="auto",
+                    help="invimbed's shooting rows, solve_ocp's `backend`: compiled where "
+                         "numba is installed and the problem compiles (auto), the numpy "
+                         "ensemble, or compiled (numba)")
+    ap.add_argument("--style", choices=("sympy", "plain"), default="sympy",
+                    help="the problems of _ocp_problems (cart-pole, MPC, ...) written with "
+                         "from_sympy, or as plain vectorised numpy functions (traced)")
+    ap.add_argument("--first-solve", metavar="EXAMPLE", default=None,
+                    help="only time the first solve of this gallery example (e.g. "
+                         "ocp_vanderpol) in fresh processes, backend 'auto' against 'numpy'")
     args = ap.parse_args(argv)
     print(header("casadi", "cyipopt", "numba", "sympy", argv=argv))
-    from invimbed._control.ocp import variational
-    if args.rows == "numpy":
-        variational.compiled_available = lambda provider: False
-    rows_path = ("compiled (numba)" if importlib.util.find_spec("numba") and args.rows == "auto"
-                 else "numpy")
-    print(f"\ncasadi scheme: {args.casadi}; invimbed hessian: {args.hessian}; invimbed rows "
-          f"of from_sympy problems: {rows_path}; repeats: {args.repeats}\n")
+    if args.first_solve:
+        bench_first_solve(args.first_solve, 20 if args.quick else 100, args.repeats)
+        return 0
+    print(f"\ncasadi scheme: {args.casadi}; invimbed hessian: {args.hessian}; invimbed "
+          f"backend (rows): {args.rows} (each result's `backend` printed); problems of "
+          f"_ocp_problems written as: {args.style}; repeats: {args.repeats}\n")
     rows = []
     head = (f"{'problem':<14} {'K':>4} {'J casadi':>12} {'J invimbed':>12} {'rel diff':>9} "
             f"{'t casadi':>9} {'t invimbed':>10} {'ratio':>6} {'it c/i':>8}  note")
@@ -328,9 +397,10 @@ def main(argv: list[str] | None = None) -> int:
         scheme = "collocation" if name in COLLOCATION_ONLY else args.casadi
         (Jc, itc, Xc), tc = run_casadi(ex, K, scheme, args.repeats)
         K = len(np.asarray(ex.SPEC["grid"](K))) - 1
-        res, ti = run_invimbed(ex, K, args.repeats, args.hessian)
+        res, ti = run_invimbed(ex, K, args.repeats, args.hessian, args.rows)
         rel = abs(res.fun - Jc) / abs(Jc)
-        note = "" if res.success else f"NOT SUCCESS: {res.message[:60]}"
+        note = ("" if res.success else f"NOT SUCCESS: {res.message[:60]}; ") + (
+            f"rows {res.backend}; ")
         if name == "ocp_bryson_denham":
             note += f"max x1 - 1/9 at nodes: {np.max(res.states[:, 0]) - 1 / 9:.1e}"
         if name == "ocp_min_time":

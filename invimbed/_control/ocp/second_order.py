@@ -201,7 +201,7 @@ class SecondOrderRows:
         atol = np.where(loose, HESSIAN_TOL_FACTOR * sh.atol, sh.atol)
         kw = dict(tableau=sh.tableau, max_steps=sh.max_steps, first_step=sh.first_step,
                   max_step=sh.max_step, record=record)
-        point = second_order_rows(sh.prov, A, HESSIAN_TOL_FACTOR)
+        point = second_order_rows(sh.prov, A, HESSIAN_TOL_FACTOR, sh.backend)
         if point is None:
             out = integrate_rows(rhs, t[:-1], t[1:], y0, rtol=rtol, atol=atol, **kw)
         else:   # compiled: Y_pp carried over HESSIAN_TOL_FACTOR (`second_order_rows`)

@@ -88,8 +88,10 @@ class Shooting:
     def __init__(self, provider, x: np.ndarray, q: float, tau: np.ndarray, *,
                  free_horizon: bool, horizon: float, m: int, method: str = "RK45",
                  rtol: float = 1e-8, atol: float = 1e-10, max_steps: int = 10_000,
-                 first_step: float | None = None, max_step: float = np.inf) -> None:
+                 first_step: float | None = None, max_step: float = np.inf,
+                 backend: str = "auto") -> None:
         self.prov = provider
+        self.backend = backend      # "auto", "numpy" or "numba" (`variational.rows_backend`)
         self.x = np.asarray(x, dtype=float)
         self.n = self.x.size
         self.m = m
@@ -159,7 +161,7 @@ class Shooting:
         f, f_z, f_u, R, R_z, R_u = self._evaluators()
         i_S = n + 1
         i_cS = i_S + n * nm
-        run = first_order_rows(self.prov)          # compiled (sympy problems, numba)
+        run = first_order_rows(self.prov, self.backend)   # compiled (sympy problems, numba)
         fused = variational_rhs(self.prov) if run is None else None
 
         def rhs(tt, y, rows, piece):
@@ -195,7 +197,7 @@ class Shooting:
         for a sympy problem the one right-hand side of `first_order_rows`, compiled, or
         of `variational_rhs`) now, once, rather than at the first solve."""
         self._evaluators()
-        if first_order_rows(self.prov) is None:
+        if first_order_rows(self.prov, self.backend) is None:
             variational_rhs(self.prov)
 
     def _evaluators(self) -> tuple:

@@ -32,6 +32,7 @@ from .solvers import HESSIANS, SOLVERS, have_ipopt, make_runner
 from ..options import SolverFailure
 from .shooting import Shooting
 from .collocation import TRANSCRIPTIONS, Collocation, check_collocation
+from .variational import ROW_BACKENDS, rows_backend
 
 def __getattr__(name: str) -> Any:
     """``OCP_STATUS``, the deprecated alias of `OCPResult.STATUS_CODES` (as ints)."""
@@ -54,13 +55,13 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
               method: str = "RK45", max_steps: int = 10_000,
               trajectory_points: int = 10, transcription: str = "shooting",
               collocation_degree: int = 3, accuracy: Accuracy | None = None,
-              integrator: Integrator | None = None) -> OCPResult:
+              integrator: Integrator | None = None, backend: str = "auto") -> OCPResult:
     r"""Solve an optimal-control problem by multiple shooting with an NLP solver.
 
     Minimises ``J`` of eq. (4) from ``z(p) = x`` over controls constant on each interval
     of a grid on ``[p, q]``, all intervals one exact ensemble solve (compiled, for a
-    `from_sympy` problem where numba is installed: docs/optimization.md, "Compiled
-    rows"). Details: docs/optimization.md, "solve_ocp in detail".
+    `from_sympy` problem or one whose functions trace, where numba is installed:
+    ``backend``; docs/optimization.md, "Compiled rows"). Details: docs/optimization.md, "solve_ocp in detail".
 
     Parameters
     ----------
@@ -114,6 +115,14 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         ``max_steps``, as objects (docs/method.md, "Settings as objects"). A keyword left
         at its default defers to the object; one that sets a field the object sets
         differently is a ValueError naming both.
+    backend : {"auto", "numpy", "numba"}, default "auto"
+        What integrates the shooting intervals: ``"numba"``, the compiled rows (the
+        problem's sympy expressions, from `from_sympy` or traced from plain numpy
+        functions, generated into one numba function per row and compiled: 1 to 15 s
+        the first time, then cached on disk; docs/optimization.md, "Compiled rows");
+        ``"numpy"``, the numpy ensemble (no compilation); ``"auto"``, the compiled rows
+        where numba is installed and the problem's expressions compile, else numpy.
+        ``"numba"`` where that is not possible is a ValueError saying why.
 
     Returns
     -------
@@ -125,6 +134,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         failed), ``fun`` (``J``), ``times``, ``states``, ``controls``, ``control``,
         ``horizon``, ``kkt`` (scaled as IPOPT's own check: docs/optimization.md),
         ``hessian`` (IPOPT's Hessian, ``"auto"`` resolved; None for scipy's solvers),
+        ``backend`` (the rows that ran, ``"numba"`` or ``"numpy"``),
         ``constraint_violation``, ``trajectory``, ...
 
     Raises
@@ -160,7 +170,7 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
                      rtol=rtol, atol=atol, method=method, max_steps=max_steps,
                      trajectory_points=trajectory_points, transcription=transcription,
                      collocation_degree=collocation_degree, accuracy=accuracy,
-                     integrator=integrator).solve()
+                     integrator=integrator, backend=backend).solve()
 
 
 class OCPSolver:
@@ -188,7 +198,7 @@ class OCPSolver:
 path_points, final_state, terminal_equality, terminal_inequality, free_horizon, \
 horizon_bounds, initial_guess, solver, hessian, tol, constraint_tol, max_iter, \
 solver_options, callback, rtol, atol, method, max_steps, trajectory_points, \
-transcription, collocation_degree, accuracy, integrator
+transcription, collocation_degree, accuracy, integrator, backend
         The keywords of `solve_ocp`, with its meanings and defaults. ``initial_guess``
         is the start of the first `solve` (and of every cold one).
 
@@ -224,7 +234,7 @@ transcription, collocation_degree, accuracy, integrator
                  method: str = "RK45", max_steps: int = 10_000,
                  trajectory_points: int = 10, transcription: str = "shooting",
                  collocation_degree: int = 3, accuracy: Accuracy | None = None,
-                 integrator: Integrator | None = None) -> None:
+                 integrator: Integrator | None = None, backend: str = "auto") -> None:
         x0 = initial_state(problem, x, batch=False)[0][0]
         N, q = x0.size, problem.q
         tau, p0 = _grid(grid, p, intervals, q)
@@ -234,6 +244,7 @@ transcription, collocation_degree, accuracy, integrator
         check_choice(solver, "solver", SOLVERS)
         check_choice(transcription, "transcription", TRANSCRIPTIONS)
         check_choice(hessian, "hessian", HESSIANS)
+        check_choice(backend, "backend", ROW_BACKENDS)
         integrator = settle(Integrator, integrator, {"method": (method, "RK45"),
                                                      "max_steps": (max_steps, 10_000)},
                             argument="integrator", caller="solve_ocp",
@@ -283,6 +294,7 @@ transcription, collocation_degree, accuracy, integrator
             if np.all(np.isnan(target)):
                 raise ValueError("`final_state` has no entry that is not NaN")
         provider = problem.provider(N, M)
+        self.backend = rows_backend(backend, provider, transcription)  # the rows that run
         if transcription == "collocation":
             if hessian == "auto":            # its own exact Hessian, where no user function
                 hessian = ("limited-memory" if terminal_equality or terminal_inequality
@@ -295,7 +307,7 @@ transcription, collocation_degree, accuracy, integrator
             hessian = _hessian_choice(hessian, provider)
             sh = Shooting(provider, x0, q, tau, free_horizon=bool(free_horizon),
                           horizon=H0, m=M, method=method, rtol=rtol, atol=atol,
-                          max_steps=max_steps)
+                          max_steps=max_steps, backend=self.backend)
         self.hessian = hessian if name == "ipopt" else None
         S_guess, U_guess, H_guess = _initial_guess(initial_guess, sh, target, u_lo, u_hi)
         self.sh, self.target, self.u_bounds = sh, target, (u_lo, u_hi)
@@ -398,6 +410,7 @@ transcription, collocation_degree, accuracy, integrator
         run = self._run(w0, warm)
         res = result_fields(nlp, run, self.tol, self.constraint_tol, self.trajectory_points)
         res["hessian"] = self.hessian
+        res["backend"] = self.backend
         res["warm_start"] = warm is not None or (initial_guess is None and warm_start
                                                  and self._last is not None)
         if self._horizon_hint:

@@ -19,8 +19,11 @@ per provider (cached) and gives the values of the six-call path to rounding.
 Where numba is installed the same expressions (and those of the second-order rows of
 `invimbed._control.ocp.second_order`) are printed instead as a numba function of ONE row,
 ``point(t, y, u, out)`` (`compiled_rows`), which the compiled per-row loop of
-`invimbed._backends.ocp_rows` integrates: the default for a sympy provider. The numpy
-function serves without numba, and where numba cannot print or compile the expressions.
+`invimbed._backends.ocp_rows` integrates: the default for a sympy provider (from_sympy,
+or traced from plain functions). The numpy function serves without numba, where numba
+cannot print or compile the expressions, and with ``backend="numpy"`` (`rows_backend`:
+the ``backend`` keyword of `invimbed.solve_ocp`). A problem's rows are compiled once per
+problem and machine, announced (`compile_cost.compiling`, ``"ocp_point"``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import numpy as np
 from ..._backends.ocp_rows import POINT_SIGNATURE
 from ..._core.derivatives._sympy_input import numpy_printer
 from ..._core.derivatives.symbolic import SympyProvider, _lambdify_options
+from ..._core.inputs.validation import check_choice
+from ..._core.runtime.compile_cost import compiling
 
 _CACHE: "weakref.WeakKeyDictionary[Any, Callable]" = weakref.WeakKeyDictionary()
 
@@ -111,11 +116,46 @@ def _generate(prov: SympyProvider) -> Callable:
 _COMPILED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 
+#: The values of ``backend`` of `invimbed.solve_ocp` and `invimbed.OCPSolver`.
+ROW_BACKENDS = ("auto", "numpy", "numba")
+
+
 def compiled_available(provider: Any) -> bool:
     """Whether the shooting rows of ``provider`` run as compiled code
-    (`invimbed._backends.ocp_rows`): a sympy provider (`invimbed.from_sympy`) where numba
-    is installed."""
+    (`invimbed._backends.ocp_rows`): a sympy provider (`invimbed.from_sympy`, or a
+    problem of plain functions whose trace succeeded: `TracedProvider` is one) where
+    numba is installed."""
     return isinstance(provider, SympyProvider) and _have_numba()
+
+
+def rows_backend(backend: Any, provider: Any, transcription: str = "shooting") -> str:
+    """The rows that ``backend`` (`ROW_BACKENDS`, checked) runs for ``provider``:
+    ``"numba"`` (the compiled rows, their first-order code generated and compiled here)
+    or ``"numpy"``. ``"auto"`` is ``"numba"`` where `first_order_rows` compiles, else
+    ``"numpy"``; ``"numba"`` where it cannot is a ValueError naming ``backend``, why and
+    the fix."""
+    check_choice(backend, "backend", ROW_BACKENDS)
+    if backend == "numpy" or (backend == "auto" and transcription != "shooting"):
+        return "numpy"
+    why = None
+    if transcription != "shooting":
+        why = (f"the compiled rows are multiple shooting's; transcription="
+               f"{transcription!r} runs its own numpy code")
+    elif not _have_numba():
+        why = "numba is not installed (pip install \"invimbed[numba]\")"
+    elif not isinstance(provider, SympyProvider):
+        source = getattr(provider, "derivative_source", getattr(provider, "name", ""))
+        why = (f"the compiled rows need the problem's functions as sympy expressions "
+               f"(invimbed.from_sympy, or plain numpy functions that trace), but this "
+               f"problem's derivatives are {source!r}")
+    elif first_order_rows(provider) is None:
+        why = "numba could not print or compile this problem's generated rows"
+    if why is None:
+        return "numba"
+    if backend == "auto":
+        return "numpy"
+    raise ValueError(f"`backend='numba'` cannot run here: {why}; use backend='auto' (the "
+                     f"compiled rows where possible, else numpy) or backend='numpy'")
 
 
 @functools.lru_cache(maxsize=None)
@@ -139,7 +179,8 @@ def compiled_rows(provider: Any, key: Any, build: Callable[[], tuple]) -> Any:
 
         try:
             point = _row_module(*build()).point
-            point.compile(POINT_SIGNATURE)
+            with compiling("ocp_point", [(point, POINT_SIGNATURE)]):  # announced: 1-15 s
+                point.compile(POINT_SIGNATURE)
         except Exception:  # noqa: BLE001 - not printable as Python, or numba refuses it
             per[key] = None     # the numpy path serves (the same values, slower)
         else:   # its machine code's address, looked up once (numba would at every call)
@@ -147,8 +188,12 @@ def compiled_rows(provider: Any, key: Any, build: Callable[[], tuple]) -> Any:
     return per[key]
 
 
-def first_order_rows(provider: Any) -> Any:
-    """`compiled_rows` of the first-order rows ``y = (z, c, S, cS)`` (`variational_rhs`)."""
+def first_order_rows(provider: Any, backend: str = "auto") -> Any:
+    """`compiled_rows` of the first-order rows ``y = (z, c, S, cS)`` (`variational_rhs`);
+    None with ``backend="numpy"``."""
+    if backend == "numpy":
+        return None
+
     def build() -> tuple:
         import sympy as sp
 
@@ -173,12 +218,16 @@ def _row_module(t_arg: Any, y_args: list, u_args: list, exprs: list) -> Any:
     return _codegen.load(body, options=", error_model='numpy'")
 
 
-def second_order_rows(provider: Any, active: np.ndarray, factor: float) -> Any:
+def second_order_rows(provider: Any, active: np.ndarray, factor: float,
+                      backend: str = "auto") -> Any:
     """`compiled_rows` of the second-order rows of `invimbed._control.ocp.second_order`:
     ``y = (z, c, Y_p, Y_pp[active] / factor)`` with ``dY_p/dt = g_w W`` and ``dY_pp/dt =
     g_z Y_pp + W^T g_ww W`` (``W = [Y_p[:n]; 0 | I]``, ``g = (f, R)``); ``Y_pp`` is carried
     divided by ``factor`` (`second_order.HESSIAN_TOL_FACTOR`), so that the loop's one
-    tolerance measures it ``factor`` times more loosely in absolute terms."""
+    tolerance measures it ``factor`` times more loosely in absolute terms. None with
+    ``backend="numpy"``."""
+    if backend == "numpy":
+        return None
     active = tuple(int(a) for a in active)
 
     def build() -> tuple:

@@ -36,6 +36,9 @@ class OCPResult(Result):
     hessian : str or None
         IPOPT's Hessian of the Lagrangian (``"exact"``, ``"limited-memory"`` or
         ``"finite-differences"``, ``"auto"`` resolved); None for scipy's solvers.
+    backend : str
+        The shooting rows that ran (``backend`` of `invimbed.solve_ocp`, ``"auto"``
+        resolved): ``"numba"``, the compiled rows, or ``"numpy"``.
     warm_start : bool
         Whether the solve started from the last solution of its `OCPSolver`.
     warnings : list of SolverWarning
@@ -45,7 +48,7 @@ class OCPResult(Result):
     _fields = frozenset(BASE_FIELDS + (
         "x", "fun", "nit", "nfev", "nsolve", "times", "states", "controls", "control",
         "horizon", "p", "defects", "trajectory", "kkt", "constraint_violation", "violations",
-        "solver", "solver_status", "solver_message", "hessian", "warm_start"))
+        "solver", "solver_status", "solver_message", "hessian", "backend", "warm_start"))
     _first = ("message", "success", "status", "fun", "x", "nit", "kkt",
               "constraint_violation")
     STATUS_CODES = {

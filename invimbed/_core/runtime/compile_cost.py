@@ -72,6 +72,14 @@ KERNELS: dict[str, tuple[str, float]] = {
     "ocp_rows": ("the compiled shooting rows of solve_ocp / OCPSolver (from_sympy "
                  "problems)", 14.0),
 }
+#: The generated code compiled once per problem (and machine), not a kernel of the package
+#: (`python -m invimbed compile` cannot know the problem): what it serves and its compile
+#: time in seconds of CPU on the reference machine (a typical problem; measured 1 to 15 s
+#: on the 2-core container, docs/optimization.md, "Compiled rows").
+GENERATED: dict[str, tuple[str, float]] = {
+    "ocp_point": ("this problem's generated shooting rows (solve_ocp / OCPSolver; "
+                  "backend='numpy' runs without them)", 5.0),
+}
 #: The file beside numba's cache (in the kernels' cache directory) that keeps the last
 #: compile time of each kernel on this machine, in seconds of wall time.
 TIMES_FILE = "invimbed-compile-seconds.json"
@@ -123,7 +131,7 @@ def _times(directory: str | None) -> dict[str, float]:
     except (OSError, ValueError):
         return {}
     return {k: float(v) for k, v in got.items()
-            if k in KERNELS and isinstance(v, (int, float)) and v > 0}
+            if (k in KERNELS or k in GENERATED) and isinstance(v, (int, float)) and v > 0}
 
 
 def record(name: str, seconds: float, directory: str | None) -> None:
@@ -151,11 +159,11 @@ def expected_seconds(name: str, directory: str | None) -> tuple[float, str]:
     The recorded times are wall seconds, what a user waited, the machine's load
     included; the reference times CPU seconds, about the wall time of an idle core (the
     compilation runs on one thread)."""
-    ref = KERNELS[name][1]
+    ref = {**KERNELS, **GENERATED}[name][1]
     times = _times(directory)
     if name in times:
         return times[name], "its last compilation on this machine"
-    ratios = sorted(times[k] / KERNELS[k][1] for k in times)
+    ratios = sorted(times[k] / KERNELS[k][1] for k in times if k in KERNELS)
     if ratios:
         scale = ratios[len(ratios) // 2]
         return ref * scale, (f"its time on a 2-core reference machine scaled by this "
@@ -172,6 +180,10 @@ def _duration(seconds: float) -> str:
 def announcement(name: str, seconds: float, basis: str, directory: str | None) -> str:
     """The line `compiling` writes before compiling kernel ``name``."""
     where = f" in {directory}" if directory else ""
+    if name in GENERATED:
+        return (f"invimbed: compiling {GENERATED[name][0]}, not in numba's cache yet: "
+                f"expected about {_duration(seconds)} ({basis}), once per problem and "
+                f"machine; later processes load it from the cache{where}.")
     return (f"invimbed: compiling {KERNELS[name][0]}, not in numba's cache yet: expected "
             f"about {_duration(seconds)} ({basis}), once per machine; later processes "
             f"load it from the cache{where}. `python -m invimbed compile` compiles every "
@@ -180,7 +192,8 @@ def announcement(name: str, seconds: float, basis: str, directory: str | None) -
 
 @contextlib.contextmanager
 def compiling(name: str, pending: Sequence[tuple[Any, Any]]) -> Iterator[bool]:
-    """Around the compilation of kernel ``name`` (a key of `KERNELS`): where one of
+    """Around the compilation of kernel ``name`` (a key of `KERNELS`, or of `GENERATED`
+    for a problem's generated code): where one of
     the ``(dispatcher, sig)`` of ``pending`` is not `compiled`, write one line to
     stderr first (`announcement`: what is compiled and its expected duration,
     `expected_seconds`), show a tqdm bar of the elapsed time against it where tqdm is
