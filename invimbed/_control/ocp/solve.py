@@ -397,6 +397,8 @@ transcription, collocation_degree, accuracy, integrator
         run = self._run(w0, warm)
         res = result_fields(nlp, run, self.tol, self.constraint_tol, self.trajectory_points)
         res["hessian"] = self.hessian
+        res["constraint_derivatives"] = {b.name: b.code.source for b in nlp.blocks
+                                         if hasattr(b, "code")}
         res["warm_start"] = warm is not None or (initial_guess is None and warm_start
                                                  and self._last is not None)
         if self._horizon_hint:
