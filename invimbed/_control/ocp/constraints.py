@@ -66,7 +66,7 @@ class Defects(Block):
         return self.sh.defects(w, sol), self.sh.defect_jacobian(sol)
 
     def shifted_rows(self, shift: int) -> np.ndarray:
-        return shift_index(self.sh.K, self.sh.n, shift)
+        return shift_index(self.sh.K, self.sh.n_defects // self.sh.K, shift)   # per interval
 
 
 class FinalState(Block):

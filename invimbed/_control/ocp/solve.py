@@ -376,13 +376,7 @@ transcription, collocation_degree, accuracy, integrator
         nlp, sh = self.nlp, self.sh
         warm = None
         if initial_guess is None and warm_start and self._last is not None:
-            if isinstance(sh, Collocation):   # its interior states are packed past the nodes:
-                S, U, H = sh.unpack(self._last[0])   # nodes and controls moved, points anew
-                S = np.concatenate([S[shift:], np.repeat(S[-1:], min(shift, len(S)), 0)])
-                U = np.concatenate([U[shift:], np.repeat(U[-1:], min(shift, len(U)), 0)])
-                w0 = np.clip(sh.pack(S[:len(U) + 1], U[:len(U)], H), nlp.lb, nlp.ub)
-            else:
-                w0, warm = moved(*self._last, nlp, shift)
+            w0, warm = moved(*self._last, nlp, shift)     # collocation's points too
         else:
             guess = self.initial_guess if initial_guess is None else initial_guess
             S, U, H = _initial_guess(guess, sh, self.target, *self.u_bounds)
