@@ -16,7 +16,7 @@ from invimbed._control.ocp.constraints import Path, Terminal
 from invimbed._control.ocp.exact_hessian import LagrangianHessian
 from invimbed._control.ocp.nlp import ShootingNLP
 from test_ocp import every_block_nlp
-from test_ocp_hessian import dense
+from test_ocp_hessian import dense, gradient_differences
 
 pytest.importorskip("sympy")
 
@@ -176,11 +176,7 @@ def test_hessian_with_differenced_constraints_still_matches(free):
     y = np.random.default_rng(3).normal(size=nlp.m)
     hess = LagrangianHessian(nlp)
     H = dense(hess, hess.values(w, y, 0.7))
-    steps = 1e-4 * np.maximum(1.0, np.abs(w))
-    D = np.diag(steps)
-    grads = nlp.lagrangian_gradients(np.concatenate([w + D, w - D]), y, 0.7)
-    ref = ((grads[:w.size] - grads[w.size:]) / (2 * steps[:, None])).T
-    ref = 0.5 * (ref + ref.T)
+    ref = gradient_differences(nlp, w, y, 0.7)
     assert np.max(np.abs(H - ref)) <= 1e-6 * np.max(np.abs(ref))
 
 
