@@ -194,3 +194,17 @@ def test_result_says_how_each_constraint_is_differentiated():
     assert res.constraint_derivatives["path_constraints"] == "exact: traced into sympy"
     src = res.constraint_derivatives["terminal_inequality"]
     assert src.startswith("central differences (not traced:") and "compares" in src
+
+
+def test_trace_kept_per_function_and_redone_when_its_values_change():
+    """A second solver with the same function reuses its code (verified again); a
+    closure over an array changed since is traced anew, with the new value."""
+    scale = np.array([1.0])
+    g = lambda t, z, u: np.array([scale[0] * z[0] - u[0]])  # noqa: E731
+    first, _ = trace_constraint(g, np.ones(7), 4, 2)
+    again, _ = trace_constraint(g, np.ones(7), 4, 2)
+    assert again is first
+    scale[0] = 3.0
+    moved, why = trace_constraint(g, np.ones(7), 4, 2)
+    assert why == "" and moved is not first
+    np.testing.assert_allclose(moved.first(np.ones((1, 7)))[1][0, 0, 1], 3.0)

@@ -21,6 +21,7 @@ missing: the constraint is differentiated by central differences, as before
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -32,6 +33,8 @@ from ..._core.derivatives.symbolic import _lambdify_options
 from ..._core.derivatives.tracing import (AGREEMENT, MAX_OPERATIONS, TraceError, _STATE,
                                           _sympy, rebind, traced_expressions, traced_vector)
 
+#: the traced code of each constraint function, per (n, m) (`trace_constraint`)
+_KEPT: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
 #: ``constraint_derivatives`` of a traced constraint
 EXACT = "exact: traced into sympy"
 #: ... and of one differenced (followed by the reason)
@@ -147,7 +150,18 @@ def trace_constraint(fn: Callable, v0: np.ndarray, n: int, m: int | None
     """Trace the constraint ``fn(t, z, u)`` (``m`` controls) or, with ``m=None``,
     ``fn(z)``, and verify the trace at ``v0`` (the first guess's point) and around it.
 
-    Returns ``(code, "")``, or ``(None, reason)`` where tracing failed or was refused."""
+    Returns ``(code, "")``, or ``(None, reason)`` where tracing failed or was refused.
+    The code is kept per function (while it lives) and reused by a later solver built
+    with the same function, once verified again at ``v0`` and around it (a closure over
+    an array changed since would be traced anew)."""
+    split = splitter(n, m)
+    v0 = np.asarray(v0, dtype=float)
+    try:
+        kept = _KEPT.get(fn, {}).get((n, m))
+    except TypeError:                          # not weakly referable: not kept
+        kept = None
+    if kept is not None and not kept.verify(fn, split, v0):
+        return kept, ""
     try:
         sp = _sympy()
     except ImportError:
@@ -173,8 +187,14 @@ def trace_constraint(fn: Callable, v0: np.ndarray, n: int, m: int | None
         return None, str(exc)
     except Exception as exc:          # noqa: BLE001 - the user's code on object arrays
         return None, f"{type(exc).__name__}: {exc}"
-    reason = code.verify(fn, splitter(n, m), np.asarray(v0, dtype=float))
-    return (None, reason) if reason else (code, "")
+    reason = code.verify(fn, split, v0)
+    if reason:
+        return None, reason
+    try:
+        _KEPT.setdefault(fn, {})[(n, m)] = code
+    except TypeError:
+        pass
+    return code, ""
 
 
 def splitter(n: int, m: int | None) -> Callable:
