@@ -204,6 +204,12 @@ class Path(Block):
                                int(np.argmin(np.abs(self.fractions - a))) for k, a in where])
         self.dt = np.array([sh.tau[k] + a * (sh.tau[k + 1] - sh.tau[k]) - 1.0
                             for k, a in where])
+        # per point: the positions in w of its e = (s, u_k[, H]) (-1: s_0, fixed)
+        s_of = [sh.s_index(int(node)) if node > 0 else sh.s_index(k) if node < 0 < k
+                else np.full(n, -1) for node, k in zip(self.node, self.interval)]
+        self.positions = np.array(
+            [np.concatenate([s, sh.u_index(k)] + ([[sh.h_index]] if sh.free_horizon else []))
+             for s, k in zip(s_of, self.interval)], dtype=int).reshape(n_pts, -1)
         has_s = (self.node > 0) | ((self.node < 0) & (self.interval > 0))
         keep = np.ones((n_pts, self.k, m + n + int(sh.free_horizon)), dtype=bool)
         keep[~has_s, :, m:m + n] = False           # s_0 is not a variable
@@ -256,6 +262,56 @@ class Path(Block):
             zs[~at], zu[~at], zH[~at] = zzs[k, j], zzu[k, j], zzH[k, j]
         V[:, 1 + n:] = U[self.interval]
         return V, zs, zu, zH
+
+    def hessian_terms(self, w: np.ndarray, yb: np.ndarray, inside: Callable | None = None
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The terms ``y^T g`` of the Hessian of the Lagrangian at the points whose
+        multipliers ``yb`` are not all zero, at once: ``J^T (y^T g_vv) J`` with ``J =
+        dv/de`` of each point's ``v = (t, z, u)`` in its ``e = (s, u_k[, H])``, plus
+        ``(y^T g_z) . z_ee`` inside the intervals.
+
+        ``inside()`` gives, for points inside the intervals, ``(t (K, Q), z (K, Q, n),
+        dz/de (K, Q, n, E), d^2 z/de^2 (K, Q, n, E, E))`` (from the second-order
+        sensitivities, `invimbed._control.ocp.exact_hessian`); at the nodes ``z`` is a
+        variable. Returns ``[(positions (P', E), blocks (P', E, E))]`` (`positions`)."""
+        sh = self.sh
+        n, m, free = sh.n, sh.m, sh.free_horizon
+        Y = yb.reshape(-1, self.k)
+        on = np.flatnonzero(np.any(Y != 0, axis=1))
+        if on.size == 0:
+            return []
+        S, U, H = sh.unpack(w)
+        P, E, d = len(self.where), self.positions.shape[1], 1 + n + m
+        V = np.empty((P, d))
+        J = np.zeros((P, d, E))                           # d(t, z, u)/de
+        d2z = np.zeros((P, n, E, E))
+        at = self.node >= 0
+        V[at, 0] = sh.times(H)[self.node[at]]
+        V[at, 1:1 + n] = S[self.node[at]]
+        J[at, 1:1 + n, :n] = np.eye(n)
+        within = self.points and not np.all(at)
+        if within:
+            tt, z, dz, d2 = inside()
+            k, j = self.interval[~at], self.inner[~at]
+            V[~at, 0], V[~at, 1:1 + n] = tt[k, j], z[k, j]
+            J[~at, 1:1 + n], d2z[~at] = dz[k, j], d2[k, j]
+        V[:, 1 + n:] = U[self.interval]
+        J[:, 1 + n:, n:n + m] = np.eye(m)
+        if free:
+            J[:, 0, -1] = self.dt
+        V, J, d2z, Y = V[on], J[on], d2z[on], Y[on]
+        if self.linear:                                   # state bounds: g_vv = 0
+            Hv = np.zeros((on.size, d, d))
+        else:
+            mask = None if free else np.arange(d) > 0     # t fixed: no differences in t
+            Hv = self.code.second(V, Y, mask)
+        grad = np.zeros((on.size, d))
+        if within:
+            grad = np.einsum("pk,pkd->pd", Y, self.code.first(V)[1])
+        self.check(np.zeros(on.size), [Hv, grad], V, on)
+        block = np.einsum("pax,pab,pby->pxy", J, Hv, J)
+        block += np.einsum("pi,pixy->pxy", grad[:, 1:1 + n], d2z)
+        return [(self.positions[on], block)]
 
     def evaluate(self, w, sol):
         sh = self.sh

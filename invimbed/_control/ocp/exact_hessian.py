@@ -45,8 +45,6 @@ class LagrangianHessian:
         self._order = np.argsort(keys)
         self._keys = keys[self._order]
         self.n_solves = 0
-        self._node_s = np.stack([np.full(nlp.sh.n, -1)] + [nlp.sh.s_index(k) for k in
-                                                             range(1, nlp.sh.K + 1)])
         self._e = np.stack([self._index(k) for k in range(nlp.sh.K)])   # (K, E)
 
     def structure(self) -> tuple[np.ndarray, np.ndarray]:
@@ -119,54 +117,14 @@ class LagrangianHessian:
 
     def _path(self, b: Path, w: np.ndarray, yb: np.ndarray, solved
               ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The terms ``y^T g`` of a path-constraint block at its points, all at once:
-        ``J^T (y^T g_vv) J`` with ``J = dv/de`` of each point's ``v = (t, z, u)``, plus
-        ``(y^T g_z) . z_ee`` inside the intervals."""
-        sh = self.nlp.sh
-        n, m = sh.n, sh.m
-        free = sh.free_horizon
-        Y = yb.reshape(-1, b.k)
-        on = np.flatnonzero(np.any(Y != 0, axis=1))
-        if on.size == 0:
-            return []
-        S, U, H = sh.unpack(w)
-        P, E, d = len(b.where), n + m + int(free), 1 + n + m
-        V = np.empty((P, d))
-        J = np.zeros((P, d, E))                           # d(t, z, u)/de
-        d2z = np.zeros((P, n, E, E))
-        idx = np.empty((P, E), dtype=int)
-        at = b.node >= 0
-        V[at, 0] = sh.times(H)[b.node[at]]
-        V[at, 1:1 + n] = S[b.node[at]]
-        J[at, 1:1 + n, :n] = np.eye(n)
-        idx[at, :n] = self._node_s[b.node[at]]
-        idx[at, n:] = self._e[b.interval[at], n:]
-        inside = b.points and not np.all(at)
-        if inside:
+        """The terms ``y^T g`` of a path-constraint block (`Path.hessian_terms`), with
+        the states inside the intervals and their sensitivities from the same solve."""
+        n = self.nlp.sh.n
+
+        def inside():
             tt, pts = self.rows_so.inside(w, solved, b.fractions)
-            k, j = b.interval[~at], b.inner[~at]
-            V[~at, 0], V[~at, 1:1 + n] = tt[k, j], pts.y[k, j, :n]
-            J[~at, 1:1 + n] = pts.d1[k, j, :n]
-            d2z[~at] = pts.d2[k, j, :n]
-            idx[~at] = self._e[b.interval[~at]]
-        V[:, 1 + n:] = U[b.interval]
-        J[:, 1 + n:, n:n + m] = np.eye(m)
-        if free:
-            J[:, 0, -1] = b.dt
-        V, J, d2z, idx, Y = V[on], J[on], d2z[on], idx[on], Y[on]
-        if b.linear:                                      # state bounds: g_vv = 0
-            Hv = np.zeros((on.size, d, d))
-        else:
-            mask = None if free else np.arange(d) > 0     # t fixed: no differences in t
-            Hv = b.code.second(V, Y, mask)
-        grad = np.zeros((on.size, d))
-        if inside:
-            c, G = b.code.first(V)
-            grad = np.einsum("pk,pkd->pd", Y, G)
-        b.check(np.zeros(on.size), [Hv, grad], V, on)
-        block = np.einsum("pax,pab,pby->pxy", J, Hv, J)
-        block += np.einsum("pi,pixy->pxy", grad[:, 1:1 + n], d2z)
-        return [(idx, block)]
+            return tt, pts.y[..., :n], pts.d1[..., :n, :], pts.d2[..., :n, :, :]
+        return b.hessian_terms(w, yb, inside)
 
     def _gather(self, entries: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         """Sum the dense blocks ``(positions, block)`` (or stacks of them, positions

@@ -90,8 +90,8 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         ``"ipopt"`` (``cyipopt``, the default where installed), ``"trust-constr"`` or
         ``"slsqp"``; IPOPT's Hessian of the Lagrangian: ``"exact"`` (second-order
         sensitivities, or the collocation's own; the default where the problem's
-        derivatives are exact: `from_sympy`, traced, and with collocation where no
-        constraint function is given), ``"limited-memory"`` (L-BFGS; the default
+        derivatives are exact: `from_sympy`, traced, and always with collocation),
+        ``"limited-memory"`` (L-BFGS; the default
         otherwise) or ``"finite-differences"`` (shooting; docs/optimization.md, "Which
         Hessian").
     tol, constraint_tol : float, default 1e-6
@@ -283,9 +283,8 @@ transcription, collocation_degree, accuracy, integrator
                 raise ValueError("`final_state` has no entry that is not NaN")
         provider = problem.provider(N, M)
         if transcription == "collocation":
-            if hessian == "auto":            # its own exact Hessian, where no user function
-                hessian = ("limited-memory" if terminal_equality or terminal_inequality
-                           or path_constraints else "exact")
+            if hessian == "auto":            # its own exact Hessian
+                hessian = "exact"
             check_collocation(hessian, path_points)
             sh = Collocation(provider, x0, q, tau, horizon=H0, m=M,
                              degree=as_positive_int(collocation_degree, "collocation_degree"),
