@@ -67,8 +67,8 @@ class ConstraintCode:
         flat_jac = [e for row in jac for e in row]
         self._first = _numpy_code(sp, variables, list(exprs) + flat_jac)
         self._second = _numpy_code(sp, variables, hess)
-        self.reads = np.array([any(e != 0 for e in (row[a] for row in jac))
-                               for a in range(self.d)])
+        #: which derivatives dg_i/dv_a are not identically zero (k, d)
+        self.pattern = np.array([[e != 0 for e in row] for row in jac], dtype=bool)
 
     def first(self, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(g (P, k), dg/dv (P, k, d))`` at the points ``V`` (P, d)."""

@@ -182,20 +182,6 @@ class Path(Block):
         n_pts = len(where)
         self.lower = np.full(n_pts * self.k, -np.inf)
         self.upper = np.zeros(n_pts * self.k)
-        rows, cols = [], []
-        for i, (k, a) in enumerate(where):
-            r = i * self.k + np.arange(self.k)
-            vars_ = [sh.u_index(k)]
-            if a == 1.0:
-                vars_.append(sh.s_index(K))
-            elif k > 0:
-                vars_.append(sh.s_index(k))
-            if sh.free_horizon:
-                vars_.append(np.array([sh.h_index]))
-            v = np.concatenate(vars_)
-            rows.append(np.repeat(r, v.size))
-            cols.append(np.tile(v, self.k))
-        self.rows, self.cols = np.concatenate(rows), np.concatenate(cols)
         # per point: its interval, node (-1 inside), place inside, dt/dH = tau - 1
         self.interval = np.array([k for k, _ in where], dtype=int)
         self.node = np.array([k + int(a == 1.0) if a in (0.0, 1.0) else -1
@@ -210,10 +196,21 @@ class Path(Block):
         self.positions = np.array(
             [np.concatenate([s, sh.u_index(k)] + ([[sh.h_index]] if sh.free_horizon else []))
              for s, k in zip(s_of, self.interval)], dtype=int).reshape(n_pts, -1)
-        has_s = (self.node > 0) | ((self.node < 0) & (self.interval > 0))
-        keep = np.ones((n_pts, self.k, m + n + int(sh.free_horizon)), dtype=bool)
-        keep[~has_s, :, m:m + n] = False           # s_0 is not a variable
-        self._keep = keep
+        # the Jacobian's columns per point: (u_k, s, H), s_0 (fixed) left out; at a node
+        # only those the traced function reads (inside, z depends on all of them)
+        free = int(sh.free_horizon)
+        columns = np.concatenate([self.positions[:, n:n + m], self.positions[:, :n],
+                                  self.positions[:, n + m:]], axis=1)
+        keep = np.broadcast_to((columns >= 0)[:, None, :], (n_pts, self.k, columns.shape[1]))
+        pattern = getattr(self.code, "pattern", None)         # (k, 1 + n + m): t, z, u
+        if pattern is not None:
+            read = np.concatenate([pattern[:, 1 + n:], pattern[:, 1:1 + n],
+                                   pattern[:, :free]], axis=1)
+            keep = keep & np.where((self.node >= 0)[:, None, None], read[None], True)
+        self._keep = np.ascontiguousarray(keep)
+        self.rows = np.broadcast_to(np.arange(n_pts * self.k).reshape(n_pts, self.k, 1),
+                                    keep.shape)[self._keep]
+        self.cols = np.broadcast_to(columns[:, None, :], keep.shape)[self._keep]
 
     def shifted_rows(self, shift: int) -> np.ndarray:
         K = self.sh.K
