@@ -656,15 +656,16 @@ def test_bounds_shapes_read_and_ambiguous_form_refused():
     "ipopt", marks=[needs_ipopt, pytest.mark.slow])])     # IPOPT: 52 iterations, 30 s
 def test_nonfinite_path_constraint_named_with_its_node(solver):
     """``sqrt`` of a negative number at an iterate: the message names the function, the
-    node and the point (it was IPOPT's "invalid number" or a NaN KKT residual)."""
+    node and the point (it was IPOPT's "invalid number" or a NaN KKT residual), and how
+    the derivative was computed (traced: "exact")."""
     problem = double_integrator()
     res = invimbed.solve_ocp(problem, [0.0, 1.0], p=0.0, intervals=8, final_state=[0, -1],
                              solver=solver, max_iter=100, path_constraints=lambda t, z, u:
                              np.array([np.sqrt(0.2 - z[0]) - 0.5]))
     assert not res.success and res.status == -1
-    assert re.search(r"`path_constraints` (returned \[nan\]|has a derivative \(central "
-                     r"differences\) that is not finite) at node \d+, t = [\d.]+ \(z = \[",
-                     res.message), res.message
+    assert re.search(r"`path_constraints` (returned \[nan\]|has a derivative \((central "
+                     r"differences|exact)\) that is not finite) at node \d+, t = [\d.]+ "
+                     r"\(z = \[", res.message), res.message
 
 
 @needs_ipopt

@@ -27,6 +27,17 @@ def dense(hess: LagrangianHessian, vals: np.ndarray) -> np.ndarray:
     return H + np.tril(H, -1).T
 
 
+def gradient_differences(nlp: ShootingNLP, w: np.ndarray, y: np.ndarray, sigma: float
+                         ) -> np.ndarray:
+    """Central differences (step 1e-4 relative) of the exact Lagrangian gradient, column
+    by column, symmetrised; every perturbed point in one ensemble solve."""
+    steps = 1e-4 * np.maximum(1.0, np.abs(w))
+    D = np.diag(steps)
+    grads = nlp.lagrangian_gradients(np.concatenate([w + D, w - D]), y, sigma)
+    ref = ((grads[:w.size] - grads[w.size:]) / (2 * steps[:, None])).T
+    return 0.5 * (ref + ref.T)
+
+
 @pytest.mark.parametrize("free", [False, True], ids=["fixed-horizon", "free-horizon"])
 def test_exact_hessian_matches_differences_of_the_exact_gradient(free):
     """Every block (defects, objective, a terminal inequality, a path constraint at the
@@ -46,11 +57,7 @@ def test_exact_hessian_matches_differences_of_the_exact_gradient(free):
     H = dense(hess, hess.values(w, y, sigma))
     assert nlp.n_solves == before + 1
 
-    steps = 1e-4 * np.maximum(1.0, np.abs(w))
-    D = np.diag(steps)                      # every perturbed point: one ensemble solve
-    grads = nlp.lagrangian_gradients(np.concatenate([w + D, w - D]), y, sigma)
-    ref = ((grads[:w.size] - grads[w.size:]) / (2 * steps[:, None])).T
-    ref = 0.5 * (ref + ref.T)
+    ref = gradient_differences(nlp, w, y, sigma)
     assert np.max(np.abs(H - ref)) <= 1e-6 * np.max(np.abs(ref))
     if free:                                  # the horizon's row is exact, not zero
         assert np.max(np.abs(H[-1])) > 1e-2 * np.max(np.abs(ref))
@@ -75,11 +82,7 @@ def test_linear_dynamics_carry_only_the_cost_second_order():
     hess = LagrangianHessian(nlp)
     H = dense(hess, hess.values(w, yv, 1.3))
     assert hess.rows_so.active.tolist() == [4]          # the cost's row only
-    steps = 1e-4 * np.maximum(1.0, np.abs(w))
-    D = np.diag(steps)
-    grads = nlp.lagrangian_gradients(np.concatenate([w + D, w - D]), yv, 1.3)
-    ref = ((grads[:w.size] - grads[w.size:]) / (2 * steps[:, None])).T
-    ref = 0.5 * (ref + ref.T)
+    ref = gradient_differences(nlp, w, yv, 1.3)
     assert np.max(np.abs(H - ref)) <= 1e-6 * np.max(np.abs(ref))
 
 

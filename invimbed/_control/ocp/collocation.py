@@ -41,6 +41,7 @@ import numpy as np
 from numpy.polynomial import Polynomial
 from numpy.polynomial import legendre
 
+from .constraints import shift_index
 from .shooting import Shooting
 
 _EPS = np.finfo(float).eps
@@ -176,6 +177,16 @@ class Collocation(Shooting):
     def inner_positions(self) -> np.ndarray:
         """Positions of all interior collocation states (their state bounds)."""
         return self.K * self.block + np.arange(self.n_inner)
+
+    def moved_index(self, shift: int) -> np.ndarray:
+        """For each entry of the decision vector, the entry it takes when the solution
+        moves ``shift`` intervals on (`invimbed.OCPSolver`'s warm start): interval ``k``'s
+        control, end node and interior states from interval ``min(k + shift, K - 1)``,
+        the horizon staying (shooting's `shift_index` on both parts of the layout)."""
+        K = self.K
+        nodes = shift_index(K, self.block, shift)
+        inner = shift_index(K, (self.d - 1) * self.n, shift, int(self.free_horizon))
+        return np.concatenate([nodes, K * self.block + inner])
 
     # -- the evaluation ----------------------------------------------------------------
     def point_times(self, H: float) -> np.ndarray:

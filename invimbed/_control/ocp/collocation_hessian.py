@@ -6,7 +6,8 @@ collocation points ``(k, j)`` of ``h_k (sigma b_j R + lambda_kj . f)`` at ``(t_k
 u_k)`` (the linear part of ``G`` has no curvature), plus ``sigma T(s_K)``: its Hessian is
 one ``(n + m) x (n + m)`` block per point over ``(X_kj, u_k)`` from the problem's exact
 second derivatives (``f_zz``, ``f_ztheta``, ``f_thetatheta`` and the same of ``R``), and
-``sigma T_zz`` over ``s_K``. Blocks that meet (``u_k`` is shared by the ``d`` points of
+``sigma T_zz`` over ``s_K``; the user's terminal and path constraints add ``y^T h_zz``
+over ``s_K`` and ``y^T g_vv`` over each node's ``(s_k, u_k[, H])``. Blocks that meet (``u_k`` is shared by the ``d`` points of
 its interval) are summed into one lower triangle, the sparsity IPOPT is given once.
 """
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from ..options import SolverFailure
 from .collocation import Collocation, time_derivative
-from .constraints import FinalState
+from .constraints import Path, Terminal
 from .nlp import ShootingNLP
 
 
@@ -28,19 +29,14 @@ class CollocationHessian:
     col : Collocation
         The transcription.
     nlp : ShootingNLP
-        The NLP over it: its first block is the collocation equations, and its other
-        blocks must be linear (``final_state``); constraint functions of the user
-        (``terminal_*``, ``path_constraints``) have no exact second derivatives here.
+        The NLP over it: its first block is the collocation equations; the others are
+        linear (``final_state``) or the user's constraint functions (``terminal_*``,
+        ``path_constraints`` at the nodes), whose second derivatives come from their
+        traced code (`invimbed._control.ocp.constraint_code`; central differences where
+        a function does not trace).
     """
 
     def __init__(self, col: Collocation, nlp: ShootingNLP) -> None:
-        extra = [b.name for b in nlp.blocks[1:] if not isinstance(b, FinalState)]
-        if extra:
-            raise ValueError(
-                f"`hessian`: the exact Hessian of transcription='collocation' needs the "
-                f"constraints to be the dynamics, bounds and `final_state` only, but "
-                f"{', '.join(extra)} is given (a function of yours, without second "
-                f"derivatives): use hessian='limited-memory'")
         self.col, self.nlp = col, nlp
         n, m, K, d = col.n, col.m, col.K, col.d
         u_pos = col.block * np.arange(K)[:, None] + np.arange(m)[None, :]      # (K, m)
@@ -54,7 +50,11 @@ class CollocationHessian:
         if col.free_horizon:                # the row of H: every point's (X_kj, u_k), H
             a = np.concatenate([a, np.full(v.size + 1, col.h_index)])
             b = np.concatenate([b, v.ravel(), [col.h_index]])
-        self._lower = a >= b
+        for pos in self._constraint_positions():    # the user's constraint functions
+            E = pos.shape[1]
+            a = np.concatenate([a, np.repeat(pos, E, axis=1).ravel()])
+            b = np.concatenate([b, np.tile(pos, (1, E)).ravel()])
+        self._lower = (a >= b) & (b >= 0)           # -1: the fixed s_0
         pairs, self._slot = np.unique(np.stack([a[self._lower], b[self._lower]]), axis=1,
                                       return_inverse=True)
         self.rows, self.cols = pairs[0], pairs[1]
@@ -62,6 +62,38 @@ class CollocationHessian:
 
     def structure(self) -> tuple[np.ndarray, np.ndarray]:
         return self.rows, self.cols
+
+    def _constraint_positions(self) -> list[np.ndarray]:
+        """Per terminal or path block (in order), the positions (P, E) in ``w`` of each
+        point's variables: ``s_K`` for a terminal constraint, ``(s_k, u_k[, H])`` at a
+        node (`Path.positions`)."""
+        out = []
+        for b in self.nlp.blocks:
+            if isinstance(b, Terminal):
+                out.append(self.col.s_index(self.col.K)[None, :])
+            elif isinstance(b, Path):
+                out.append(b.positions)
+        return out
+
+    def _constraint_values(self, w: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+        """The blocks ``y^T h_zz`` and ``y^T g_vv`` (chained to the node's variables) in
+        the order of `_constraint_positions`, all their points (zero where ``y`` is)."""
+        out = []
+        offsets = np.cumsum([0] + [b.size for b in self.nlp.blocks])
+        for b, o in zip(self.nlp.blocks, offsets):
+            yb = y[o:o + b.size]
+            if isinstance(b, Terminal):
+                z = w[self.col.s_index(self.col.K)]
+                hz = b.code.second(z[None, :], yb[None, :])
+                b.check(np.zeros(1), [hz], z)
+                out.append(hz.ravel())
+            elif isinstance(b, Path):
+                P, E = b.positions.shape
+                full = np.zeros((P, E, E))
+                for idx, blocks in b.hessian_terms(w, yb):
+                    full[np.any(yb.reshape(P, -1) != 0, axis=1)] = blocks
+                out.append(full.ravel())
+        return out
 
     def _evaluators(self) -> tuple:
         if self._second is None:
@@ -103,6 +135,7 @@ class CollocationHessian:
         parts = [H.ravel(), T_zz.ravel()]
         if col.free_horizon:
             parts += self._horizon_row(t, z, u, lam, sigma, Hor)
+        parts += self._constraint_values(w, y)
         vals = np.concatenate(parts)[self._lower]
         return np.bincount(self._slot, weights=vals, minlength=self.rows.size)
 

@@ -5,10 +5,12 @@ Every constraint is a `Block`: values ``c(w)`` with bounds ``lower <= c <= upper
 values. Bounds on controls, on the node states and on the horizon are bounds on the
 decision variables, not blocks (the NLP solvers keep them exactly).
 
-User functions (terminal and path constraints) are differentiated by central
-differences with the step ``eps**(1/3) max(1, |v|)``: for the smooth algebraic
-functions they are, the error is ``O(1e-10)`` relative, far below the tolerances of the
-optimality check. Everything from the dynamics is exact (`invimbed._control.ocp.shooting`).
+User functions (terminal and path constraints) are traced into sympy and differentiated
+exactly, at every point of an iterate in one call (`invimbed._control.ocp.constraint_code`);
+where a function does not trace they are differentiated by central differences with the
+step ``eps**(1/3) max(1, |v|)``: for the smooth algebraic functions they are, the error
+is ``O(1e-10)`` relative, far below the tolerances of the optimality check. Everything
+from the dynamics is exact (`invimbed._control.ocp.shooting`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..._core.inputs.validation import describe, returned_reals
+from ..._core.inputs.validation import describe
 from ..options import SolverFailure
+from .constraint_code import (DIFFERENCED, ConstraintCode, Differenced, _call,
+                              trace_constraint)
 from .shooting import IntervalSolve, Shooting
-
-_H_REL = np.finfo(float).eps ** (1.0 / 3.0)
-
 
 class Block:
     """A block of constraints ``lower <= c(w) <= upper`` with a sparse Jacobian."""
@@ -65,7 +66,7 @@ class Defects(Block):
         return self.sh.defects(w, sol), self.sh.defect_jacobian(sol)
 
     def shifted_rows(self, shift: int) -> np.ndarray:
-        return shift_index(self.sh.K, self.sh.n, shift)
+        return shift_index(self.sh.K, self.sh.n_defects // self.sh.K, shift)   # per interval
 
 
 class FinalState(Block):
@@ -84,48 +85,26 @@ class FinalState(Block):
         return np.asarray(w)[self.cols], np.ones(self.idx.size)
 
 
-def _call(fn: Callable, args: tuple, name: str, size: int | None) -> np.ndarray:
-    out = np.atleast_1d(returned_reals(fn(*args), f"`{name}`"))
-    if out.ndim != 1 or (size is not None and out.size != size):
-        raise ValueError(f"`{name}` must return a 1-d array"
-                         + (f" of {size} values" if size is not None else "")
-                         + f", but returned shape {out.shape}")
-    return out
-
-
 def _finite(name: str, where: str, c: np.ndarray, jac: list[np.ndarray], args: tuple,
-            labels: str) -> None:
+            labels: str, how: str = DIFFERENCED) -> None:
     """A `SolverFailure` naming the constraint function and the point where it (or its
-    central-difference derivative) is not finite."""
+    derivative, ``how`` it was computed) is not finite."""
     if np.all(np.isfinite(c)) and all(np.all(np.isfinite(J)) for J in jac):
         return
     what = (f"returned {np.array2string(c, precision=6)}" if not np.all(np.isfinite(c))
-            else "has a derivative (central differences) that is not finite")
+            else f"has a derivative ({how}) that is not finite")
     point = ", ".join(f"{lab} = {np.array2string(np.asarray(a, dtype=float), precision=6)}"
                       for lab, a in zip(labels.split(), args))
     raise SolverFailure(f"`{name}` {what} at {where} ({point}); it must be finite wherever "
                         f"the solver may look (near the iterates)")
 
 
-def _jacobian(fn: Callable, args: list[np.ndarray], which: list[int], size: int,
-              name: str) -> list[np.ndarray]:
-    """Central-difference Jacobians of ``fn(*args)`` in the arguments ``which``."""
-    out = []
-    for a in which:
-        v = np.atleast_1d(np.asarray(args[a], dtype=float))
-        J = np.empty((size, v.size))
-        for j in range(v.size):
-            h = _H_REL * max(1.0, abs(v[j]))
-            up, down = v.copy(), v.copy()
-            up[j] += h
-            down[j] -= h
-            lo = list(args)
-            hi = list(args)
-            hi[a] = up if np.ndim(args[a]) else float(up[0])
-            lo[a] = down if np.ndim(args[a]) else float(down[0])
-            J[:, j] = (_call(fn, tuple(hi), name, size) - _call(fn, tuple(lo), name, size)) / (2 * h)
-        out.append(J)
-    return out
+def constraint_code(fn: Callable, v0: np.ndarray, n: int, m: int | None, name: str
+                    ) -> ConstraintCode | Differenced:
+    """The derivatives of the constraint ``fn``: traced (`trace_constraint`), else
+    central differences saying why."""
+    code, why = trace_constraint(fn, v0, n, m)
+    return code if code is not None else Differenced(fn, n, m, name, why)
 
 
 class Terminal(Block):
@@ -134,10 +113,13 @@ class Terminal(Block):
     def __init__(self, sh: Shooting, fn: Callable, equality: bool, name: str,
                  z_guess: np.ndarray) -> None:
         self.sh, self.fn, self.name = sh, fn, name
-        k = _call(fn, (np.asarray(z_guess, dtype=float),), name, None).size
+        z_guess = np.asarray(z_guess, dtype=float)
+        k = _call(fn, (z_guess,), name, None).size
         if k == 0:
             raise ValueError(f"`{name}` returned no values")
         self.k = k
+        self.code = constraint_code(fn, z_guess, sh.n, None, name)
+        self.code.k = k
         self.lower = np.zeros(k) if equality else np.full(k, -np.inf)
         self.upper = np.zeros(k)
         self.rows = np.repeat(np.arange(k), sh.n)
@@ -145,10 +127,14 @@ class Terminal(Block):
 
     def evaluate(self, w, sol):
         z = np.asarray(w)[self.sh.s_index(self.sh.K)]
-        c = _call(self.fn, (z,), self.name, self.k)
-        (J,) = _jacobian(self.fn, [z], [0], self.k, self.name)
-        _finite(self.name, f"the last node (node {self.sh.K}, t = q)", c, [J], (z,), "z")
-        return c, J.ravel()
+        c, J = self.code.first(z[None, :])
+        self.check(c[0], [J[0]], z)
+        return c[0], J[0].ravel()
+
+    def check(self, c: np.ndarray, jac: list[np.ndarray], z: np.ndarray) -> None:
+        """`_finite` at the last node."""
+        _finite(self.name, f"the last node (node {self.sh.K}, t = q)", c, jac, (z,), "z",
+                how=self.code.how)
 
 
 class Path(Block):
@@ -158,6 +144,10 @@ class Path(Block):
     ``g`` may also be given as state bounds (``fn=None``, ``lo``/``hi``): then
     ``g = (lo - z, z - hi)`` for the finite entries, inside the intervals only (at the
     nodes they are variable bounds).
+
+    ``g`` is evaluated and differentiated at every point at once by its traced code
+    (`invimbed._control.ocp.constraint_code`), or point by point by central differences
+    where it does not trace (``code.source`` says which).
     """
 
     needs_dense = True
@@ -176,8 +166,11 @@ class Path(Block):
         else:
             self.linear = False
         self.fn = fn
-        u0 = np.zeros(m) if u_guess is None else u_guess
-        self.k = _call(fn, (float(sh.times(sh.horizon)[0]), sh.x, u0), name, None).size
+        u0 = np.zeros(m) if u_guess is None else np.asarray(u_guess, dtype=float)
+        t0 = float(sh.times(sh.horizon)[0])
+        self.k = _call(fn, (t0, sh.x, u0), name, None).size
+        self.code = constraint_code(fn, np.concatenate([[t0], sh.x, u0]), n, m, name)
+        self.code.k = self.k
         self.needs_dense = points > 0
         self.fractions = np.arange(1, points + 1) / (points + 1.0)
         # the points: (interval k, fraction); nodes first (k, 0) and the end (K-1, 1)
@@ -189,20 +182,35 @@ class Path(Block):
         n_pts = len(where)
         self.lower = np.full(n_pts * self.k, -np.inf)
         self.upper = np.zeros(n_pts * self.k)
-        rows, cols = [], []
-        for i, (k, a) in enumerate(where):
-            r = i * self.k + np.arange(self.k)
-            vars_ = [sh.u_index(k)]
-            if a == 1.0:
-                vars_.append(sh.s_index(K))
-            elif k > 0:
-                vars_.append(sh.s_index(k))
-            if sh.free_horizon:
-                vars_.append(np.array([sh.h_index]))
-            v = np.concatenate(vars_)
-            rows.append(np.repeat(r, v.size))
-            cols.append(np.tile(v, self.k))
-        self.rows, self.cols = np.concatenate(rows), np.concatenate(cols)
+        # per point: its interval, node (-1 inside), place inside, dt/dH = tau - 1
+        self.interval = np.array([k for k, _ in where], dtype=int)
+        self.node = np.array([k + int(a == 1.0) if a in (0.0, 1.0) else -1
+                              for k, a in where], dtype=int)
+        self.inner = np.array([0 if a in (0.0, 1.0) else
+                               int(np.argmin(np.abs(self.fractions - a))) for k, a in where])
+        self.dt = np.array([sh.tau[k] + a * (sh.tau[k + 1] - sh.tau[k]) - 1.0
+                            for k, a in where])
+        # per point: the positions in w of its e = (s, u_k[, H]) (-1: s_0, fixed)
+        s_of = [sh.s_index(int(node)) if node > 0 else sh.s_index(k) if node < 0 < k
+                else np.full(n, -1) for node, k in zip(self.node, self.interval)]
+        self.positions = np.array(
+            [np.concatenate([s, sh.u_index(k)] + ([[sh.h_index]] if sh.free_horizon else []))
+             for s, k in zip(s_of, self.interval)], dtype=int).reshape(n_pts, -1)
+        # the Jacobian's columns per point: (u_k, s, H), s_0 (fixed) left out; at a node
+        # only those the traced function reads (inside, z depends on all of them)
+        free = int(sh.free_horizon)
+        columns = np.concatenate([self.positions[:, n:n + m], self.positions[:, :n],
+                                  self.positions[:, n + m:]], axis=1)
+        keep = np.broadcast_to((columns >= 0)[:, None, :], (n_pts, self.k, columns.shape[1]))
+        pattern = getattr(self.code, "pattern", None)         # (k, 1 + n + m): t, z, u
+        if pattern is not None:
+            read = np.concatenate([pattern[:, 1 + n:], pattern[:, 1:1 + n],
+                                   pattern[:, :free]], axis=1)
+            keep = keep & np.where((self.node >= 0)[:, None, None], read[None], True)
+        self._keep = np.ascontiguousarray(keep)
+        self.rows = np.broadcast_to(np.arange(n_pts * self.k).reshape(n_pts, self.k, 1),
+                                    keep.shape)[self._keep]
+        self.cols = np.broadcast_to(columns[:, None, :], keep.shape)[self._keep]
 
     def shifted_rows(self, shift: int) -> np.ndarray:
         K = self.sh.K
@@ -210,46 +218,109 @@ class Path(Block):
         src = np.array([at[(min(k + shift, K - 1), a)] for k, a in self.where], dtype=int)
         return (src[:, None] * self.k + np.arange(self.k)[None, :]).ravel()
 
-    def evaluate(self, w, sol):
-        sh, k_g = self.sh, self.k
+    def label(self, i: int, t: float) -> str:
+        """Where point ``i`` is, for messages."""
+        node = int(self.node[i])
+        return (f"node {node}" if node >= 0 else
+                f"a point inside interval {self.interval[i]}") + f", t = {t:.6g}"
+
+    def check(self, c: np.ndarray, jac: list[np.ndarray], V: np.ndarray,
+              which: np.ndarray | None = None) -> None:
+        """`_finite` at the first point (rows of ``V``, ``c`` and the arrays ``jac``: the
+        points ``which``, default all) where a value or derivative is not finite."""
+        bad = ~np.all(np.isfinite(c.reshape(len(V), -1)), axis=1)
+        for J in jac:
+            bad |= ~np.all(np.isfinite(J.reshape(len(V), -1)), axis=1)
+        if np.any(bad):
+            i = int(np.flatnonzero(bad)[0])
+            n = self.sh.n
+            at = i if which is None else int(which[i])
+            _finite(self.name, self.label(at, float(V[i, 0])), c[i], [J[i] for J in jac],
+                    (V[i, 1:1 + n], V[i, 1 + n:]), "z u",
+                    how=self.code.how)
+
+    def variables(self, w: np.ndarray, sol) -> tuple[np.ndarray, ...]:
+        """The points' variables ``V = (t, z, u)`` (P, 1 + n + m) and the sensitivities
+        of ``z`` in ``(s_k, u_k, H)``: (P, n, n), (P, n, m), (P, n)."""
+        sh = self.sh
+        n, m = sh.n, sh.m
         S, U, H = sh.unpack(w)
-        t_nodes = sh.times(H)
-        inside = None
+        P = len(self.where)
+        V = np.empty((P, 1 + n + m))
+        zs, zu, zH = np.zeros((P, n, n)), np.zeros((P, n, m)), np.zeros((P, n))
+        at = self.node >= 0
+        V[at, 0] = sh.times(H)[self.node[at]]
+        V[at, 1:1 + n] = S[self.node[at]]
+        zs[at] = np.eye(n)
         if self.points:
-            inside = sh.interior(w, sol, self.fractions)
-        vals, jac = [], []
-        n_node = 0
-        for k, a in self.where:
-            u = U[k]
-            if a in (0.0, 1.0):
-                node = k + int(a == 1.0)
-                t, z = float(t_nodes[node]), S[node]
-                if a == 1.0 or k > 0:
-                    zs, zu, zH = np.eye(sh.n), np.zeros((sh.n, sh.m)), np.zeros(sh.n)
-                else:
-                    zs, zu, zH = None, np.zeros((sh.n, sh.m)), np.zeros(sh.n)
-                dt = sh.tau[node] - 1.0
-                n_node += 1
-            else:
-                j = int(np.argmin(np.abs(self.fractions - a)))
-                tt, zz, zzs, zzu, zzH = inside
-                t, z, zs, zu, zH = float(tt[k, j]), zz[k, j], zzs[k, j], zzu[k, j], zzH[k, j]
-                dt = sh.tau[k] + a * (sh.tau[k + 1] - sh.tau[k]) - 1.0
-                if k == 0:
-                    zs = None
-            c = _call(self.fn, (t, z, u), self.name, k_g)
-            gt, gz, gu = _jacobian(self.fn, [t, z, u], [0, 1, 2], k_g, self.name)
-            _finite(self.name, (f"node {k + int(a == 1.0)}" if a in (0.0, 1.0) else
-                                f"a point inside interval {k}") + f", t = {t:.6g}",
-                    c, [gt, gz, gu], (z, u), "z u")
-            parts = [gu + gz @ zu]
-            if zs is not None:
-                parts.append(gz @ zs)
-            if sh.free_horizon:
-                parts.append((gz @ zH + gt[:, 0] * dt)[:, None])
-            vals.append(c)
-            jac.append(np.concatenate(parts, axis=1).ravel())
-        return np.concatenate(vals), np.concatenate(jac)
+            tt, zz, zzs, zzu, zzH = sh.interior(w, sol, self.fractions)
+            k, j = self.interval[~at], self.inner[~at]
+            V[~at, 0], V[~at, 1:1 + n] = tt[k, j], zz[k, j]
+            zs[~at], zu[~at], zH[~at] = zzs[k, j], zzu[k, j], zzH[k, j]
+        V[:, 1 + n:] = U[self.interval]
+        return V, zs, zu, zH
+
+    def hessian_terms(self, w: np.ndarray, yb: np.ndarray, inside: Callable | None = None
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The terms ``y^T g`` of the Hessian of the Lagrangian at the points whose
+        multipliers ``yb`` are not all zero, at once: ``J^T (y^T g_vv) J`` with ``J =
+        dv/de`` of each point's ``v = (t, z, u)`` in its ``e = (s, u_k[, H])``, plus
+        ``(y^T g_z) . z_ee`` inside the intervals.
+
+        ``inside()`` gives, for points inside the intervals, ``(t (K, Q), z (K, Q, n),
+        dz/de (K, Q, n, E), d^2 z/de^2 (K, Q, n, E, E))`` (from the second-order
+        sensitivities, `invimbed._control.ocp.exact_hessian`); at the nodes ``z`` is a
+        variable. Returns ``[(positions (P', E), blocks (P', E, E))]`` (`positions`)."""
+        sh = self.sh
+        n, m, free = sh.n, sh.m, sh.free_horizon
+        Y = yb.reshape(-1, self.k)
+        on = np.flatnonzero(np.any(Y != 0, axis=1))
+        if on.size == 0:
+            return []
+        S, U, H = sh.unpack(w)
+        P, E, d = len(self.where), self.positions.shape[1], 1 + n + m
+        V = np.empty((P, d))
+        J = np.zeros((P, d, E))                           # d(t, z, u)/de
+        d2z = np.zeros((P, n, E, E))
+        at = self.node >= 0
+        V[at, 0] = sh.times(H)[self.node[at]]
+        V[at, 1:1 + n] = S[self.node[at]]
+        J[at, 1:1 + n, :n] = np.eye(n)
+        within = self.points and not np.all(at)
+        if within:
+            tt, z, dz, d2 = inside()
+            k, j = self.interval[~at], self.inner[~at]
+            V[~at, 0], V[~at, 1:1 + n] = tt[k, j], z[k, j]
+            J[~at, 1:1 + n], d2z[~at] = dz[k, j], d2[k, j]
+        V[:, 1 + n:] = U[self.interval]
+        J[:, 1 + n:, n:n + m] = np.eye(m)
+        if free:
+            J[:, 0, -1] = self.dt
+        V, J, d2z, Y = V[on], J[on], d2z[on], Y[on]
+        if self.linear:                                   # state bounds: g_vv = 0
+            Hv = np.zeros((on.size, d, d))
+        else:
+            mask = None if free else np.arange(d) > 0     # t fixed: no differences in t
+            Hv = self.code.second(V, Y, mask)
+        grad = np.zeros((on.size, d))
+        if within:
+            grad = np.einsum("pk,pkd->pd", Y, self.code.first(V)[1])
+        self.check(np.zeros(on.size), [Hv, grad], V, on)
+        block = np.einsum("pax,pab,pby->pxy", J, Hv, J)
+        block += np.einsum("pi,pixy->pxy", grad[:, 1:1 + n], d2z)
+        return [(self.positions[on], block)]
+
+    def evaluate(self, w, sol):
+        sh = self.sh
+        n = sh.n
+        V, zs, zu, zH = self.variables(w, sol)
+        c, G = self.code.first(V)
+        self.check(c, [G], V)
+        gt, gz, gu = G[:, :, 0], G[:, :, 1:1 + n], G[:, :, 1 + n:]
+        parts = [gu + gz @ zu, gz @ zs]
+        if sh.free_horizon:
+            parts.append((np.einsum("pki,pi->pk", gz, zH) + gt * self.dt[:, None])[..., None])
+        return c.ravel(), np.concatenate(parts, axis=2)[self._keep]
 
 
 def shift_index(K: int, block: int, shift: int, tail: int = 0) -> np.ndarray:

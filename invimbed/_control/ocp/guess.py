@@ -12,6 +12,7 @@ import numpy as np
 from scipy.optimize import OptimizeResult
 
 from ..._core.inputs.validation import as_float_array, as_real, describe
+from .collocation import Collocation
 from .constraints import shift_index
 from .shooting import Shooting
 
@@ -98,9 +99,12 @@ def moved(w: np.ndarray, multipliers: tuple | None, nlp: Any, shift: int
     moved ``shift`` intervals on, for the next window of a receding horizon: interval
     ``k`` takes the controls, end state and multipliers of interval ``k + shift``, the
     last one's repeated; the horizon and the multipliers of the terminal constraints
-    stay. The point is clipped into the bounds."""
+    stay. The point is clipped into the bounds. (Radau collocation: its interior
+    states and the multipliers of its equations move with their interval,
+    `Collocation.moved_index`.)"""
     sh = nlp.sh
-    idx = shift_index(sh.K, sh.block, shift, int(sh.free_horizon))
+    idx = (sh.moved_index(shift) if isinstance(sh, Collocation) else
+           shift_index(sh.K, sh.block, shift, int(sh.free_horizon)))
     w = np.clip(np.asarray(w, dtype=float)[idx], nlp.lb, nlp.ub)
     if multipliers is None:
         return w, None

@@ -92,8 +92,8 @@ def solve_ocp(problem: BolzaProblem, x: Any, *, p: float | None = None,
         ``"ipopt"`` (``cyipopt``, the default where installed), ``"trust-constr"`` or
         ``"slsqp"``; IPOPT's Hessian of the Lagrangian: ``"exact"`` (second-order
         sensitivities, or the collocation's own; the default where the problem's
-        derivatives are exact: `from_sympy`, traced, and with collocation where no
-        constraint function is given), ``"limited-memory"`` (L-BFGS; the default
+        derivatives are exact: `from_sympy`, traced, and always with collocation),
+        ``"limited-memory"`` (L-BFGS; the default
         otherwise) or ``"finite-differences"`` (shooting; docs/optimization.md, "Which
         Hessian").
     tol, constraint_tol : float, default 1e-6
@@ -296,9 +296,8 @@ transcription, collocation_degree, accuracy, integrator, backend
         provider = problem.provider(N, M)
         self.backend = rows_backend(backend, provider, transcription)  # the rows that run
         if transcription == "collocation":
-            if hessian == "auto":            # its own exact Hessian, where no user function
-                hessian = ("limited-memory" if terminal_equality or terminal_inequality
-                           or path_constraints else "exact")
+            if hessian == "auto":            # its own exact Hessian
+                hessian = "exact"
             check_collocation(hessian, path_points)
             sh = Collocation(provider, x0, q, tau, horizon=H0, m=M,
                              degree=as_positive_int(collocation_degree, "collocation_degree"),
@@ -389,13 +388,7 @@ transcription, collocation_degree, accuracy, integrator, backend
         nlp, sh = self.nlp, self.sh
         warm = None
         if initial_guess is None and warm_start and self._last is not None:
-            if isinstance(sh, Collocation):   # its interior states are packed past the nodes:
-                S, U, H = sh.unpack(self._last[0])   # nodes and controls moved, points anew
-                S = np.concatenate([S[shift:], np.repeat(S[-1:], min(shift, len(S)), 0)])
-                U = np.concatenate([U[shift:], np.repeat(U[-1:], min(shift, len(U)), 0)])
-                w0 = np.clip(sh.pack(S[:len(U) + 1], U[:len(U)], H), nlp.lb, nlp.ub)
-            else:
-                w0, warm = moved(*self._last, nlp, shift)
+            w0, warm = moved(*self._last, nlp, shift)     # collocation's points too
         else:
             guess = self.initial_guess if initial_guess is None else initial_guess
             S, U, H = _initial_guess(guess, sh, self.target, *self.u_bounds)
@@ -411,6 +404,8 @@ transcription, collocation_degree, accuracy, integrator, backend
         res = result_fields(nlp, run, self.tol, self.constraint_tol, self.trajectory_points)
         res["hessian"] = self.hessian
         res["backend"] = self.backend
+        res["constraint_derivatives"] = {b.name: b.code.source for b in nlp.blocks
+                                         if hasattr(b, "code")}
         res["warm_start"] = warm is not None or (initial_guess is None and warm_start
                                                  and self._last is not None)
         if self._horizon_hint:

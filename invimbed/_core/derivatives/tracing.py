@@ -404,17 +404,34 @@ def trace_function(fn: Callable, which: str, vectorized: bool, t: Any, z: tuple,
     traced in the call convention of `invimbed.BolzaProblem`. Raises `TraceError` (or
     whatever the function raises on traced arrays)."""
     def inputs(symbols: tuple) -> np.ndarray:
-        arr = np.empty(len(symbols), dtype=object)
-        for i, s in enumerate(symbols):
-            arr[i] = Traced(s)
+        arr = traced_vector(symbols)
         return arr[None, :] if vectorized else arr
 
     traced = rebind(fn)
     out = traced(inputs(z)) if which == "T" else traced(Traced(t), inputs(z), inputs(theta))
-    arr = np.asarray(out, dtype=object)
     shape = (len(z),) if which == "f" else ()
-    expected = ((1,) if vectorized else ()) + shape
-    if arr.shape != expected:
+    return traced_expressions(out, ((1,) if vectorized else ()) + shape)
+
+
+def traced_vector(symbols: tuple) -> np.ndarray:
+    """An object array of `Traced` scalars, one per sympy symbol of ``symbols``."""
+    arr = np.empty(len(symbols), dtype=object)
+    for i, s in enumerate(symbols):
+        arr[i] = Traced(s)
+    return arr
+
+
+def traced_expressions(out: Any, expected: tuple[int, ...] | None) -> list:
+    """The sympy expressions of a traced function's output ``out``, flattened; its shape
+    must be ``expected`` (None: a scalar or a 1-d array of any length). Raises
+    `TraceError` for another shape or an entry that is not a number or a trace."""
+    arr = np.asarray(out, dtype=object)
+    if expected is None:
+        arr = arr.reshape(-1) if arr.ndim <= 1 else arr
+        if arr.ndim != 1:
+            raise TraceError(f"it returned shape {arr.shape} on traced arrays, not a 1-d "
+                             f"array")
+    elif arr.shape != expected:
         raise TraceError(f"it returned shape {arr.shape} on traced arrays, not {expected}")
     exprs = []
     for v in arr.reshape(-1):
@@ -424,5 +441,3 @@ def trace_function(fn: Callable, which: str, vectorized: bool, t: Any, z: tuple,
         # NaN outside the domain of a function that simplification dropped
         exprs.append(_domains.guard(_sympy(), e, v.d) if isinstance(v, Traced) else e)
     return exprs
-
-

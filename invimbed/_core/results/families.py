@@ -41,6 +41,11 @@ class OCPResult(Result):
         resolved): ``"numba"``, the compiled rows, or ``"numpy"``.
     warm_start : bool
         Whether the solve started from the last solution of its `OCPSolver`.
+    constraint_derivatives : dict
+        How each constraint function of the user (``path_constraints``,
+        ``terminal_equality``, ``terminal_inequality``, and ``state_bounds`` inside the
+        intervals) is differentiated: ``"exact: traced into sympy"``, or ``"central
+        differences (not traced: <why>)"``; empty without such constraints.
     warnings : list of SolverWarning
         Empty so far: the message says what went wrong.
     """
@@ -48,7 +53,8 @@ class OCPResult(Result):
     _fields = frozenset(BASE_FIELDS + (
         "x", "fun", "nit", "nfev", "nsolve", "times", "states", "controls", "control",
         "horizon", "p", "defects", "trajectory", "kkt", "constraint_violation", "violations",
-        "solver", "solver_status", "solver_message", "hessian", "backend", "warm_start"))
+        "solver", "solver_status", "solver_message", "hessian", "backend", "warm_start",
+        "constraint_derivatives"))
     _first = ("message", "success", "status", "fun", "x", "nit", "kkt",
               "constraint_violation")
     STATUS_CODES = {
