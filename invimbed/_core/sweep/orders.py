@@ -37,15 +37,8 @@ COST_GROWTH = 2.0
 #: on Robertson's kinetics with BDF, orders 3 and 4 took 1.3x and 1.9x the evaluations of
 #: order 1, and order 5 crept on at steps of 1e-9 for minutes into a non-finite value.
 RAISE_STEPS, RAISE_STEPS_MIN = 10, 1000
-#: A pair the ratio test refused (ratio above `RATIO_MAX`) at this many orders run in a
-#: row is not raised further: its series shows no sign of converging there, and the
-#: prediction read from it cannot be trusted. On Robertson's kinetics with BDF
-#: (``x = (0.98, 3e-5, 0.02)``, depth 3, ``tol=1e-4``) the ratio was 1.97, 1.08, 1.01 at
-#: orders 1, 3, 4, the prediction asked for order 5 each time, and order 5's sweep crept
-#: on at steps of 1e-9 for minutes (docs/accuracy.md, "When a higher order fails").
-REFUSED_ORDERS = 2
 #: Why a pair stopped short of convergence (the codes of `raise_order`'s bookkeeping).
-AT_TOP, DIVERGES, BEYOND, CHEAPER, FAILED, STALLED = 1, 2, 3, 4, 5, 6
+AT_TOP, DIVERGES, BEYOND, CHEAPER, FAILED = 1, 2, 3, 4, 5
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
 
 
@@ -129,7 +122,6 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
     res = res.but(_bound=DROP, _more=DROP, _nsteps=DROP)
     ratio = (_pairs(setup, res["series_ratio"]).copy() if res.get("series_ratio") is not None
              else np.full((n, B), np.nan))
-    refusals = (ratio > RATIO_MAX).astype(int)       # orders refused in a row, per pair
     at = np.full((n, B), order)                      # the order each pair's fields are of
     why = np.zeros((n, B), int)
     failures: list[SolverWarning] = []
@@ -144,7 +136,6 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
         need = K + np.ceil(more)
         why[active & ~np.isfinite(need)] = DIVERGES
         why[active & np.isfinite(need) & (need > top)] = BEYOND
-        why[active & (why == 0) & (refusals >= REFUSED_ORDERS)] = STALLED
         active &= why == 0
         if probe is not None and active.any():
             if t_exact is None:              # the deepest pair still raised
@@ -196,8 +187,6 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
                 arr[rows[ii], bb] = _pairs(setup, sub[name])[ii, bb]
         if sub.get("series_ratio") is not None:
             ratio[rows[ii], bb] = _pairs(setup, sub.series_ratio)[ii, bb]
-            refused = ratio[rows[ii], bb] > RATIO_MAX
-            refusals[rows[ii], bb] = np.where(refused, refusals[rows[ii], bb] + 1, 0)
         accepted[rows[ii], bb] |= _pairs(setup, sub.converged)[ii, bb]
         active &= ~accepted
     return _finish(setup, res, accepted, at, why, bound, ratio, more, top, nfev, run,
@@ -274,13 +263,6 @@ def _reason(why: int, K: int, bound: float, ratio: float, more: float,
             f"the jet series does not converge there: at order {K} its successive "
             f"differences grow from order to order (ratio {ratio:.2g}), so no order "
             f"reaches the tolerance")
-    if why == STALLED:
-        return "series_not_converging", (
-            f"the jet series does not converge there: the ratio test refused it at the "
-            f"last {REFUSED_ORDERS} orders run (at order {K} its successive differences "
-            f"shrink by a factor {ratio:.2g} per order, at most {RATIO_MAX:g} is needed), "
-            f"so no order can be predicted to reach the tolerance and raising further "
-            f"is futile")
     if why == BEYOND:
         return "estimate_large", (
             f"{at}, and the series' ratio {ratio:.2g} predicts order {K + int(np.ceil(more))} to "
