@@ -154,13 +154,12 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
                    f"in `{worst}`) cannot be trusted")
         else:
             code = "estimate_large"
-            why = (f"the closure's error estimate of `{worst}` is {bound[i, b]:.2g} times "
-                   f"{what}")
+            why = (f"the closure's error estimate of `{worst}` is "
+                   f"{bound[i, b] / safety:.2g} times {what}")
             if safety != 1.0:
-                why = (f"the closure's error estimate of `{worst}` is "
-                       f"{bound[i, b] / safety:.2g} times {what}, above 1/{safety:g} of it: "
-                       f"this sweep carries no lower order for the ratio test, and the "
-                       f"estimate alone can understate the error that much")
+                why += (f", above 1/{safety:g} of it: this sweep carries no lower order for "
+                        f"the ratio test, and the estimate alone can understate the error "
+                        f"that much")
         message = (f"Not converged from depth p = {p:.6g} on ({count} of {bad.size} "
                    f"(depth, input) pairs): {why}. The fields there are approximate; "
                    f"{remedy or REMEDY}.")
