@@ -16,7 +16,7 @@ from ..problem.bolza import BolzaProblem
 from ..results.results import Draft, ImbeddingResult, SolverWarning, sweep_result
 from ..results.status import Status
 from ..runtime.backends import check_backend, get_backend
-from .accuracy import assess
+from .accuracy import assess, safety_factor
 from ..setup.arguments import prepare
 from ..setup.settings import Accuracy, Closure, Integrator, closure_keywords, settle
 from .orders import raise_order
@@ -435,7 +435,9 @@ def _compiled_adaptive(backend: str, method: str) -> bool:
 
 def rejudge(setup: Any, res: Draft, accuracy: Accuracy, warnings: list) -> Draft:
     """Apply `assess` with ``accuracy`` to a backend's draft (its own verdict used the default
-    criterion); the backends carry no lower order, so no ratio test."""
+    criterion); the backends carry no lower order, so no ratio test: without ``tol`` the
+    estimate alone is judged with `safety_factor` (the fixed-step sweeps of numba and
+    cupy share this verdict)."""
     res = res.but(warnings=list(warnings) + [w for w in res.get("warnings", [])
                                                if w.code not in ("estimate_large",)])
     if res.get("error_estimate") is None or res.status == Status.FAILED:
@@ -447,7 +449,8 @@ def rejudge(setup: Any, res: Draft, accuracy: Accuracy, warnings: list) -> Draft
 
     fields = {k: lead(res[k]) for k in res.error_estimate}
     errors = {k: lead(v) for k, v in res.error_estimate.items()}
-    verdict = assess(setup.depths, fields, errors, None, accuracy)
+    verdict = assess(setup.depths, fields, errors, None, accuracy,
+                     safety=safety_factor(accuracy))
     res = res.but(converged=verdict.converged if setup.batched else verdict.converged[:, 0],
                   warnings=res.warnings + verdict.warnings)
     if not verdict.all_converged:
