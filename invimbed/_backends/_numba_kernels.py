@@ -288,19 +288,45 @@ def _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, x, th, J, pz, pt, hs, 
                 Rw[w, c] = s
 
 
-def jet_sweep(one, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res):
+def jet_sweep(one, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, coded):
     """Jet sweep of every sample (see the module docstring and JetClosure)."""
     for b in prange(jet.x.shape[0]):
-        one(np.int64(b), ev, fns, plan, jet, tab_lo, tab_hi, fixed, res)
+        one(np.int64(b), ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, coded)
 
 
 @njit(cache=True)
-def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res):
+def no_code(t, x, th, J, y, dy, offs, n):
+    """The stand-in for a problem without generated jet code (never called)."""
+
+
+@njit(cache=True)
+def _rhs(ev, fns, plan, N, M, nw, CF, CW, p, xb, theta, jac, pz, pt, hs, vals, fbuf, rbuf,
+         gbuf, rwbuf, Phi, Rc, G, Rw, cZs, cVs, offs, tab_lo, tab_hi, ops, meta, Lam, Sw, act,
+         lens, ubuf, ys, dy, n_orders, code, coded):
+    """The right-hand side ``dy`` of the first ``n_orders`` carried jets at ``ys``: the
+    problem's generated code where it has one (``coded``;
+    `invimbed._core.derivatives._jet_code`), else its Taylor coefficients
+    (`_jet_coefficients`) contracted by `jet_rhs`."""
+    if coded:
+        code(p, xb, theta, jac, ys, dy, offs, n_orders)
+        return
+    _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, p, xb, theta, jac, pz, pt, hs, vals,
+                      fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw)
+    meta[:, 4] = 0                          # Phi is new
+    for o in range(n_orders):
+        tab = tab_lo if o == 0 else tab_hi
+        jet_rhs(N, nw, cZs[o], cVs[o], tab, Phi, Rc, G, Rw, ys, offs[o], dy, ops, o, Lam, Sw,
+                act, lens, ubuf)
+
+
+@njit(cache=True)
+def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, coded):
     """The jet sweep of sample ``b`` (see JetClosure): Z, V, W of each carried order (1,
     and 2 with the error estimate: ``jet``, a `invimbed._backends._bundles.Jet`;
     ``tab_lo``, ``tab_hi`` the tables of the first and the last), stepped by the tableau
     of the schedule ``fixed`` (`Fixed`) or by the paper's layer recursion (its
-    ``disc``), into ``res`` (`FixedOut`)."""
+    ``disc``), into ``res`` (`FixedOut`); right-hand sides by `_rhs` (``code``: the
+    problem's generated jet code, used where ``coded``)."""
     x, q, N, M, nw, CF, CW, cZs, cVs, offs, size = jet
     stage_p, step_h, thetas, jacs, A, Wts, record, rec0, disc = fixed
     out_z, out_v, out_a, out_w, err_z, err_v, err_a, err_w, fail_pos, fail_p = res
@@ -353,14 +379,12 @@ def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res):
         h = step_h[k]
         if disc:
             p = stage_p[k, 0]
-            _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, p, xb, thetas[k, 0], jacs[k, 0],
-                              pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw)
+            _rhs(ev, fns, plan, N, M, nw, CF, CW, p, xb, thetas[k, 0], jacs[k, 0], pz, pt, hs,
+                 vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, cZs, cVs, offs, tab_lo, tab_hi,
+                 ops, meta, Lam, Sw, act, lens, ubuf, y, Ks[0], _IDS[1], code, coded)
             cZ = cZs[0]
             cV = cVs[0]
             off = offs[0]
-            meta[:, 4] = 0                              # Phi is new
-            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, y, off, Ks[0], ops, 0, Lam, Sw,
-                    act, lens, ubuf)
             for i in range(size):
                 Ks[1, i] = y[i] + h * Ks[0, i]          # upd
                 ys[i] = y[i]                            # mixed
@@ -372,8 +396,11 @@ def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res):
             for w in range(nw):                          # degree 1 of W from upd
                 for c in range(1, 1 + N):
                     ys[oW + w * cV + c] = Ks[1, oW + w * cV + c]
-            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, ys, off, Ks[2], ops, 0, Lam, Sw,
-                    act, lens, ubuf)
+            if coded:                                   # the same coefficients again
+                code(p, xb, thetas[k, 0], jacs[k, 0], ys, Ks[2], offs, _IDS[1])
+            else:
+                jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, ys, off, Ks[2], ops, 0, Lam,
+                        Sw, act, lens, ubuf)
             for c in range(1, 1 + N):
                 Ks[1, oV + c] = y[oV + c] + h * Ks[2, oV + c]
             for w in range(nw):
@@ -391,14 +418,10 @@ def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res):
                 if _blew_up(ys, fail_pos, fail_p, b, 2 * (k * (S + 1) + s), p):
                     failed = True
                     break
-                _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, p, xb, thetas[k, s],
-                                  jacs[k, s], pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf,
-                                  Phi, Rc, G, Rw)
-                meta[:, 4] = 0                          # Phi is new
-                for o in range(n_orders):
-                    tab = tab_lo if o == 0 else tab_hi
-                    jet_rhs(N, nw, cZs[o], cVs[o], tab, Phi, Rc, G, Rw, ys, offs[o], Ks[s],
-                            ops, o, Lam, Sw, act, lens, ubuf)
+                _rhs(ev, fns, plan, N, M, nw, CF, CW, p, xb, thetas[k, s], jacs[k, s], pz, pt,
+                     hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, cZs, cVs, offs, tab_lo,
+                     tab_hi, ops, meta, Lam, Sw, act, lens, ubuf, ys, Ks[s], n_orders, code,
+                     coded)
                 if _blew_up(Ks[s], fail_pos, fail_p, b, 2 * (k * (S + 1) + s) + 1, p):
                     failed = True
                     break

@@ -69,7 +69,12 @@ KERNELS: dict[str, tuple[str, float]] = {
     "taylor": ("the Taylor-mode tape kernel (from_sympy problems, jets of degree 4 and "
                "more)", 42.0),
     "contract": ("the jet closure's compiled contraction (jets of high order)", 1.5),
+    "jet_code": ("this problem's generated jet right-hand side (backend='numba' on a "
+                 "problem with sympy or traced expressions; once per problem)", 3.0),
 }
+#: The kernels generated for each problem (``python -m invimbed compile`` warms only
+#: its own problem's).
+PER_PROBLEM = ("jet_code",)
 #: The file beside numba's cache (in the kernels' cache directory) that keeps the last
 #: compile time of each kernel on this machine, in seconds of wall time.
 TIMES_FILE = "invimbed-compile-seconds.json"
@@ -170,6 +175,10 @@ def _duration(seconds: float) -> str:
 def announcement(name: str, seconds: float, basis: str, directory: str | None) -> str:
     """The line `compiling` writes before compiling kernel ``name``."""
     where = f" in {directory}" if directory else ""
+    if name in PER_PROBLEM:
+        return (f"invimbed: compiling {KERNELS[name][0]}, not in numba's cache yet: expected "
+                f"about {_duration(seconds)} ({basis}); later processes load it from the "
+                f"cache{where}.")
     return (f"invimbed: compiling {KERNELS[name][0]}, not in numba's cache yet: expected "
             f"about {_duration(seconds)} ({basis}), once per machine; later processes "
             f"load it from the cache{where}. `python -m invimbed compile` compiles every "
