@@ -19,6 +19,12 @@ How it works
   ``backend="numpy"`` (`invimbed._backends._result`).
 * A problem built with ``from_sympy`` runs on the symbolic provider's generated
   per-sample code (`SympyProvider.sample_function`), the code ``compile="numba"`` uses.
+* A problem with exact expressions (``from_sympy``, traced, or derivatives given that
+  equal the trace's) runs, in the fixed-step sweep, the jet right-hand side generated for
+  it (`jet_code`, `invimbed._core.derivatives._jet_code`): its Taylor coefficients and
+  their products with the jet, only the terms that are not identically zero, compiled
+  once per problem and cached on disk; the generic kernel (`_numba_kernels.jet_rhs` on
+  index tables) serves the others. ``JET_CODE = False`` runs the generic one for all.
 * The kernels (`invimbed._backends._numba_kernels`) run every sample's sweep in a
   ``prange`` loop, write into preallocated outputs and are cached on disk
   (``cache=True``): the first call on a machine compiles them (about a minute of CPU),
@@ -312,10 +318,11 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
             Request("f", 1, W if nw else 0), Request("R", 1, W if nw else 0),
             Request("T", 0, F)]
     plan = build_plan(prov, reqs)
+    # every function compiled and checked, even where the jet code leaves f's and R's
+    # uncalled (it calls T's plan only, for the initial state)
+    fns = function_tuple(setup, plan.used)
     code = jet_code(setup, orders)
     coded = code is not None
-    # with the jet code, the kernel calls only T's plan (the initial state)
-    fns = function_tuple(setup, frozenset(k for k in plan.used if k[0] == "T" or not coded))
     if not coded:
         from ._numba_kernels import no_code as code     # the stand-in: never called
 
