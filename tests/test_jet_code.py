@@ -193,3 +193,21 @@ def test_generated_code_reads_only_the_coefficients_that_are_not_zero():
     assert {c for i, c in named if i == 0} == {0}
     assert "1.0 *" not in source and "* 1.0\n" not in source
     assert terms > 0
+
+
+def test_a_right_hand_side_too_large_to_compile_quickly_keeps_the_generic_kernel(monkeypatch):
+    """Above `MAX_TERMS` products no code is generated (numba's compile time grows with
+    it): the generic kernel runs, with numpy's numbers."""
+    from invimbed._core.derivatives import _jet_code
+
+    monkeypatch.setattr(_jet_code, "MAX_TERMS", 10)
+    problem = from_sympy(_theta_time)
+    assert _jet_code.jet_function(problem.derivative_provider, (1, 2)) is None
+    used = []
+    build = _numba.jet_code
+    monkeypatch.setattr(_numba, "jet_code", lambda s, o: used.append(build(s, o)) or used[-1])
+    x = np.random.default_rng(4).normal(scale=0.5, size=(3, 2))
+    kw = dict(control=Constant([0.2, -0.1]), method="rk4", step=1 / 8)
+    res = solve_imbedding(problem, x, DEPTHS, backend="numba", **kw)
+    assert used == [None]
+    assert_close(res, solve_imbedding(problem, x, DEPTHS, ratio_test=False, **kw), 1e-12)

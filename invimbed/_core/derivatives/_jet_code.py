@@ -34,8 +34,10 @@ from . import _codegen
 from .multiindex import derivative_table, factorials, multi_indices, n_coefficients, product_table
 
 #: Above this many products a problem keeps the generic kernel: numba's compile time
-#: grows with the generated function (measured in docs/performance.md).
-MAX_TERMS = 20000
+#: grows with the generated function (10 s of CPU for the 842 of the coupled pendulums,
+#: orders 1 and 2, on the shared 2-core container: docs/performance.md), so this bounds
+#: it at about a minute, once per problem and machine.
+MAX_TERMS = 4000
 
 
 def jet_source(provider: Any, orders: tuple[int, ...]) -> tuple[list[str], int]:

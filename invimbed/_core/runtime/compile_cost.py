@@ -69,8 +69,9 @@ KERNELS: dict[str, tuple[str, float]] = {
     "taylor": ("the Taylor-mode tape kernel (from_sympy problems, jets of degree 4 and "
                "more)", 42.0),
     "contract": ("the jet closure's compiled contraction (jets of high order)", 1.5),
+    # per problem: 10 s of CPU for the coupled pendulums of the benchmarks (N = 4)
     "jet_code": ("this problem's generated jet right-hand side (backend='numba' on a "
-                 "problem with sympy or traced expressions; once per problem)", 3.0),
+                 "problem with sympy or traced expressions; once per problem)", 10.0),
 }
 #: The kernels generated for each problem (``python -m invimbed compile`` warms only
 #: its own problem's).
