@@ -2,8 +2,9 @@
 
 Where a problem's derivatives are exact sympy expressions (`SympyProvider`: built with
 ``from_sympy``, or traced), the right-hand side of the jets that ``backend="numba"``
-carries (`invimbed._core.closures.JetClosure`, docs/theory.md, "The jet closure"; the
-paper's eqs. (8) to (10) truncated at degree ``K``) is written out for that problem:
+carries (`invimbed._core.closures.JetClosure`, docs/theory.md, "The jet closure": ``Z``
+of the paper's Thm 1, eq. (6), ``V`` with ``Lam = grad V``, eq. (9), and ``W = grad_w
+V``, eq. (32), truncated at degree ``K``, ``K + 1``) is written out for that problem:
 
 * the Taylor coefficients of ``f``, ``R`` and of their ``theta``-gradients at the input
   ``x`` (``D^alpha g / alpha!``, ``|alpha| <= K + 1``), only those not identically
@@ -16,8 +17,7 @@ paper's eqs. (8) to (10) truncated at degree ``K``) is written out for that prob
 
 The generic kernel (`invimbed._backends._numba_kernels.jet_rhs`) computes the same sums
 from index tables, on derivative tensors evaluated whole and gathered; the generated
-one does only the products that can be nonzero (for the coupled pendulums, a sixth of
-them). The source is one function,
+one does only the products that can be nonzero. The source is one function,
 
     ``jet_rhs(t, x (N,), th (M,), J (M, nw), y, dy, offs, n)``
 
