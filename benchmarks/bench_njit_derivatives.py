@@ -19,9 +19,10 @@ Printed: the first call of each side (numba compilation, tracing, code generatio
 best of ``--repeats`` calls of each side timed in alternation (numpy, numba, numba's
 generic kernel, numpy, ...), their ratio against the target (numba >= 20x numpy, never
 asserted), the same for the process's CPU time (every numba thread counted: the ratio of
-the work done, less sensitive to other jobs on a shared machine), numba's time per input and right-hand side, the largest relative difference
-of the fields and of the error estimate (target 1e-10), and where the derivatives came
-from.
+the work done, less sensitive to other jobs on a shared machine), numba's time per input
+and right-hand side, the largest relative difference of the fields and of the error
+estimate (target 1e-10), that of the generated code from the generic kernel, and where
+the derivatives came from.
 
 Run:  python benchmarks/bench_njit_derivatives.py [--B 1024] [--repeats 3]
 """
