@@ -78,13 +78,15 @@ def per_sample(case, given: tuple = ()) -> BolzaProblem:
 
 
 def assert_close(a, b, rtol):
+    """``|a - b| <= rtol max(1, |b|)`` for every field and every error estimate."""
     for k in FIELDS:
-        err = np.max(np.abs(a[k] - b[k]) / np.maximum(1.0, np.abs(b[k])))
+        assert a[k].shape == b[k].shape, k
+        err = np.max(np.abs(a[k] - b[k]) / np.maximum(1.0, np.abs(b[k])), initial=0.0)
         assert err <= rtol, (k, err)
     assert (a.error_estimate is None) == (b.error_estimate is None)
     for k in (b.error_estimate or {}):
         err = np.max(np.abs(a.error_estimate[k] - b.error_estimate[k])
-                     / np.maximum(1.0, np.abs(b[k])))
+                     / np.maximum(1.0, np.abs(b[k])), initial=0.0)
         assert err <= rtol, ("estimate", k, err)
 
 
@@ -211,3 +213,16 @@ def test_a_right_hand_side_too_large_to_compile_quickly_keeps_the_generic_kernel
     res = solve_imbedding(problem, x, DEPTHS, backend="numba", **kw)
     assert used == [None]
     assert_close(res, solve_imbedding(problem, x, DEPTHS, ratio_test=False, **kw), 1e-12)
+
+
+def test_a_problem_without_control_or_running_loss(monkeypatch):
+    """No theta (no parameter rows W), R absent, time in f: the generated code, the
+    generic kernel and numpy agree."""
+    t, a, b = sp.symbols("t a b")
+    problem = BolzaProblem.from_sympy(t, [a, b], [], [b, -sp.sin(a) - 0.1 * b * t], None,
+                                      (a - 1) ** 2 + a * b ** 2)
+    x = np.random.default_rng(8).normal(scale=0.5, size=(3, 2))
+    coded, generic, ref = run_both(problem, x, monkeypatch, method="rk4", step=1 / 8)
+    assert coded.param_grad.shape == (DEPTHS.size, 3, 0)
+    assert_close(coded, generic, 1e-12)
+    assert_close(coded, ref, 1e-12)
