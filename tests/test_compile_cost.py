@@ -195,7 +195,7 @@ def _njit_problem():
 
 
 @pytest.mark.parametrize("entry", ["sweep_fixed", "sweep_adaptive", "ensemble", "values",
-                                   "taylor", "contract"])
+                                   "taylor", "contract", "jet_code"])
 def test_every_compiled_entry_point_goes_through_the_announcement(announced, monkeypatch,
                                                                    entry):
     import invimbed
@@ -220,6 +220,10 @@ def test_every_compiled_entry_point_goes_through_the_announcement(announced, mon
                             ALL_METHODS)
             values = _numba.CompiledValues(setup, setup.provider)
             values.derivative("f", 0.0, X, np.full((X.shape[0], 1), 0.1), 0, 0)
+        elif entry == "jet_code":   # a problem's generated jet right-hand side
+            from invimbed._backends._warm import _sympy_problem
+
+            invimbed.solve_imbedding(_sympy_problem(), x, depths, method="rk4", step=0.25, **kw)
         elif entry == "taylor":     # a dispatcher that this process has not compiled
             monkeypatch.setattr(_taylor_numba, "run",
                                 numba.njit(cache=True)(_taylor_numba.run.py_func))
@@ -236,7 +240,7 @@ def test_every_compiled_entry_point_goes_through_the_announcement(announced, mon
     assert name == entry
     heavy = {"sweep_fixed": "_jet_sweep_one", "sweep_adaptive": "sweep_one",
              "ensemble": "_row", "values": "request_rows", "taylor": "run",
-             "contract": "contract"}[entry]
+             "contract": "contract", "jet_code": "jet_rhs"}[entry]
     assert heavy in [d.py_func.__name__ for d in dispatchers]
 
 

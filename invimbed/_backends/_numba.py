@@ -19,6 +19,12 @@ How it works
   ``backend="numpy"`` (`invimbed._backends._result`).
 * A problem built with ``from_sympy`` runs on the symbolic provider's generated
   per-sample code (`SympyProvider.sample_function`), the code ``compile="numba"`` uses.
+* A problem with exact expressions (``from_sympy``, traced, or derivatives given that
+  equal the trace's) runs, in the fixed-step sweep, the jet right-hand side generated for
+  it (`jet_code`, `invimbed._core.derivatives._jet_code`): its Taylor coefficients and
+  their products with the jet, only the terms that are not identically zero, compiled
+  once per problem and cached on disk; the generic kernel (`_numba_kernels.jet_rhs` on
+  index tables) serves the others. ``JET_CODE = False`` runs the generic one for all.
 * The kernels (`invimbed._backends._numba_kernels`) run every sample's sweep in a
   ``prange`` loop, write into preallocated outputs and are cached on disk
   (``cache=True``): the first call on a machine compiles them (about a minute of CPU),
@@ -40,6 +46,9 @@ from .._core.setup.arguments import Setup
 from .._core.runtime.compile_cost import compiling
 from .._core.sweep.memory import check_compiled
 from .._core.derivatives import DerivativeProvider
+from .._core.derivatives._jet_code import jet_function
+from .._core.derivatives.symbolic import SympyProvider
+from .._core.derivatives.traced import CompletedProvider
 from .._core.derivatives.multiindex import (derivative_table, multi_indices, n_coefficients,
                                              product_table)
 from .._core.integrators.common import check_max_steps
@@ -134,10 +143,12 @@ def _build_kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]
     from ._numba_calls import eval_request, request_rows
     from ._numba_kernels import _jet_sweep_one, jet_sweep
 
-    argtypes, ev_sig, ev_type = eval_signature(args)
     if name == "request_rows":
+        argtypes, ev_sig, ev_type = eval_signature(args)
         entry = compile_loop("values", request_rows, None, None, ev_sig, argtypes)
         return entry, None, eval_request
+    argtypes, ev_sig, ev_type = eval_signature(args[:-2])   # then the jet code, and a flag
+    argtypes += (types.FunctionType(code_signature()), types.boolean)
     one_sig = types.void(types.int64, ev_type, *argtypes)
     entry = compile_loop("sweep_fixed", jet_sweep, _jet_sweep_one, one_sig, ev_sig, argtypes)
     return entry, _jet_sweep_one, eval_request
@@ -166,6 +177,57 @@ def compile_loop(name: str, py_loop: Callable, one: Any, one_sig: Any, ev_sig: A
             dispatcher.compile(sig)
     loop.disable_compile()
     return loop.overloads[loop.signatures[0]].entry_point
+
+
+def code_signature() -> Any:
+    """The numba signature of a problem's generated jet right-hand side
+    (`invimbed._core.derivatives._jet_code`): ``(t, x, th, J, y, dy, offs, n)``."""
+    from numba import types
+
+    f8, i8 = types.float64, types.int64
+    C1, C2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
+    return types.void(f8, C1, C1, C2, C1, C1, types.Array(i8, 1, "C"), i8)
+
+
+#: Whether the fixed-step sweep runs a problem's generated jet code where it has one
+#: (`jet_code`); False runs the generic kernel for every problem (the tests compare them).
+JET_CODE = True
+
+
+def jet_code(setup: Setup, orders: list[int]) -> Any:
+    """The compiled jet right-hand side of the problem of ``setup`` for the carried
+    ``orders`` (`invimbed._core.derivatives._jet_code`), or None for the generic kernel:
+    a problem without exact expressions (a derivative provider that is not symbolic,
+    finite differences), derivatives given that disagree with the trace
+    (`CompletedProvider.trace_agrees`: the user's are then called), or a right-hand side
+    too large to compile quickly. Generated and compiled once per problem (announced,
+    `invimbed._core.runtime.compile_cost.compiling`) and cached on disk."""
+    if not JET_CODE:
+        return None
+    prov = symbolic_expressions(setup)
+    if prov is None:
+        return None
+    fn = jet_function(prov, (orders[0], orders[0] + 1))   # the estimate's too: one compile
+    if fn is None:
+        return None
+    sig = code_signature()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
+        with compiling("jet_code", [(fn, sig.args)]):
+            fn.compile(sig.args)
+    return fn
+
+
+def symbolic_expressions(setup: Setup) -> Any:
+    """The `SympyProvider` whose expressions are the problem's ``f``, ``R``, ``T`` and
+    every derivative the kernels use, or None (see `jet_code`)."""
+    prov = setup.provider
+    if isinstance(prov, CompletedProvider):
+        return prov.traced_part if prov.trace_agrees() else None
+    if isinstance(prov, SympyProvider):
+        return prov
+    user = setup.problem.derivative_provider
+    return user if isinstance(user, SympyProvider) else None
 
 
 def _fingerprint(args: Any) -> tuple:
@@ -256,12 +318,22 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
             Request("f", 1, W if nw else 0), Request("R", 1, W if nw else 0),
             Request("T", 0, F)]
     plan = build_plan(prov, reqs)
+    # every function compiled and checked, even where the jet code leaves f's and R's
+    # uncalled (it calls T's plan only, for the initial state)
     fns = function_tuple(setup, plan.used)
+    code = jet_code(setup, orders)
+    coded = code is not None
+    if not coded:
+        from ._numba_kernels import no_code as code     # the stand-in: never called
+
+        code.compile(code_signature().args)
+
     args = (fns, plan.arrays(), jet, _jet_tables(N, orders[0]), _jet_tables(N, orders[-1]),
             bundles.Fixed(sched.stage_p, sched.h, sched.theta, sched.jac, sched.A,
                           sched.weights, sched.record, int(sched.record_initial),
                           bool(sched.disc)),
-            bundles.FixedOut(*fields.values(), *errs, fail_pos, fail_p))
+            bundles.FixedOut(*fields.values(), *errs, fail_pos, fail_p),
+            code, coded)
     _run("jet_sweep", args)
     values = (CompiledValues(setup, prov) if setup.problem.derivative_provider is None else None)
     return finish(setup, sched, fields, error, fail_pos, fail_p, "jet", method, "numba",

@@ -5,7 +5,9 @@ The jet's right-hand side (`jet_rhs`) is `invimbed._core.closures.JetClosure`'s,
 sample at a time, on the same index tables (`invimbed._core.derivatives.multiindex`);
 the fields and the depth gradient of each recorded depth are assembled by the core
 (`invimbed._core.sweep.assembly.collect_results`) from what `_jet_record` writes. Derivatives
-come from `invimbed._backends._numba_calls.eval_request` (passed in as a function value).
+come from `invimbed._backends._numba_calls.eval_request` (passed in as a function value);
+a problem with exact expressions passes its generated jet right-hand side instead
+(`invimbed._core.derivatives._jet_code`, a function value too), which replaces both.
 
 Everything here is compiled once per machine (``cache=True``): user functions reach the
 kernels as first-class function values of fixed signatures (``numba.types.FunctionType``),
@@ -288,19 +290,27 @@ def _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, x, th, J, pz, pt, hs, 
                 Rw[w, c] = s
 
 
-def jet_sweep(one, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res):
+def jet_sweep(one, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, coded):
     """Jet sweep of every sample (see the module docstring and JetClosure)."""
     for b in prange(jet.x.shape[0]):
-        one(np.int64(b), ev, fns, plan, jet, tab_lo, tab_hi, fixed, res)
+        one(np.int64(b), ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, coded)
 
 
 @njit(cache=True)
-def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res):
+def no_code(t, x, th, J, y, dy, offs, n):
+    """The stand-in for a problem without generated jet code (never called)."""
+
+
+@njit(cache=True)
+def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, coded):
     """The jet sweep of sample ``b`` (see JetClosure): Z, V, W of each carried order (1,
     and 2 with the error estimate: ``jet``, a `invimbed._backends._bundles.Jet`;
     ``tab_lo``, ``tab_hi`` the tables of the first and the last), stepped by the tableau
     of the schedule ``fixed`` (`Fixed`) or by the paper's layer recursion (its
-    ``disc``), into ``res`` (`FixedOut`)."""
+    ``disc``), into ``res`` (`FixedOut`). Each right-hand side is the problem's generated
+    jet code (``code``, `invimbed._core.derivatives._jet_code`) where it has one
+    (``coded``), else its Taylor coefficients (`_jet_coefficients`) contracted by
+    `jet_rhs`."""
     x, q, N, M, nw, CF, CW, cZs, cVs, offs, size = jet
     stage_p, step_h, thetas, jacs, A, Wts, record, rec0, disc = fixed
     out_z, out_v, out_a, out_w, err_z, err_v, err_a, err_w, fail_pos, fail_p = res
@@ -353,14 +363,18 @@ def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res):
         h = step_h[k]
         if disc:
             p = stage_p[k, 0]
-            _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, p, xb, thetas[k, 0], jacs[k, 0],
-                              pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw)
             cZ = cZs[0]
             cV = cVs[0]
             off = offs[0]
-            meta[:, 4] = 0                              # Phi is new
-            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, y, off, Ks[0], ops, 0, Lam, Sw,
-                    act, lens, ubuf)
+            if coded:
+                code(p, xb, thetas[k, 0], jacs[k, 0], y, Ks[0], offs, _IDS[1])
+            else:
+                _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, p, xb, thetas[k, 0],
+                                  jacs[k, 0], pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi,
+                                  Rc, G, Rw)
+                meta[:, 4] = 0                          # Phi is new
+                jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, y, off, Ks[0], ops, 0, Lam,
+                        Sw, act, lens, ubuf)
             for i in range(size):
                 Ks[1, i] = y[i] + h * Ks[0, i]          # upd
                 ys[i] = y[i]                            # mixed
@@ -372,8 +386,11 @@ def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res):
             for w in range(nw):                          # degree 1 of W from upd
                 for c in range(1, 1 + N):
                     ys[oW + w * cV + c] = Ks[1, oW + w * cV + c]
-            jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, ys, off, Ks[2], ops, 0, Lam, Sw,
-                    act, lens, ubuf)
+            if coded:                                   # the same coefficients again
+                code(p, xb, thetas[k, 0], jacs[k, 0], ys, Ks[2], offs, _IDS[1])
+            else:
+                jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, ys, off, Ks[2], ops, 0, Lam,
+                        Sw, act, lens, ubuf)
             for c in range(1, 1 + N):
                 Ks[1, oV + c] = y[oV + c] + h * Ks[2, oV + c]
             for w in range(nw):
@@ -391,14 +408,17 @@ def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res):
                 if _blew_up(ys, fail_pos, fail_p, b, 2 * (k * (S + 1) + s), p):
                     failed = True
                     break
-                _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, p, xb, thetas[k, s],
-                                  jacs[k, s], pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf,
-                                  Phi, Rc, G, Rw)
-                meta[:, 4] = 0                          # Phi is new
-                for o in range(n_orders):
-                    tab = tab_lo if o == 0 else tab_hi
-                    jet_rhs(N, nw, cZs[o], cVs[o], tab, Phi, Rc, G, Rw, ys, offs[o], Ks[s],
-                            ops, o, Lam, Sw, act, lens, ubuf)
+                if coded:
+                    code(p, xb, thetas[k, s], jacs[k, s], ys, Ks[s], offs, n_orders)
+                else:
+                    _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, p, xb, thetas[k, s],
+                                      jacs[k, s], pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf,
+                                      Phi, Rc, G, Rw)
+                    meta[:, 4] = 0                      # Phi is new
+                    for o in range(n_orders):
+                        tab = tab_lo if o == 0 else tab_hi
+                        jet_rhs(N, nw, cZs[o], cVs[o], tab, Phi, Rc, G, Rw, ys, offs[o], Ks[s],
+                                ops, o, Lam, Sw, act, lens, ubuf)
                 if _blew_up(Ks[s], fail_pos, fail_p, b, 2 * (k * (S + 1) + s) + 1, p):
                     failed = True
                     break

@@ -8,7 +8,9 @@ numba sweeps and the numba ensemble on a 2-state problem of per-sample functions
 compiled here (``cache=True``, derivatives by finite differences, so nothing is traced
 or generated per problem), the depth gradient's loop on 1024 rows, the Taylor-mode
 kernel on a one-variable tape, the contraction on a small table, the compiled
-shooting rows on one row. A kernel already in numba's cache is loaded, not compiled.
+shooting rows on one row, the generated jet right-hand side (compiled per problem)
+on the same 2-state problem from sympy expressions. A kernel already in numba's
+cache is loaded, not compiled.
 """
 
 from __future__ import annotations
@@ -108,6 +110,21 @@ def _ocp_rows() -> None:
         raise RuntimeError("the warm-up of the compiled shooting rows failed")
 
 
+@lru_cache(maxsize=None)
+def _sympy_problem() -> Any:
+    """The 2-state problem of `_problem` from sympy expressions (its jet code)."""
+    import sympy as sp
+
+    t, a, b, u = sp.symbols("t a b u")
+    return BolzaProblem.from_sympy(t, [a, b], [u], [b, -a + u], (a * a + u * u) / 2,
+                                   (a * a + b * b) / 2)
+
+
+def _jet_code() -> None:
+    _check(solve_imbedding(_sympy_problem(), _X, _DEPTHS, control=Constant([0.1]),
+                           backend="numba", method="rk4", step=0.25))
+
+
 #: How each kernel of `invimbed._core.runtime.compile_cost.KERNELS` is warmed.
 WARMERS: dict[str, Callable[[], None]] = {
     "sweep_fixed": lambda: _solve(method="rk4", step=0.25),
@@ -117,6 +134,7 @@ WARMERS: dict[str, Callable[[], None]] = {
     "taylor": _taylor,
     "contract": _contract,
     "ocp_rows": _ocp_rows,
+    "jet_code": _jet_code,
 }
 
 
@@ -152,7 +170,11 @@ def representative(name: str) -> Any:
         from .ocp_rows import dispatcher
 
         d = dispatcher()
-    else:
+    elif name == "contract":
         from .._core.closures._contract_numba import contract as d
+    else:   # generated per problem: the warm-up problem's
+        from .._core.derivatives._jet_code import jet_function
+
+        d = jet_function(_sympy_problem().derivative_provider, (1, 2))
     return d
 

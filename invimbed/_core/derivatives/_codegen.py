@@ -46,14 +46,35 @@ def cache_dir() -> Path | None:
     return path if os.access(path, os.W_OK) else None
 
 
-def point_source(printer: Any, t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
+def printer() -> Any:
+    """sympy's plain-Python printer, as the generated code is printed (``math.sin``)."""
+    from sympy.printing.pycode import PythonCodePrinter
+
+    return PythonCodePrinter({"fully_qualified_modules": True, "strict": True})
+
+
+def assignment_lines(t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
+                     targets: list[tuple[str, Any]], args: tuple[str, str, str] = ("t", "z", "th"),
+                     pad: str = "    ") -> list[str]:
+    """Lines computing the cse'd expressions ``targets`` (``(name, expression)``, after
+    the replacements ``repl``) from the arguments ``args`` (time, state, control) of a
+    generated function, whose symbols are ``t_arg``, ``z_args``, ``th_args``."""
+    p = printer()
+    t, z, th = args
+    lines = [f"{pad}{t_arg} = {t}"]
+    lines += [f"{pad}{s} = {z}[{i}]" for i, s in enumerate(z_args)]
+    lines += [f"{pad}{s} = {th}[{k}]" for k, s in enumerate(th_args)]
+    lines += [f"{pad}{s} = {p.doprint(e)}" for s, e in repl]
+    lines += [f"{pad}{name} = {p.doprint(e)}" for name, e in targets]
+    return lines
+
+
+def point_source(t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
                  reduced: list) -> list[str]:
     """Lines of ``point`` and ``kernel`` for the cse'd ``repl`` / ``reduced``."""
-    lines = ["@_jit", "def point(t, z, th, out):", f"    {t_arg} = t"]
-    lines += [f"    {s} = z[{i}]" for i, s in enumerate(z_args)]
-    lines += [f"    {s} = th[{k}]" for k, s in enumerate(th_args)]
-    lines += [f"    {s} = {printer.doprint(e)}" for s, e in repl]
-    lines += [f"    out[{j}] = {printer.doprint(e)}" for j, e in enumerate(reduced)]
+    lines = ["@_jit", "def point(t, z, th, out):"]
+    lines += assignment_lines(t_arg, z_args, th_args, repl,
+                              [(f"out[{j}]", e) for j, e in enumerate(reduced)])
     lines += ["", "", "@_jit", "def kernel(t, z, th, out):", "    for b in range(z.shape[0]):",
               "        point(t, z[b], th[b], out[b])"]
     lines += ["", "", "@_jit", "def kernel_rows(t, z, th, out):",

@@ -347,13 +347,10 @@ class SympyProvider(DerivativeProvider):
         sample, the batch loop ``kernel`` that ``compile="numba"`` calls, and with
         ``sample = (n_values, gather, shape)`` the per-sample tensor ``sample`` that
         ``backend="numba"`` calls. One code generator for both; cached on disk."""
-        from sympy.printing.pycode import PythonCodePrinter
-
-        printer = PythonCodePrinter({"fully_qualified_modules": True, "strict": True})
         body: list[str] = []
         try:
             if reduced:
-                body = _codegen.point_source(printer, self._t_arg, self._z_args, self._th_args,
+                body = _codegen.point_source(self._t_arg, self._z_args, self._th_args,
                                              repl, reduced)
         except Exception as exc:  # sympy's PrintMethodNotImplementedError and friends
             raise ValueError(

@@ -16,6 +16,9 @@ from .symbolic import SympyProvider
 from .tracing import AGREEMENT, MAX_OPERATIONS, TraceError, _STATE, _sympy, trace_function
 
 
+#: How closely a derivative the problem gives must equal the traced one for the traced
+#: one to stand in for it (`CompletedProvider.trace_agrees`), relative to max(1, |value|).
+GIVEN_AGREEMENT = 1e-10
 #: The string values of ``derivatives=`` of `invimbed.BolzaProblem`.
 MODES = ("auto", "trace", "finite-differences")
 FD_REQUESTED = "finite differences (derivatives='finite-differences')"
@@ -211,6 +214,7 @@ class CompletedProvider(DerivativeProvider):
         self.n_state, self.n_theta = traced.n_state, traced.n_theta
         self.derivative_source = f"{user_names(known)}; the rest exact: traced into sympy"
         self.trace_seconds = traced.trace_seconds
+        self._agrees: bool | None = None
 
     def _derivative(self, which, t, z, theta, dz, dth):
         fn = self.known.get((which, dz, dth))
@@ -227,6 +231,37 @@ class CompletedProvider(DerivativeProvider):
 
     def still_matches(self) -> bool:
         return self.traced_part.still_matches()
+
+    def trace_agrees(self) -> bool:
+        """Whether every derivative the problem gives equals the traced one, to
+        `GIVEN_AGREEMENT` relative to ``max(1, |value|)``, at the points of
+        `TracedProvider.verify`: where it does, ``backend="numba"`` may run the
+        problem's generated jet code (`invimbed._core.derivatives._jet_code`), which
+        computes every derivative from the trace; where not, the given ones are called.
+        Checked once."""
+        if self._agrees is None:
+            self._agrees = all(self._agrees_on(key) for key in self.known)
+        return self._agrees
+
+    def _agrees_on(self, key: tuple[str, int, int]) -> bool:
+        which, dz, dth = key
+        tr = self.traced_part
+        rng = np.random.default_rng(7)      # the points of `TracedProvider.verify`
+        N, M = self.n_state, self.n_theta
+        Z = np.concatenate([rng.uniform(0.2, 1.3, (2, N)), rng.normal(size=(2, N))])
+        TH = np.concatenate([rng.uniform(0.2, 1.3, (2, M)), rng.normal(size=(2, M))])
+        t0 = tr._probe[0] if tr._probe is not None else 0.0
+        for t in (t0, t0 - 0.4375):         # the two times of the verification
+            try:
+                with np.errstate(all="ignore"):
+                    given = np.asarray(self.known[key](t, Z, TH), dtype=float)
+                    mine = np.asarray(tr.derivative(which, t, Z, TH, dz, dth), dtype=float)
+            except Exception:   # noqa: BLE001 - the user's code outside its domain
+                return False
+            scale = GIVEN_AGREEMENT * np.maximum(1.0, np.abs(mine))
+            if given.shape != mine.shape or not np.all(np.abs(given - mine) <= scale):
+                return False
+        return True
 
     def finite_differences(self) -> Any:
         """The user's functions and derivatives with finite differences for the rest

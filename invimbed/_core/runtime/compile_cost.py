@@ -70,7 +70,10 @@ KERNELS: dict[str, tuple[str, float]] = {
                "more)", 42.0),
     "contract": ("the jet closure's compiled contraction (jets of high order)", 1.5),
     "ocp_rows": ("the compiled shooting rows of solve_ocp / OCPSolver (from_sympy "
-                 "problems)", 14.0),
+                 "and traced problems)", 14.0),
+    # per problem: 10 s of CPU for the coupled pendulums of the benchmarks (N = 4)
+    "jet_code": ("this problem's generated jet right-hand side (backend='numba' on a "
+                 "problem with sympy or traced expressions)", 10.0),
 }
 #: The generated code compiled once per problem (and machine), not a kernel of the package
 #: (`python -m invimbed compile` cannot know the problem): what it serves and its compile
@@ -80,6 +83,9 @@ GENERATED: dict[str, tuple[str, float]] = {
     "ocp_point": ("this problem's generated shooting rows (solve_ocp / OCPSolver; "
                   "backend='numpy' runs without them)", 5.0),
 }
+#: The kernels generated for each problem (``python -m invimbed compile`` warms only
+#: its own problem's).
+PER_PROBLEM = ("jet_code",)
 #: The file beside numba's cache (in the kernels' cache directory) that keeps the last
 #: compile time of each kernel on this machine, in seconds of wall time.
 TIMES_FILE = "invimbed-compile-seconds.json"
@@ -180,8 +186,9 @@ def _duration(seconds: float) -> str:
 def announcement(name: str, seconds: float, basis: str, directory: str | None) -> str:
     """The line `compiling` writes before compiling kernel ``name``."""
     where = f" in {directory}" if directory else ""
-    if name in GENERATED:
-        return (f"invimbed: compiling {GENERATED[name][0]}, not in numba's cache yet: "
+    if name in GENERATED or name in PER_PROBLEM:
+        what = {**KERNELS, **GENERATED}[name][0]
+        return (f"invimbed: compiling {what}, not in numba's cache yet: "
                 f"expected about {_duration(seconds)} ({basis}), once per problem and "
                 f"machine; later processes load it from the cache{where}.")
     return (f"invimbed: compiling {KERNELS[name][0]}, not in numba's cache yet: expected "

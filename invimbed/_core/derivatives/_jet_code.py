@@ -1,0 +1,264 @@
+"""The jet closure's right-hand side of one problem, generated as numba code.
+
+Where a problem's derivatives are exact sympy expressions (`SympyProvider`: built with
+``from_sympy``, or traced), the right-hand side of the jets that ``backend="numba"``
+carries (`invimbed._core.closures.JetClosure`, docs/theory.md, "The jet closure": ``Z``
+of the paper's Thm 1, eq. (6), ``V`` with ``Lam = grad V``, eq. (9), and ``W = grad_w
+V``, eq. (32), truncated at degree ``K``, ``K + 1``) is written out for that problem:
+
+* the Taylor coefficients of ``f``, ``R`` and of their ``theta``-gradients at the input
+  ``x`` (``D^alpha g / alpha!``, ``|alpha| <= K + 1``), only those not identically
+  zero, with their common subexpressions computed once (``sympy.cse``);
+* the transport ``grad_x U . Phi`` of ``Z`` (degree ``K``), ``V`` and ``W`` (degree
+  ``K + 1``) as the sparse operator of those coefficients (one scalar per pair of
+  coefficients it links, shared by the rows it acts on), the parameter source
+  ``grad V . G`` and the losses' coefficients, each product of a coefficient that is
+  not identically zero written once.
+
+The generic kernel (`invimbed._backends._numba_kernels.jet_rhs`) computes the same sums
+from index tables, on derivative tensors evaluated whole and gathered; the generated
+one does only the products that can be nonzero. The source is one function,
+
+    ``jet_rhs(t, x (N,), th (M,), J (M, nw), y, dy, offs, n)``
+
+writing ``dy`` of the first ``n`` carried orders (the blocks of ``y`` from ``offs[o]``,
+the layout of `invimbed._backends._bundles.Jet`), compiled by numba and cached on disk
+with the provider's other generated code (`invimbed._core.derivatives._codegen`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _codegen
+from .multiindex import derivative_table, factorials, multi_indices, n_coefficients, product_table
+
+#: Above this many products a problem keeps the generic kernel: numba's compile time
+#: grows with the generated function (10 s of CPU for the 842 of the coupled pendulums,
+#: orders 1 and 2, on the shared 2-core container: docs/performance.md), so this bounds
+#: it at about a minute, once per problem and machine.
+MAX_TERMS = 4000
+
+
+def jet_source(provider: Any, orders: tuple[int, ...]) -> tuple[list[str], int]:
+    """The source lines of ``jet_rhs`` (see the module docstring) for the jets of
+    ``orders`` (each ``K`` carries ``Z`` of degree ``K``, ``V`` and ``W`` of ``K + 1``),
+    and how many products it writes."""
+    N, M = provider.n_state, provider.n_theta
+    degree = max(orders) + 1
+    alphas = [tuple(int(v) for v in a) for a in multi_indices(N, degree)]
+    facts = [int(round(f)) for f in factorials(N, degree)]
+    none = (0,) * M
+    names: list[str] = []
+    exprs: list[Any] = []
+
+    def coefficient(name: str, which: str, i: int, c: int, beta: tuple) -> str | None:
+        e = provider._diff(which, i, alphas[c], beta)
+        if e == 0:
+            return None
+        e = e if facts[c] == 1 else e / facts[c]
+        if e.is_Number:             # a constant: written into the products
+            return repr(float(e))
+        names.append(name)
+        exprs.append(e)
+        return name
+
+    unit = [tuple(int(k == m) for k in range(M)) for m in range(M)]
+    C = len(alphas)
+    phi = {(i, c): v for i in range(N) for c in range(C)
+           if (v := coefficient(f"p{i}_{c}", "f", i, c, none)) is not None}
+    rc = {c: v for c in range(C) if (v := coefficient(f"r{c}", "R", 0, c, none)) is not None}
+    g = {(i, m, c): v for i in range(N) for m in range(M) for c in range(C)
+         if (v := coefficient(f"g{i}_{m}_{c}", "f", i, c, unit[m])) is not None}
+    rw = {(m, c): v for m in range(M) for c in range(C)
+          if (v := coefficient(f"s{m}_{c}", "R", 0, c, unit[m])) is not None}
+    lines = ["@_jit", "def jet_rhs(t, x, th, J, y, dy, offs, n):"]
+    lines += _assignments(provider, names, exprs)
+    terms = 0
+    for o, K in enumerate(orders):
+        pad = "    " if o == 0 else "        "
+        if o:
+            lines.append(f"    if n > {o}:")
+        block, count = _block(o, K, N, M, phi, rc, g, rw, pad)
+        lines += block
+        terms += count
+    return lines, terms
+
+
+def _assignments(provider: Any, names: list[str], exprs: list[Any]) -> list[str]:
+    """The coefficients ``names = exprs`` at ``(t, x, th)``, cse'd (the provider's
+    `_cse` and printer, `_codegen.point_source`'s conventions)."""
+    if not exprs:
+        return []
+    repl, reduced = provider._cse(exprs)
+    return _codegen.assignment_lines(provider._t_arg, provider._z_args, provider._th_args,
+                                     repl, list(zip(names, reduced)), ("t", "x", "th"))
+
+
+def _sum(terms: list[str]) -> str:
+    return " + ".join(terms) if terms else "0.0"
+
+
+def _operator(N: int, order: int, phi: dict) -> dict[int, dict[int, list]]:
+    """``A[io][src]``: the pairs ``(factor, coefficient of f)`` by which coefficient
+    ``src`` of a row ``U`` of degree ``order`` adds to coefficient ``io`` of
+    ``grad_x U . Phi`` (truncated at ``order``), the coefficients of ``f`` that are not
+    identically zero only."""
+    src, _, fac = derivative_table(N, order)
+    ia, ib, io = product_table(N, order - 1, order, order)
+    A: dict[int, dict[int, list]] = {}
+    for i in range(N):
+        for a, b, out in zip(ia, ib, io):
+            p = phi.get((i, int(b)))
+            if p is not None and fac[i, a] != 0.0:
+                A.setdefault(int(out), {}).setdefault(int(src[i, a]), []).append(
+                    (float(fac[i, a]), p))
+    return A
+
+
+def _constant(a: str) -> float | None:
+    """The value of a coefficient written as a constant (`jet_source`), else None."""
+    try:
+        return float(a)
+    except ValueError:
+        return None
+
+
+def _times(a: str, b: str) -> str:
+    """``a * b`` in the generated code, without multiplying by a constant 1."""
+    if _constant(a) == 1.0:
+        return b
+    if _constant(b) == 1.0:
+        return a
+    return f"{a} * {b}"
+
+
+def _factor(f: float, name: str) -> str:
+    return _times(repr(f), name)
+
+
+def _operator_lines(A: dict, label: str, pad: str) -> tuple[list[str], dict]:
+    """Scalars of the operator ``A`` (a coefficient of ``f`` itself where an entry is
+    one of them, a constant where all its coefficients are), and the entries by
+    ``(io, src)``."""
+    lines, entry = [], {}
+    for out in sorted(A):
+        for s in sorted(A[out]):
+            pairs = A[out][s]
+            values = [_constant(p) for _, p in pairs]
+            if all(v is not None for v in values):
+                total = sum(f * v for (f, _), v in zip(pairs, values))
+                if total != 0.0:
+                    entry[out, s] = repr(total)
+                continue
+            if len(pairs) == 1 and pairs[0][0] == 1.0:
+                entry[out, s] = pairs[0][1]
+                continue
+            name = f"{label}_{out}_{s}"
+            lines.append(f"{pad}{name} = {_sum([_factor(f, p) for f, p in pairs])}")
+            entry[out, s] = name
+    return lines, entry
+
+
+def _transport(entry: dict, size: int, rows: int, name: Any, pad: str,
+               extra: Any = None) -> tuple[list[str], int]:
+    """``dy[k] = -(sum_src A[io, src] U_r[src] + extra(r, io))`` for every row ``r`` and
+    coefficient ``io``, ``k`` counting up (``U_r[src]`` the local ``name(r, src)``)."""
+    by_out: dict[int, list] = {}
+    for (out, s), op in entry.items():
+        by_out.setdefault(out, []).append((s, op))
+    lines, count = [], 0
+    for r in range(rows):
+        for out in range(size):
+            terms = [_times(op, name(r, s)) for s, op in sorted(by_out.get(out, []))]
+            terms += extra(r, out) if extra is not None else []
+            count += len(terms)
+            lines.append(f"{pad}dy[k] = -({_sum(terms)}); k += 1")
+    return lines, count
+
+
+def _reads(names: list[str], pad: str) -> list[str]:
+    """``names[j] = y[k]`` with ``k`` counting up. (Indices are counted, not written as
+    integer constants: numba types every distinct constant anew, which made the compile
+    time of a right-hand side grow by tens of milliseconds per product.)"""
+    return [f"{pad}{n} = y[k]; k += 1" for n in names]
+
+
+def _block(o: int, K: int, N: int, M: int, phi: dict, rc: dict, g: dict, rw: dict,
+           pad: str) -> tuple[list[str], int]:
+    """The lines of carried order ``o`` (jet order ``K``), and its number of products."""
+    cZ, cV = n_coefficients(N, K), n_coefficients(N, K + 1)
+
+    def zn(r, s):
+        return f"z{o}_{r * cZ + s}"
+
+    def vn(r, s):
+        return f"v{o}_{s}"
+
+    def wn(r, s):
+        return f"w{o}_{s}"
+
+    lines = [f"{pad}k = offs[{o}]"]
+    lines += _reads([zn(r, s) for r in range(N) for s in range(cZ)] +
+                    [vn(0, s) for s in range(cV)], pad)
+    zl, ze = _operator_lines(_operator(N, K, phi), f"az{o}", pad)
+    vl, ve = _operator_lines(_operator(N, K + 1, phi), f"av{o}", pad)
+    lines += zl + vl + [f"{pad}k = offs[{o}]"]
+    part, terms = _transport(ze, cZ, N, zn, pad)
+    lines += part
+    part, count = _transport(ve, cV, 1, vn, pad, lambda r, out: [rc[out]] if out in rc else [])
+    lines += part + [f"{pad}kw = k"]
+    terms += count
+    # the parameter rows W: transported as V, plus the source grad V . G and R's gradient
+    vsrc, _, vfac = derivative_table(N, K + 1)
+    sa, sb, so = product_table(N, K + 1, K, K + 1)
+    inner = pad + "    "
+    body = [f"{inner}k = kw + {cV} * w"]
+    body += _reads([wn(0, s) for s in range(cV)], inner)
+    G = {}
+    for i in range(N):
+        for c in range(cV):
+            parts = [_times(g[i, m, c], f"J[{m}, w]") for m in range(M) if (i, m, c) in g]
+            if parts:
+                G[i, c] = f"G{o}_{i}_{c}"
+                body.append(f"{inner}{G[i, c]} = {_sum(parts)}")
+    Rw = {}
+    for c in range(cV):
+        parts = [_times(rw[m, c], f"J[{m}, w]") for m in range(M) if (m, c) in rw]
+        if parts:
+            Rw[c] = f"S{o}_{c}"
+            body.append(f"{inner}{Rw[c]} = {_sum(parts)}")
+    source: dict[int, list[str]] = {}
+    lam: dict[tuple[int, int], str] = {}
+    for i in range(N):
+        for a, lb, out in zip(sa, sb, so):
+            Gi = G.get((i, int(a)))
+            if Gi is None:
+                continue
+            key = (i, int(lb))
+            if key not in lam:      # Lam_i = dV / dz_i, of degree K
+                lam[key] = f"lam{o}_{i}_{int(lb)}"
+                lines.append(f"{pad}{lam[key]} = "
+                             f"{_factor(float(vfac[i, lb]), vn(0, int(vsrc[i, lb])))}")
+            source.setdefault(int(out), []).append(_times(Gi, lam[key]))
+    body.append(f"{inner}k = kw + {cV} * w")
+    part, count = _transport(ve, cV, 1, wn, inner,
+                             lambda r, out: source.get(out, []) + ([Rw[out]] if out in Rw
+                                                                   else []))
+    body += part
+    terms += count
+    lines += [f"{pad}for w in range(J.shape[1]):"] + body
+    return lines, terms
+
+
+def jet_function(provider: Any, orders: tuple[int, ...]) -> Any:
+    """The numba dispatcher of the generated ``jet_rhs`` for ``orders`` (not compiled
+    yet: the caller compiles it for its signature, announced), cached on the provider;
+    None where the function would exceed `MAX_TERMS` products."""
+    cache = provider.__dict__.setdefault("_jet_code", {})
+    key = tuple(int(k) for k in orders)
+    if key not in cache:
+        lines, terms = jet_source(provider, key)
+        cache[key] = None if terms > MAX_TERMS else _codegen.load(lines).jet_rhs
+        provider.codegen_calls += 1
+    return cache[key]
