@@ -175,13 +175,15 @@ def compiled_rows(provider: Any, key: Any, build: Callable[[], tuple]) -> Any:
         return None
     per = _COMPILED.setdefault(provider, {})
     if key not in per:
+        from numba.core.errors import NumbaError
         from numba.core.types.function_type import CompileResultWAP
 
         try:
             point = _row_module(*build()).point
             with compiling("ocp_point", [(point, POINT_SIGNATURE)]):  # announced: 1-15 s
                 point.compile(POINT_SIGNATURE)
-        except Exception:  # noqa: BLE001 - not printable as Python, or numba refuses it
+        except (NotImplementedError, ValueError, SyntaxError, NumbaError):
+            # sympy cannot print the expressions as Python, or numba refuses them
             per[key] = None     # the numpy path serves (the same values, slower)
         else:   # its machine code's address, looked up once (numba would at every call)
             per[key] = CompileResultWAP(point.overloads[point.signatures[0]])
@@ -207,14 +209,11 @@ def _row_module(t_arg: Any, y_args: list, u_args: list, exprs: list) -> Any:
     """The generated numba module of one row's right-hand side ``point(t, y, u, out)``
     (`invimbed._core.derivatives._codegen`, cached on disk)."""
     import sympy as sp
-    from sympy.printing.pycode import PythonCodePrinter
-
     from ..._core.derivatives import _codegen
 
     y_args = [a if a is not None else sp.Symbol(f"_unused{i}") for i, a in enumerate(y_args)]
     repl, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("_c"))
-    printer = PythonCodePrinter({"fully_qualified_modules": True, "strict": True})
-    body = _codegen.point_source(printer, t_arg, tuple(y_args), tuple(u_args), repl, reduced)
+    body = _codegen.point_source(t_arg, tuple(y_args), tuple(u_args), repl, reduced)
     return _codegen.load(body, options=", error_model='numpy'")
 
 
