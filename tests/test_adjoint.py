@@ -264,6 +264,17 @@ def _control(kind, w0):
     return invimbed.PiecewiseConstant(KNOTS, values)
 
 
+def _brute_theta(control, W=None):
+    """``theta`` and its breakpoints for `problems.brute_force`, written without invimbed:
+    the control, or with ``W`` of shape (K, n_w) the K controls of those parameters as K
+    rows."""
+    W = np.atleast_2d(control.w if W is None else np.asarray(W, float))
+    if isinstance(control, invimbed.PiecewiseConstant):
+        rows = [piecewise_theta(control.knots, w.reshape(control.values.shape)) for w in W]
+        return (lambda t: np.stack([row(t) for row in rows])), control.knots
+    return W, ()
+
+
 def _value(problem, x, depths, control):
     res = invimbed.solve_adjoint(problem, x, depths, control=control, **FD_SOLVE)
     assert res.success, res.message
@@ -286,10 +297,7 @@ def nonlinear_case(request):
 
 def test_nonlinear_value_and_output_match_brute_force(nonlinear_case):
     fns, problem, x0, control, res = nonlinear_case
-    if isinstance(control, invimbed.PiecewiseConstant):
-        theta, bps = piecewise_theta(control.knots, control.values), control.knots
-    else:
-        theta, bps = control.w, ()
+    theta, bps = _brute_theta(control)
     for i, p in enumerate(NL_DEPTHS):
         zq, J = brute_force(fns, x0[None], p, theta, breakpoints=bps)
         assert rel_err(res.z[i], zq[0]) < 1e-8
@@ -312,12 +320,7 @@ def test_param_grad_is_gradient_of_value_in_w(nonlinear_case):
         # by brute force, independent of invimbed: the K perturbed controls as K rows of
         # one forward solve_ivp per depth (DOP853, rtol 1e-13: tighter than FD_SOLVE)
         # rather than K solve_adjoint calls, each integrating the adjoint as well
-        if isinstance(control, invimbed.PiecewiseConstant):
-            rows = [piecewise_theta(control.knots, w.reshape(control.values.shape))
-                    for w in W]
-            theta, bps = (lambda t: np.stack([row(t) for row in rows])), control.knots
-        else:
-            theta, bps = np.asarray(W, float), ()
+        theta, bps = _brute_theta(control, W)
         X = np.repeat(x0[None], len(W), axis=0)
         return np.stack([brute_force(fns, X, p, theta, breakpoints=bps)[1]
                          for p in NL_DEPTHS], axis=1)
@@ -332,10 +335,13 @@ def test_param_grad_is_gradient_of_value_in_w(nonlinear_case):
 
 def test_depth_grad_is_derivative_of_value_in_p(nonlinear_case):
     fns, problem, x0, control, res = nonlinear_case
+    theta, bps = _brute_theta(control)
     for i, p in enumerate(NL_DEPTHS):
         # each depth alone, so the stencil cannot cross q; the stencil stays within one
         # control piece (depths are >= 0.1 away from the knots)
-        fd = fd5(lambda P: [_value(problem, x0, [pp[0]], control)[0] for pp in P], [p], FD_H)[0]
+        # (by brute force, forward only, rtol 1e-13: independent of invimbed)
+        fd = fd5(lambda P: [brute_force(fns, x0[None], pp[0], theta, breakpoints=bps)[1][0]
+                            for pp in P], [p], FD_H)[0]
         assert rel_err(res.depth_grad[i], fd) < FD_TOL, p
 
 
