@@ -250,9 +250,11 @@ KNOTS = Q_NL - np.array([1.8, 1.0, 0.4, 0.0])      # spans [p_min - 0.3, q]
 FD_H = 1e-3
 # Tolerance of the finite-difference checks: five-point quotients with h = 1e-3 have
 # truncation ~ h^4 / 30 |J^(5)| ~ 1e-13; the values differenced come from solves at
-# rtol = 1e-12 (DOP853), whose noise ~ 1e-12 |J| is amplified by ~ 1.5 / h to ~ 1e-9;
-# the gradients under test come from rtol = 1e-10 (RK45), error ~ 1e-10. FD_TOL = 1e-6
-# sits well above that budget (measured errors <= ~1e-8) and far below an O(1) error.
+# rtol = 1e-12 (DOP853; solve_adjoint in x, `problems.brute_force` at 1e-13 in w and p),
+# whose noise ~ 1e-12 |J| is amplified by ~ 1.5 / h to ~ 1e-9; the gradients under test
+# come from rtol = 1e-10 (RK45), error ~ 1e-10. FD_TOL = 1e-6 sits well above that
+# budget (measured errors <= ~1e-8; 1e-11 to 4e-11 in w and p) and far below an O(1)
+# error.
 FD_TOL = 1e-6
 FD_SOLVE = dict(method="DOP853", rtol=1e-12, atol=1e-14)
 
