@@ -25,7 +25,8 @@ The numba kernels
 Each worker would otherwise compile the package's numba kernels itself (minutes of CPU
 each, docs/performance.md, "Compiled kernels and the first run on a machine"). As the
 workers start, the controller starts ``python -m invimbed compile`` for the kernels
-numba's cache does not hold, split over one process per worker, beside the tests; a
+numba's cache does not hold, in two processes that compile no function twice
+(`invimbed._backends._warm.LINES`; one with one worker), beside the tests; a
 test that needs a kernel still being compiled waits for it and then loads it from
 numba's on-disk cache. So every kernel is compiled once, and the tests that need none
 run meanwhile (with one worker, on the core it leaves free). Only in a run with xdist
@@ -84,18 +85,17 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
             config.option.dist = "worksteal"
 
 
-def _groups(names: list[str], seconds: dict[str, float], n: int) -> list[list[str]]:
-    """``names`` in ``n`` groups of about equal expected compile time (longest first,
-    each into the lightest group), each group in the order of ``names``
-    (`invimbed._core.runtime.compile_cost.KERNELS`: a kernel's warm-up may compile the
-    ones before it, as the fixed-step sweep's does for the depth gradient's loop)."""
-    groups: list[list[str]] = [[] for _ in range(n)]
-    load = [0.0] * n
-    for name in sorted(names, key=lambda k: -seconds[k]):
-        i = load.index(min(load))
-        groups[i].append(name)
-        load[i] += seconds[name]
-    return [sorted(g, key=names.index) for g in groups if g]
+def _groups(names: list[str], n: int) -> list[list[str]]:
+    """``names`` (the kernels to compile) in at most ``n`` groups, one per process, each
+    in the order it is compiled: with one process, all in the order of
+    `invimbed._core.runtime.compile_cost.KERNELS`; with more, the two lines of
+    `invimbed._backends._warm.LINES`, which compile no function twice (a third process
+    would compile the same callees as one of them)."""
+    from invimbed._backends._warm import LINES
+
+    if n < 2:
+        return [list(names)]
+    return [g for g in ([k for k in line if k in names] for line in LINES) if g]
 
 
 #: The environment variable that tells the workers which kernels the controller is
@@ -105,26 +105,24 @@ _WARM: dict[str, Any] = {}
 
 
 def _start_warming(workers: int) -> str | None:
-    """Start compiling the kernels numba's cache lacks, in ``workers`` processes (each
-    ``python -m invimbed compile --kernel ...``), and return at once: a thread per
+    """Start compiling the kernels numba's cache lacks, in one process per group of
+    `_groups` (each ``python -m invimbed compile --kernel ...``), and return at once: a thread per
     process marks each kernel done (a file ``<kernel>.done`` in a fresh folder) as the
     process reports it, or when the process ends, however it ends. `WARMING` names the
     folder and the kernels for the workers (`_wait_for_warming`). None: nothing to do."""
     if importlib.util.find_spec("numba") is None:
         return None
     from invimbed._backends._warm import representative
-    from invimbed._core.runtime.compile_cost import (KERNELS, cache_directory,
-                                                     expected_seconds, ready)
+    from invimbed._core.runtime.compile_cost import KERNELS, ready
 
     todo = [k for k in KERNELS if not ready(representative(k))]
     if not todo:
         return None
-    seconds = {k: expected_seconds(k, cache_directory(representative(k)))[0] for k in todo}
     folder = Path(tempfile.mkdtemp(prefix="invimbed-warm-"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     procs, threads, reported = [], [], []
-    for group in _groups(todo, seconds, max(1, workers)):
+    for group in _groups(todo, workers):
         proc = subprocess.Popen(
             [sys.executable, "-m", "invimbed", "compile", *(a for k in group
                                                              for a in ("--kernel", k))],

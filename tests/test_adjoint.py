@@ -250,9 +250,11 @@ KNOTS = Q_NL - np.array([1.8, 1.0, 0.4, 0.0])      # spans [p_min - 0.3, q]
 FD_H = 1e-3
 # Tolerance of the finite-difference checks: five-point quotients with h = 1e-3 have
 # truncation ~ h^4 / 30 |J^(5)| ~ 1e-13; the values differenced come from solves at
-# rtol = 1e-12 (DOP853), whose noise ~ 1e-12 |J| is amplified by ~ 1.5 / h to ~ 1e-9;
-# the gradients under test come from rtol = 1e-10 (RK45), error ~ 1e-10. FD_TOL = 1e-6
-# sits well above that budget (measured errors <= ~1e-8) and far below an O(1) error.
+# rtol = 1e-12 (DOP853; solve_adjoint in x, `problems.brute_force` at 1e-13 in w and p),
+# whose noise ~ 1e-12 |J| is amplified by ~ 1.5 / h to ~ 1e-9; the gradients under test
+# come from rtol = 1e-10 (RK45), error ~ 1e-10. FD_TOL = 1e-6 sits well above that
+# budget (measured errors <= ~1e-8; 1e-11 to 4e-11 in w and p) and far below an O(1)
+# error.
 FD_TOL = 1e-6
 FD_SOLVE = dict(method="DOP853", rtol=1e-12, atol=1e-14)
 
@@ -262,6 +264,17 @@ def _control(kind, w0):
         return invimbed.Constant(w0)
     values = np.array([[1.0, 1.0], [0.6, 1.4], [1.3, 0.7]]) * np.asarray(w0)
     return invimbed.PiecewiseConstant(KNOTS, values)
+
+
+def _brute_theta(control, W=None):
+    """``theta`` and its breakpoints for `problems.brute_force`, written without invimbed:
+    the control, or with ``W`` of shape (K, n_w) the K controls of those parameters as K
+    rows."""
+    W = np.atleast_2d(control.w if W is None else np.asarray(W, float))
+    if isinstance(control, invimbed.PiecewiseConstant):
+        rows = [piecewise_theta(control.knots, w.reshape(control.values.shape)) for w in W]
+        return (lambda t: np.stack([row(t) for row in rows])), control.knots
+    return W, ()
 
 
 def _value(problem, x, depths, control):
@@ -286,10 +299,7 @@ def nonlinear_case(request):
 
 def test_nonlinear_value_and_output_match_brute_force(nonlinear_case):
     fns, problem, x0, control, res = nonlinear_case
-    if isinstance(control, invimbed.PiecewiseConstant):
-        theta, bps = piecewise_theta(control.knots, control.values), control.knots
-    else:
-        theta, bps = control.w, ()
+    theta, bps = _brute_theta(control)
     for i, p in enumerate(NL_DEPTHS):
         zq, J = brute_force(fns, x0[None], p, theta, breakpoints=bps)
         assert rel_err(res.z[i], zq[0]) < 1e-8
@@ -309,7 +319,13 @@ def test_param_grad_is_gradient_of_value_in_w(nonlinear_case):
     assert res.param_grad.shape == (NL_DEPTHS.size, w0.size)
 
     def values(W):  # (K, n_w) -> (K, n): every depth's loss for each perturbed w
-        return np.stack([_value(problem, x0, NL_DEPTHS, control.with_params(w)) for w in W])
+        # by brute force, independent of invimbed: the K perturbed controls as K rows of
+        # one forward solve_ivp per depth (DOP853, rtol 1e-13: tighter than FD_SOLVE)
+        # rather than K solve_adjoint calls, each integrating the adjoint as well
+        theta, bps = _brute_theta(control, W)
+        X = np.repeat(x0[None], len(W), axis=0)
+        return np.stack([brute_force(fns, X, p, theta, breakpoints=bps)[1]
+                         for p in NL_DEPTHS], axis=1)
 
     fd = fd5(values, w0, FD_H)  # (n, n_w)
     assert rel_err(res.param_grad, fd) < FD_TOL
@@ -321,10 +337,13 @@ def test_param_grad_is_gradient_of_value_in_w(nonlinear_case):
 
 def test_depth_grad_is_derivative_of_value_in_p(nonlinear_case):
     fns, problem, x0, control, res = nonlinear_case
+    theta, bps = _brute_theta(control)
     for i, p in enumerate(NL_DEPTHS):
         # each depth alone, so the stencil cannot cross q; the stencil stays within one
         # control piece (depths are >= 0.1 away from the knots)
-        fd = fd5(lambda P: [_value(problem, x0, [pp[0]], control)[0] for pp in P], [p], FD_H)[0]
+        # (by brute force, forward only, rtol 1e-13: independent of invimbed)
+        fd = fd5(lambda P: [brute_force(fns, x0[None], pp[0], theta, breakpoints=bps)[1][0]
+                            for pp in P], [p], FD_H)[0]
         assert rel_err(res.depth_grad[i], fd) < FD_TOL, p
 
 

@@ -313,3 +313,16 @@ def test_every_kernel_is_warmed_and_has_a_cache_directory():
     assert list(_warm.WARMERS) == list(compile_cost.KERNELS)
     for name in compile_cost.KERNELS:
         assert compile_cost.cache_directory(_warm.representative(name))
+
+
+def test_the_compile_lines_hold_every_kernel_once_after_what_it_reuses():
+    """The suite's warm-up compiles `_warm.LINES` in two processes at once: every kernel
+    once, and a kernel whose warm-up runs or calls another's code after it in its line
+    (the depth gradient's warm-up runs the fixed-step sweep; the adaptive sweep calls its
+    jet right-hand side), else both processes compile that code."""
+    from invimbed._backends import _warm
+
+    flat = [k for line in _warm.LINES for k in line]
+    assert sorted(flat) == sorted(compile_cost.KERNELS)
+    first = _warm.LINES[0]
+    assert first.index("sweep_fixed") < first.index("values") < first.index("sweep_adaptive")

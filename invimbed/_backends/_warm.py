@@ -137,6 +137,20 @@ WARMERS: dict[str, Callable[[], None]] = {
     "jet_code": _jet_code,
 }
 
+#: The kernels in two lines of compilation, for compiling them in two processes at once
+#: (the test suite's warm-up, tests/conftest.py) without compiling the same functions
+#: twice. Numba compiles a kernel's callees as functions of their own and keeps them in
+#: its on-disk cache, where any later compilation finds them: the first line's kernels
+#: reuse each other's (the depth gradient's warm-up runs the fixed-step sweep; the
+#: adaptive sweep calls its jet right-hand side), and the adaptive sweep also calls the
+#: second line's tape interpreter and the ensemble's step helpers
+#: (`_ensemble_parts`), which that line
+#: compiles first, while the first line compiles the fixed-step sweep. Split otherwise
+#: (the adaptive sweep alone against the rest), the shared functions were compiled in
+#: both processes.
+LINES: tuple[tuple[str, ...], ...] = (("sweep_fixed", "values", "sweep_adaptive"),
+                                      ("taylor", "ensemble", "contract"))
+
 
 def warm(name: str) -> tuple[float, float, bool]:
     """Run kernel ``name`` once: ``(wall, cpu, compiled)``, its wall and CPU seconds (of
