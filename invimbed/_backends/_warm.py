@@ -145,11 +145,13 @@ WARMERS: dict[str, Callable[[], None]] = {
 #: adaptive sweep calls its jet right-hand side), and the adaptive sweep also calls the
 #: second line's tape interpreter and the ensemble's step helpers
 #: (`_ensemble_parts`), which that line
-#: compiles first, while the first line compiles the fixed-step sweep. Split otherwise
+#: compiles first, while the first line compiles the fixed-step sweep. The generated jet
+#: code's warm-up runs the fixed-step sweep (first line); the compiled shooting rows are
+#: the ensemble's per-row loop rebound (second line, after the ensemble). Split otherwise
 #: (the adaptive sweep alone against the rest), the shared functions were compiled in
 #: both processes.
-LINES: tuple[tuple[str, ...], ...] = (("sweep_fixed", "values", "sweep_adaptive"),
-                                      ("taylor", "ensemble", "contract"))
+LINES: tuple[tuple[str, ...], ...] = (("sweep_fixed", "jet_code", "values", "sweep_adaptive"),
+                                      ("taylor", "ensemble", "ocp_rows", "contract"))
 
 
 def warm(name: str) -> tuple[float, float, bool]:
