@@ -219,16 +219,21 @@ def _row_module(t_arg: Any, y_args: list, u_args: list, exprs: list) -> Any:
 
 
 def second_order_rows(provider: Any, active: np.ndarray, factor: float,
-                      backend: str = "auto") -> Any:
+                      backend: str = "auto", columns: np.ndarray | None = None) -> Any:
     """`compiled_rows` of the second-order rows of `invimbed._control.ocp.second_order`:
     ``y = (z, c, Y_p, Y_pp[active] / factor)`` with ``dY_p/dt = g_w W`` and ``dY_pp/dt =
     g_z Y_pp + W^T g_ww W`` (``W = [Y_p[:n]; 0 | I]``, ``g = (f, R)``); ``Y_pp`` is carried
     divided by ``factor`` (`second_order.HESSIAN_TOL_FACTOR`), so that the loop's one
-    tolerance measures it ``factor`` times more loosely in absolute terms. None with
-    ``backend="numpy"``."""
+    tolerance measures it ``factor`` times more loosely in absolute terms. ``columns``:
+    the flat positions in ``Y_pp[active]`` (A, P, P) carried (default all), the others
+    structurally zero (`invimbed._control.ocp.sparsity`). None with ``backend="numpy"``."""
     if backend == "numpy":
         return None
     active = tuple(int(a) for a in active)
+    P = provider.n_state + provider.n_theta
+    if columns is None:
+        columns = np.arange(len(active) * P * P)
+    columns = tuple(int(c) for c in columns)
 
     def build() -> tuple:
         import sympy as sp
@@ -252,22 +257,25 @@ def second_order_rows(provider: Any, active: np.ndarray, factor: float,
                     at(zz, p, q) if p < n and q < n else at(zu, p, q - n) if p < n
                     else at(zu, q, p - n) if q < n else at(uu, p - n, q - n))))
         Yp = [[sp.Symbol(f"_Y{i}_{p}") for p in range(P)] for i in range(n + 1)]
-        Y2 = {a: [[sp.Symbol(f"_Z{a}_{p}_{q}") for q in range(P)] for p in range(P)]
-              for a in active}
+        carried = {tuple(int(i) for i in np.unravel_index(c, (len(active), P, P)))
+                   for c in columns}
+        Y2 = {a: [[sp.Symbol(f"_Z{a}_{p}_{q}") if (r, p, q) in carried else sp.S.Zero
+                   for q in range(P)] for p in range(P)] for r, a in enumerate(active)}
         W = sp.Matrix(P, P, lambda k, p: Yp[k][p] if k < n else int(p == k))
         dYp = [sum((g_w[i][k] * W[k, p] for k in range(P)), sp.S.Zero)
                for i in range(n + 1) for p in range(P)]
         dY2 = []
-        for a in active:
+        for r, a in enumerate(active):
             quad = W.T * g_ww[a] * W
             coupled = [[sum((g_w[a][b] * Y2[b][p][q] for b in active if b < n), sp.S.Zero)
                         for q in range(P)] for p in range(P)]
             dY2 += [coupled[p][q] + quad[min(p, q), max(p, q)] / factor
-                    for p in range(P) for q in range(P)]
+                    for p in range(P) for q in range(P) if (r, p, q) in carried]
         f = [sp.sympify(e).xreplace(rename) for e in provider.expression("f")]
         R = sp.sympify(provider.expression("R")).xreplace(rename)
         y_args = [*z_args, None, *(s for row in Yp for s in row),
-                  *(Y2[a][p][q] for a in active for p in range(P) for q in range(P))]
+                  *(Y2[a][p][q] for r, a in enumerate(active) for p in range(P)
+                    for q in range(P) if (r, p, q) in carried)]
         return t_arg, y_args, u_args, [*f, R, *dYp, *dY2]
 
-    return compiled_rows(provider, ("second", active, float(factor)), build)
+    return compiled_rows(provider, ("second", active, float(factor), columns), build)

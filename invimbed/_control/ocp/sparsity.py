@@ -1,0 +1,118 @@
+"""The structural zeros of a shooting row's sensitivities, from the problem's symbolic
+derivatives (docs/optimization.md, "Which Hessian"; the variational equations:
+docs/theory.md, "The classical adjoint method").
+
+A row of `invimbed._control.ocp.second_order` integrates, beside ``y = (z, c)`` (``dy/dt =
+g = (f, R)``), its first and second derivatives in the row's parameters ``p = (s_k,
+u_k)``:
+
+```text
+dY_p/dt  = g_w W,                      W = d(z, u)/dp = [Y_p[:n]; 0 | I]
+dY_pp/dt = g_z Y_pp[:n] + W^T g_ww W
+```
+
+An entry of ``Y_p`` or ``Y_pp`` is identically zero over the whole interval when no
+path of the dependency graph reaches it: where the symbolic ``g_w`` and ``g_ww`` (the
+expressions of a sympy provider, `invimbed.from_sympy` or a traced problem) are the
+exact zero ``0``, their products and sums with zero initial values stay zero. The
+patterns below are the least fixed points of these two equations read as boolean
+(``and`` for products, ``or`` for sums), started from ``Y_p(t_k) = [I | 0]`` and
+``Y_pp(t_k) = 0``: a superset of the entries that can be nonzero at any time and any
+point, independent of ``t`` (the closure covers every time of the interval) and of the
+values. Only exact symbolic zeros count (an expression that merely evaluates to zero
+somewhere is kept), so an entry outside the pattern is exactly zero.
+
+A linear ``f`` with a running cost quadratic in ``u`` (the 2-D obstacle) has no
+second-order rows of the state and four entries of the cost's: the second-order solve
+carries 2 columns instead of ``(n + m)^2 = 36``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..._core.derivatives.symbolic import SympyProvider
+
+
+@dataclass(frozen=True)
+class RowPattern:
+    """The structurally nonzero entries of a row's derivatives (booleans).
+
+    ``g_w`` (n + 1, P) and ``g_ww`` (n + 1, P, P): of ``g = (f, R)`` in ``w = (z, u)``;
+    ``Y_p`` (n + 1, P) and ``Y_pp`` (n + 1, P, P): of ``y = (z, c)`` in ``p = (s_k,
+    u_k)`` over the whole interval (``P = n + m``)."""
+
+    g_w: np.ndarray
+    g_ww: np.ndarray
+    Y_p: np.ndarray
+    Y_pp: np.ndarray
+
+
+def _nonzero(array: Any, shape: tuple) -> np.ndarray:
+    """Where the sympy ``array`` (of ``shape``) is not the exact zero."""
+    import sympy as sp
+
+    return np.array([sp.sympify(array[idx]) != 0 for idx in np.ndindex(shape)],
+                    dtype=bool).reshape(shape)
+
+
+def derivative_pattern(provider: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(g_w, g_ww)`` patterns of a `SympyProvider` from its symbolic derivative
+    tensors (`SympyProvider.expression`); None for any other provider (no symbolic
+    zeros known: every entry counts)."""
+    if not isinstance(provider, SympyProvider):
+        return None
+    n, m = provider.n_state, provider.n_theta
+    P = n + m
+    gw = np.zeros((n + 1, P), dtype=bool)
+    gww = np.zeros((n + 1, P, P), dtype=bool)
+    for which, rows, lead in (("f", slice(0, n), (n,)), ("R", slice(n, n + 1), ())):
+        ex = provider.expression
+
+        def nz(dz, dth):
+            a = _nonzero(ex(which, dz, dth), lead + (n,) * dz + (m,) * dth)
+            return a if lead else a[None]
+        gw[rows, :n], gw[rows, n:] = nz(1, 0), nz(0, 1)
+        zz, zu, uu = nz(2, 0), nz(1, 1), nz(0, 2)
+        gww[rows, :n, :n], gww[rows, :n, n:], gww[rows, n:, n:] = zz, zu, uu
+        gww[rows, n:, :n] = np.swapaxes(zu, 1, 2)
+    return gw, gww
+
+
+def row_pattern(provider: Any) -> RowPattern | None:
+    """The `RowPattern` of ``provider``'s shooting rows (cached on the provider object's
+    identity by the caller); None where `derivative_pattern` is None."""
+    pat = derivative_pattern(provider)
+    if pat is None:
+        return None
+    gw, gww = pat
+    n = gw.shape[0] - 1
+    P = gw.shape[1]
+    Yp = np.zeros((n + 1, P), dtype=bool)
+    Yp[np.arange(n), np.arange(n)] = True                   # Y_p(t_k) = [I | 0]
+    while True:
+        W = _W(Yp, n, P)
+        grown = Yp | (gw.astype(int) @ W.astype(int) > 0)
+        if np.array_equal(grown, Yp):
+            break
+        Yp = grown
+    W = _W(Yp, n, P).astype(int)
+    quad = np.einsum("ikl,kp,lq->ipq", gww.astype(int), W, W) > 0   # W^T g_ww W
+    Ypp = quad.copy()
+    gz = gw[:, :n].astype(int)
+    while True:
+        grown = Ypp | (np.einsum("ib,bpq->ipq", gz, Ypp[:n].astype(int)) > 0)
+        if np.array_equal(grown, Ypp):
+            return RowPattern(gw, gww, Yp, Ypp)
+        Ypp = grown
+
+
+def _W(Yp: np.ndarray, n: int, P: int) -> np.ndarray:
+    """The pattern of ``W = [Y_p[:n]; 0 | I]``, (P, P)."""
+    W = np.zeros((P, P), dtype=bool)
+    W[:n] = Yp[:n]
+    W[np.arange(n, P), np.arange(n, P)] = True
+    return W

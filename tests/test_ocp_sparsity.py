@@ -1,0 +1,100 @@
+"""Structural zeros of the shooting rows' sensitivities (invimbed._control.ocp.sparsity):
+the second-order columns left out are exactly zero, and the Hessian of the Lagrangian
+equals the one of every column carried (docs/optimization.md, "Which Hessian")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import invimbed
+from invimbed._control.ocp.constraints import Defects, Path
+from invimbed._control.ocp.exact_hessian import LagrangianHessian
+from invimbed._control.ocp.nlp import ShootingNLP
+from invimbed._control.ocp.second_order import SecondOrderRows
+from invimbed._control.ocp.shooting import Shooting
+from invimbed._control.ocp.sparsity import row_pattern
+from test_ocp import every_block_nlp
+
+sp = pytest.importorskip("sympy")
+
+
+def double_integrator(free: bool, backend: str = "auto"):
+    """The 2-D obstacle's dynamics (linear, x and y decoupled), a cost quadratic in u
+    plus a coupling term in z, a disc constraint at the nodes and inside."""
+    t, x, y, vx, vy, ax, ay = sp.symbols("t x y vx vy ax ay")
+    problem = invimbed.from_sympy(t, [x, y, vx, vy], [ax, ay], [vx, vy, ax, ay],
+                                  (ax ** 2 + ay ** 2) / 2, q=2.0)
+    sh = Shooting(problem.provider(4, 2), np.zeros(4), 2.0, np.linspace(0, 1, 4),
+                  free_horizon=free, horizon=2.0, m=2, rtol=1e-10, atol=1e-12,
+                  backend=backend)
+    disc = Path(sh, lambda t, z, u: np.array([1.0 - (z[0] - 1) ** 2 - z[1] ** 2]), 1, "g")
+    nlp = ShootingNLP(sh, [Defects(sh), disc], np.full(sh.n_vars, -np.inf),
+                      np.full(sh.n_vars, np.inf))
+    w = np.random.default_rng(4).normal(scale=0.5, size=sh.n_vars)
+    if free:
+        w[-1] = 2.0
+    return nlp, w
+
+
+def coupled(free: bool, backend: str = "auto"):
+    """A time-dependent problem coupling every state: ``z1' = sin(z2) + t u``, ``z2' =
+    z1 z2 - u^2``, with the running cost ``z1^2 + t u^2``."""
+    t, a, b, u = sp.symbols("t a b u")
+    problem = invimbed.from_sympy(t, [a, b], [u], [sp.sin(b) + t * u, a * b - u ** 2],
+                                  a ** 2 + t * u ** 2, q=1.0)
+    sh = Shooting(problem.provider(2, 1), np.array([0.3, -0.2]), 1.0,
+                  np.array([0.0, 0.4, 1.0]), free_horizon=free, horizon=1.1, m=1,
+                  rtol=1e-10, atol=1e-12, backend=backend)
+    nlp = ShootingNLP(sh, [Defects(sh)], np.full(sh.n_vars, -np.inf),
+                      np.full(sh.n_vars, np.inf))
+    w = np.random.default_rng(7).normal(scale=0.4, size=sh.n_vars)
+    if free:
+        w[-1] = 1.1
+    return nlp, w
+
+
+def _every_block(free: bool, backend: str = "auto"):
+    nlp, w = every_block_nlp(free, rtol=1e-10, atol=1e-12)
+    nlp.sh.backend = backend
+    return nlp, w
+
+
+def test_linear_dynamics_carry_two_second_order_columns():
+    """The double integrator: Y_pp of the state is structurally zero, the cost's only in
+    (a_x, a_x) and (a_y, a_y); the x and y axes decoupled in Y_p."""
+    nlp, _ = double_integrator(False)
+    pat = row_pattern(nlp.sh.prov)
+    assert not pat.Y_pp[:4].any()
+    assert np.argwhere(pat.Y_pp[4]).tolist() == [[4, 4], [5, 5]]
+    assert pat.Y_p[0].tolist() == [True, False, True, False, True, False]   # x: x, vx, ax
+    assert pat.Y_p[1].tolist() == [False, True, False, True, False, True]   # y: y, vy, ay
+    rows = SecondOrderRows(nlp.sh)
+    rows.solve(np.zeros(nlp.sh.n_vars))
+    assert rows.active.tolist() == [4] and rows.columns.size == 2            # not 36
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("build", [double_integrator, coupled, _every_block],
+                         ids=["linear", "coupled", "every-block"])
+@pytest.mark.parametrize("free", [False, True], ids=["fixed", "free"])
+def test_sparse_hessian_equals_every_column_carried(build, free, backend):
+    """The Hessian with only the structurally nonzero columns integrated equals the one
+    with every entry of Y_pp[active] integrated (the same steps: 1e-12), and the
+    dense solve's entries outside the pattern are exactly zero."""
+    if backend == "numba":
+        pytest.importorskip("numba")
+    nlp, w = build(free, backend)
+    y = np.random.default_rng(3).normal(size=nlp.m)
+    sparse = LagrangianHessian(nlp)
+    H = sparse.values(w, y, 0.7)
+    dense = LagrangianHessian(nlp)
+    dense.rows_so = SecondOrderRows(nlp.sh, structural_zeros=False)
+    H_dense = dense.values(w, y, 0.7)
+    assert dense.rows_so.columns.size >= sparse.rows_so.columns.size
+    np.testing.assert_allclose(H, H_dense, rtol=0, atol=1e-12 * max(1.0, np.abs(H).max()))
+    out = dense.rows_so.solve(w)[0]
+    P = dense.rows_so.P
+    full = out.y[:, dense.rows_so.i2:].reshape(-1, dense.rows_so.active.size, P, P)
+    pat = row_pattern(nlp.sh.prov).Y_pp[dense.rows_so.active]
+    assert np.all(full[:, ~pat] == 0.0)
