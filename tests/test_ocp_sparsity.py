@@ -127,3 +127,28 @@ def test_declared_hessian_structure_leaves_out_only_zeros(build, free):
     assert sparse.rows.size <= blocks.rows.size
     if build is double_integrator:
         assert sparse.rows.size < 0.6 * blocks.rows.size       # fixed: 36 of 79
+
+
+@pytest.mark.parametrize("build", [double_integrator, coupled, _every_block],
+                         ids=["linear", "coupled", "every-block"])
+@pytest.mark.parametrize("free", [False, True], ids=["fixed", "free"])
+def test_defect_jacobian_declares_only_reachable_sensitivities(build, free):
+    """The defects' Jacobian declares F_s, F_u only where Y_p's pattern reaches: the
+    sensitivities left out are exactly zero in the solve, and the Jacobian matches
+    central differences of the constraints (1e-6)."""
+    from test_ocp import _fd_check
+
+    nlp, w = build(free, "auto")
+    sh = nlp.sh
+    sol = nlp.solution(w)
+    pat = row_pattern(sh.prov).Y_p[:sh.n]
+    assert np.all(sol.Fs[:, ~pat[:, :sh.n]] == 0.0)
+    assert np.all(sol.Fu[:, ~pat[:, sh.n:]] == 0.0)
+    _, _, Jc, J_fd = _fd_check(nlp, w)
+    assert np.max(np.abs(Jc - J_fd)) <= 1e-6 * max(1.0, np.max(np.abs(Jc)))
+    rows, _ = sh.defect_structure()
+    per = sh.n + int(free) * sh.n
+    if build is double_integrator:       # x: x, vx, a_x; vx: vx, a_x (and y alike)
+        assert rows.size == sh.K * (per + 4 + 6) - 6          # s_0 fixed: no F_s
+    elif build is coupled:               # every state reaches every other
+        assert rows.size == sh.K * (per + 2 + 4) - 4

@@ -31,7 +31,8 @@ import numpy as np
 from .constraints import Defects, Path, Terminal
 from .hessian import ColoredHessian
 from .nlp import ShootingNLP
-from .second_order import SecondOrderRows, _pattern
+from .second_order import SecondOrderRows
+from .sparsity import row_pattern
 
 class LagrangianHessian:
     """``sigma grad^2 J + sum_i y_i grad^2 c_i`` of a `ShootingNLP`, exactly.
@@ -52,7 +53,7 @@ class LagrangianHessian:
         self.rows_so = SecondOrderRows(nlp.sh, structural_zeros=structural_zeros)
         self.n_solves = 0
         self._e = np.stack([self._index(k) for k in range(nlp.sh.K)])   # (K, E)
-        pattern = _pattern(nlp.sh.prov) if structural_zeros else None
+        pattern = row_pattern(nlp.sh.prov) if structural_zeros else None
         if pattern is None:
             self.rows, self.cols = ColoredHessian(nlp).structure()
         else:

@@ -37,9 +37,7 @@ problem; the providers give derivatives in ``z`` and ``theta`` only).
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -56,23 +54,6 @@ _T_REL = np.finfo(float).eps ** (1.0 / 3.0)
 #: of `integrate_rows`): a Hessian 100 times less accurate than the gradient keeps
 #: Newton's steps (the Goddard rocket's rows take half the steps: 279 against 554).
 HESSIAN_TOL_FACTOR = 100.0
-
-
-_PATTERNS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
-
-
-def _pattern(provider: Any) -> Any:
-    """`row_pattern` of ``provider``, found once per provider (None: not symbolic)."""
-    try:
-        return _PATTERNS[provider]
-    except (KeyError, TypeError):
-        pass
-    pattern = row_pattern(provider)
-    try:
-        _PATTERNS[provider] = pattern
-    except TypeError:   # not weakly referenceable: found again next time
-        pass
-    return pattern
 
 
 def has_exact_second_derivatives(provider) -> bool:
@@ -169,7 +150,7 @@ class SecondOrderRows:
         structurally nonzero ones of `invimbed._control.ocp.sparsity.row_pattern` for a
         sympy provider (exact zeros left out), else every entry of the rows found by
         `_active_rows`."""
-        pattern = _pattern(self.sh.prov)
+        pattern = row_pattern(self.sh.prov)
         if pattern is None:
             active = self._active_rows(t, S, U)
             return active, np.arange(active.size * self.P * self.P)

@@ -29,6 +29,7 @@ carries 2 columns instead of ``(n + m)^2 = 36``.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,9 +83,26 @@ def derivative_pattern(provider: Any) -> tuple[np.ndarray, np.ndarray] | None:
     return gw, gww
 
 
+_PATTERNS: "weakref.WeakKeyDictionary[Any, RowPattern | None]" = weakref.WeakKeyDictionary()
+
+
 def row_pattern(provider: Any) -> RowPattern | None:
-    """The `RowPattern` of ``provider``'s shooting rows (cached on the provider object's
-    identity by the caller); None where `derivative_pattern` is None."""
+    """The `RowPattern` of ``provider``'s shooting rows, found once per provider; None
+    where `derivative_pattern` is None (every entry counts)."""
+    try:
+        return _PATTERNS[provider]
+    except (KeyError, TypeError):
+        pass
+    pattern = _closure(provider)
+    try:
+        _PATTERNS[provider] = pattern
+    except TypeError:   # not weakly referenceable: found again next time
+        pass
+    return pattern
+
+
+def _closure(provider: Any) -> RowPattern | None:
+    """`row_pattern`, found anew."""
     pat = derivative_pattern(provider)
     if pat is None:
         return None
