@@ -52,35 +52,40 @@ class RowPattern:
     Y_pp: np.ndarray
 
 
-def _nonzero(array: Any, shape: tuple) -> np.ndarray:
-    """Where the sympy ``array`` (of ``shape``) is not the exact zero."""
+def row_tensors(provider: SympyProvider, rename: dict | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(g_w (n + 1, P), g_ww (n + 1, P, P))``: the sympy expressions of ``g = (f, R)``'s
+    derivatives in ``w = (z, u)`` (object arrays, from `SympyProvider.expression`), their
+    symbols replaced by ``rename``."""
     import sympy as sp
 
-    return np.array([sp.sympify(array[idx]) != 0 for idx in np.ndindex(shape)],
-                    dtype=bool).reshape(shape)
-
-
-def derivative_pattern(provider: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(g_w, g_ww)`` patterns of a `SympyProvider` from its symbolic derivative
-    tensors (`SympyProvider.expression`); None for any other provider (no symbolic
-    zeros known: every entry counts)."""
-    if not isinstance(provider, SympyProvider):
-        return None
     n, m = provider.n_state, provider.n_theta
     P = n + m
-    gw = np.zeros((n + 1, P), dtype=bool)
-    gww = np.zeros((n + 1, P, P), dtype=bool)
+    gw = np.empty((n + 1, P), dtype=object)
+    gww = np.empty((n + 1, P, P), dtype=object)
     for which, rows, lead in (("f", slice(0, n), (n,)), ("R", slice(n, n + 1), ())):
-        ex = provider.expression
-
-        def nz(dz, dth):
-            a = _nonzero(ex(which, dz, dth), lead + (n,) * dz + (m,) * dth)
-            return a if lead else a[None]
-        gw[rows, :n], gw[rows, n:] = nz(1, 0), nz(0, 1)
-        zz, zu, uu = nz(2, 0), nz(1, 1), nz(0, 2)
+        def get(dz, dth):
+            shape = lead + (n,) * dz + (m,) * dth
+            a = provider.expression(which, dz, dth)
+            out = np.empty(len(list(np.ndindex(shape))), dtype=object)
+            out[:] = [sp.sympify(a[i]).xreplace(rename or {}) for i in np.ndindex(shape)]
+            out = out.reshape(shape)
+            return out if lead else out[None]
+        gw[rows, :n], gw[rows, n:] = get(1, 0), get(0, 1)
+        zz, zu, uu = get(2, 0), get(1, 1), get(0, 2)
         gww[rows, :n, :n], gww[rows, :n, n:], gww[rows, n:, n:] = zz, zu, uu
         gww[rows, n:, :n] = np.swapaxes(zu, 1, 2)
     return gw, gww
+
+
+def derivative_pattern(provider: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(g_w, g_ww)`` patterns of a `SympyProvider` (`row_tensors` not the exact
+    zero); None for any other provider (no symbolic zeros known: every entry counts)."""
+    if not isinstance(provider, SympyProvider):
+        return None
+    gw, gww = row_tensors(provider)
+    nonzero = np.vectorize(lambda e: e != 0, otypes=[bool])
+    return nonzero(gw), nonzero(gww)
 
 
 _PATTERNS: "weakref.WeakKeyDictionary[Any, RowPattern | None]" = weakref.WeakKeyDictionary()
