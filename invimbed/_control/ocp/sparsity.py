@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._core.derivatives.symbolic import SympyProvider
+from ..._core.derivatives.symbolic import SympyProvider, _exponents
 
 
 @dataclass(frozen=True)
@@ -64,13 +64,14 @@ def row_tensors(provider: SympyProvider, rename: dict | None = None
     gw = np.empty((n + 1, P), dtype=object)
     gww = np.empty((n + 1, P, P), dtype=object)
     for which, rows, lead in (("f", slice(0, n), (n,)), ("R", slice(n, n + 1), ())):
-        def get(dz, dth):
-            shape = lead + (n,) * dz + (m,) * dth
-            a = provider.expression(which, dz, dth)
-            out = np.empty(len(list(np.ndindex(shape))), dtype=object)
-            out[:] = [sp.sympify(a[i]).xreplace(rename or {}) for i in np.ndindex(shape)]
-            out = out.reshape(shape)
-            return out if lead else out[None]
+        def get(dz, dth):     # the entries of `SympyProvider.expression` (memoised)
+            shape = (n if lead else 1,) + (n,) * dz + (m,) * dth
+            out = np.empty(shape, dtype=object)
+            for idx in np.ndindex(shape):
+                e = provider._diff(which, idx[0], _exponents(idx[1:1 + dz], n),
+                                   _exponents(idx[1 + dz:], m))
+                out[idx] = sp.sympify(e).xreplace(rename) if rename else sp.sympify(e)
+            return out
         gw[rows, :n], gw[rows, n:] = get(1, 0), get(0, 1)
         zz, zu, uu = get(2, 0), get(1, 1), get(0, 2)
         gww[rows, :n, :n], gww[rows, :n, n:], gww[rows, n:, n:] = zz, zu, uu
