@@ -19,22 +19,28 @@ from test_ocp import every_block_nlp
 sp = pytest.importorskip("sympy")
 
 
+def _nlp(problem, x, m, tau, free, horizon, backend, path=None, seed=4):
+    """The shooting NLP of ``problem`` (defects, and ``path`` at the nodes and inside)
+    and a random point, its horizon ``horizon`` when free."""
+    sh = Shooting(problem.provider(len(x), m), np.asarray(x, dtype=float), horizon, tau,
+                  free_horizon=free, horizon=horizon, m=m, rtol=1e-10, atol=1e-12,
+                  backend=backend)
+    blocks = [Defects(sh)] + ([Path(sh, path, 1, "g")] if path is not None else [])
+    nlp = ShootingNLP(sh, blocks, np.full(sh.n_vars, -np.inf), np.full(sh.n_vars, np.inf))
+    w = np.random.default_rng(seed).normal(scale=0.5, size=sh.n_vars)
+    if free:
+        w[-1] = horizon
+    return nlp, w
+
+
 def double_integrator(free: bool, backend: str = "auto"):
-    """The 2-D obstacle's dynamics (linear, x and y decoupled), a cost quadratic in u
-    plus a coupling term in z, a disc constraint at the nodes and inside."""
+    """The 2-D obstacle's dynamics (linear, x and y decoupled), a cost quadratic in u,
+    a disc constraint at the nodes and inside."""
     t, x, y, vx, vy, ax, ay = sp.symbols("t x y vx vy ax ay")
     problem = invimbed.from_sympy(t, [x, y, vx, vy], [ax, ay], [vx, vy, ax, ay],
                                   (ax ** 2 + ay ** 2) / 2, q=2.0)
-    sh = Shooting(problem.provider(4, 2), np.zeros(4), 2.0, np.linspace(0, 1, 4),
-                  free_horizon=free, horizon=2.0, m=2, rtol=1e-10, atol=1e-12,
-                  backend=backend)
-    disc = Path(sh, lambda t, z, u: np.array([1.0 - (z[0] - 1) ** 2 - z[1] ** 2]), 1, "g")
-    nlp = ShootingNLP(sh, [Defects(sh), disc], np.full(sh.n_vars, -np.inf),
-                      np.full(sh.n_vars, np.inf))
-    w = np.random.default_rng(4).normal(scale=0.5, size=sh.n_vars)
-    if free:
-        w[-1] = 2.0
-    return nlp, w
+    return _nlp(problem, np.zeros(4), 2, np.linspace(0, 1, 4), free, 2.0, backend,
+                lambda t, z, u: np.array([1.0 - (z[0] - 1) ** 2 - z[1] ** 2]))
 
 
 def coupled(free: bool, backend: str = "auto"):
@@ -43,15 +49,8 @@ def coupled(free: bool, backend: str = "auto"):
     t, a, b, u = sp.symbols("t a b u")
     problem = invimbed.from_sympy(t, [a, b], [u], [sp.sin(b) + t * u, a * b - u ** 2],
                                   a ** 2 + t * u ** 2, q=1.0)
-    sh = Shooting(problem.provider(2, 1), np.array([0.3, -0.2]), 1.0,
-                  np.array([0.0, 0.4, 1.0]), free_horizon=free, horizon=1.1, m=1,
-                  rtol=1e-10, atol=1e-12, backend=backend)
-    nlp = ShootingNLP(sh, [Defects(sh)], np.full(sh.n_vars, -np.inf),
-                      np.full(sh.n_vars, np.inf))
-    w = np.random.default_rng(7).normal(scale=0.4, size=sh.n_vars)
-    if free:
-        w[-1] = 1.1
-    return nlp, w
+    return _nlp(problem, [0.3, -0.2], 1, np.array([0.0, 0.4, 1.0]), free, 1.1, backend,
+                seed=7)
 
 
 def _every_block(free: bool, backend: str = "auto"):
