@@ -151,3 +151,29 @@ def test_defect_jacobian_declares_only_reachable_sensitivities(build, free):
         assert rows.size == sh.K * (per + 4 + 6) - 6          # s_0 fixed: no F_s
     elif build is coupled:               # every state reaches every other
         assert rows.size == sh.K * (per + 2 + 4) - 4
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("free", [False, True], ids=["fixed", "free"])
+def test_linear_problem_takes_no_second_order_solve(free, backend):
+    """f and R linear in (z, u) (a double integrator, R = 1 + u: time-optimal-like):
+    no entry of Y_pp can be nonzero, the Hessian comes from the NLP's own first-order
+    solve at the same point (no solve of its own) and equals the one of a second-order
+    solve (1e-12); the horizon's terms, from the ends' g and g_w, included."""
+    if backend == "numba":
+        pytest.importorskip("numba")
+    t, x, v, u = sp.symbols("t x v u")
+    problem = invimbed.from_sympy(t, [x, v], [u], [v, u], 1 + u, q=1.5)
+    nlp, w = _nlp(problem, [0.2, 0.0], 1, np.linspace(0, 1, 5), free, 1.5, backend,
+                  lambda t, z, u: np.array([z[0] ** 2 + z[1] ** 2 - 1.0]))
+    y = np.random.default_rng(3).normal(size=nlp.m)
+    hess = LagrangianHessian(nlp)
+    nlp.constraints(w)
+    before = nlp.n_solves
+    H = _dense(hess, hess.values(w, y, 0.7))
+    assert hess.rows_so.columns.size == 0 and nlp.n_solves == before
+    own = LagrangianHessian(nlp, structural_zeros=False)
+    H_own = _dense(own, own.values(w, y, 0.7))
+    assert nlp.n_solves == before + 1
+    np.testing.assert_allclose(H, H_own, rtol=0, atol=1e-12 * max(1.0, np.abs(H_own).max()))
+    assert np.abs(H).max() > 0.1

@@ -130,10 +130,12 @@ class LagrangianHessian:
         w = np.asarray(w, dtype=float)
         y = np.asarray(y, dtype=float)
         n, K = sh.n, sh.K
-        solved = self.rows_so.solve(w, record=nlp.record)
-        self.n_solves += 1
-        nlp.n_solves += 1
-        nlp.nfev += solved[0].nfev
+        solved = self.rows_so.solve(w, record=nlp.record, first_order=(
+            nlp.solution if self.rows_so.structural_zeros else None))
+        if solved[0].nfev:                  # 0: the NLP's first-order solve served
+            self.n_solves += 1
+            nlp.n_solves += 1
+            nlp.nfev += solved[0].nfev
         ends = self.rows_so.ends(w, solved)
         entries: list[tuple[np.ndarray, np.ndarray]] = []
         offsets = np.cumsum([0] + [b.size for b in nlp.blocks])

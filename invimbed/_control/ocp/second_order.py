@@ -38,6 +38,8 @@ problem; the providers give derivatives in ``z`` and ``theta`` only).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Callable
 
 import numpy as np
 
@@ -61,6 +63,21 @@ def has_exact_second_derivatives(provider) -> bool:
     traced functions, the user's derivatives completed by the trace): the condition for
     ``hessian="exact"`` to be the default of `invimbed.solve_ocp`."""
     return bool(getattr(provider, "exact_derivatives", False))
+
+
+def _first_order_rows(sol, n: int, P: int) -> SimpleNamespace:
+    """The rows ``(z, c, Y_p)`` of a first-order `IntervalSolve` (the same layout as
+    `Shooting.solve_points`' ``(z, c, S, cS)``) as the outcome of `SecondOrderRows.solve`
+    with no ``Y_pp``: ``y`` at the ends, ``dense``, ``nfev = 0``."""
+    K = sol.F.shape[0]
+    Yp = np.zeros((K, n + 1, P))
+    Yp[:, :n, :n], Yp[:, :n, n:], Yp[:, n, :n], Yp[:, n, n:] = sol.Fs, sol.Fu, sol.Cs, sol.Cu
+    y = np.concatenate([sol.F, sol.C[:, None], Yp.reshape(K, -1)], axis=1)
+    dense = None
+    if sol.dense is not None:
+        def dense(tt, rows, _d=sol.dense, _r0=sol.row0):
+            return _d(tt, np.asarray(rows) + _r0)
+    return SimpleNamespace(y=y, dense=dense, nfev=0, status=np.full(K, DONE))
 
 
 @dataclass
@@ -184,11 +201,16 @@ class SecondOrderRows:
             active = grown
 
     # -- the ensemble solve -----------------------------------------------------------
-    def solve(self, w: np.ndarray, *, record: bool = False):
+    def solve(self, w: np.ndarray, *, record: bool = False,
+              first_order: Callable | None = None):
         """One ensemble solve of the ``K`` rows with second-order sensitivities.
 
         Returns ``(out, S, U, t)``: the `RowsOutcome` and the node states, controls and
-        node times at ``w``. Raises `SolverFailure` where a row fails."""
+        node times at ``w``. Raises `SolverFailure` where a row fails. Where no entry of
+        ``Y_pp`` can be nonzero (``f`` and ``R`` linear in ``(z, u)``) the rows are the
+        first-order ones: ``first_order(w)`` (the NLP's cached `IntervalSolve`, with its
+        dense output) serves them, if given, without a solve of their own (``out.nfev``
+        0)."""
         sh = self.sh
         n, K, P = sh.n, sh.K, self.P
         S, U, H = sh.unpack(np.asarray(w, dtype=float))
@@ -197,6 +219,8 @@ class SecondOrderRows:
         if self.active is None:
             self.active, self.columns = self._carried(t[:-1], S[:-1], U)
         A, cols = self.active, self.columns
+        if cols.size == 0 and first_order is not None:
+            return _first_order_rows(first_order(w), n, P), S, U, t
         Az = A[A < n]                                        # active state rows
         pos_z = np.flatnonzero(A < n)
 
