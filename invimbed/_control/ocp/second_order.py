@@ -33,6 +33,10 @@ and ``atol``, the state and ``Y_p`` to them (the numpy rows; the compiled rows o
 HESSIAN_TOL_FACTOR``: ``rtol`` and ``HESSIAN_TOL_FACTOR atol`` on ``Y_pp``). The time
 derivatives ``g_t`` are central differences in ``t`` of ``g`` (zero for an autonomous
 problem; the providers give derivatives in ``z`` and ``theta`` only).
+
+Only the entries of ``Y_pp`` that are not structurally zero are integrated
+(`invimbed._control.ocp.sparsity`, for a sympy provider); none at all where ``f`` and
+``R`` are linear in ``(z, u)``: the first-order solve then serves.
 """
 
 from __future__ import annotations
