@@ -69,6 +69,11 @@ class ConstraintCode:
         self._second = _numpy_code(sp, variables, hess)
         #: which derivatives dg_i/dv_a are not identically zero (k, d)
         self.pattern = np.array([[e != 0 for e in row] for row in jac], dtype=bool)
+        #: which second derivatives d^2 g_i / dv_a dv_b are not identically zero, for
+        #: any output (d, d), symmetric
+        low = np.array([e != 0 for e in hess], dtype=bool).reshape(self.k, -1).any(axis=0)
+        self.hessian_pattern = np.zeros((self.d, self.d), dtype=bool)
+        self.hessian_pattern[self._tri] = self.hessian_pattern[self._tri[::-1]] = low
 
     def first(self, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(g (P, k), dg/dv (P, k, d))`` at the points ``V`` (P, d)."""

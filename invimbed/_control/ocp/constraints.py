@@ -260,6 +260,42 @@ class Path(Block):
         V[:, 1 + n:] = U[self.interval]
         return V, zs, zu, zH
 
+    def hessian_pattern(self, Y_p: np.ndarray | None, Y_pp: np.ndarray | None
+                        ) -> np.ndarray:
+        """Which entries of each point's `hessian_terms` block can be nonzero, (P', E,
+        E): ``J^T g_vv J`` from the traced ``g_vv``'s symbolic zeros (every entry of a
+        differenced function's variables) and ``J``'s (at a node ``z`` is the node's
+        ``s``; inside, ``Y_p``'s pattern of the state, `invimbed._control.ocp.sparsity`),
+        plus ``(y^T g_z) . z_ee``: ``Y_pp``'s pattern of the states ``g`` reads. ``Y_p``
+        (n + 1, n + m) and ``Y_pp`` (n + 1, n + m, n + m) None: every entry inside."""
+        sh = self.sh
+        n, m, free = sh.n, sh.m, sh.free_horizon
+        E, d = self.positions.shape[1], 1 + n + m
+        full = np.ones((d, d), dtype=bool)
+        g_vv = (np.zeros((d, d), dtype=bool) if self.linear
+                else getattr(self.code, "hessian_pattern", full))
+        g_z = getattr(self.code, "pattern", np.ones((1, d), dtype=bool)).any(axis=0)[1:1 + n]
+        out = np.zeros((len(self.where), E, E), dtype=bool)
+        for i, node in enumerate(self.node):
+            J = np.zeros((d, E), dtype=bool)
+            if free:
+                J[0, E - 1] = True
+            J[1 + n:, n:n + m] = np.eye(m, dtype=bool)
+            if node >= 0:
+                J[1:1 + n, :n] = np.eye(n, dtype=bool)
+            else:
+                J[1:1 + n, :n + m] = True if Y_p is None else Y_p[:n]
+                J[1:1 + n, E - 1] |= free
+            block = (J.T.astype(int) @ g_vv.astype(int) @ J.astype(int)) > 0
+            if node < 0:
+                inner = np.ones((n + m, n + m), dtype=bool) if Y_pp is None \
+                    else Y_pp[:n][g_z].any(axis=0)
+                block[:n + m, :n + m] |= inner
+                if free:
+                    block[E - 1] = block[:, E - 1] = True
+            out[i] = block
+        return out
+
     def hessian_terms(self, w: np.ndarray, yb: np.ndarray, inside: Callable | None = None
                       ) -> list[tuple[np.ndarray, np.ndarray]]:
         """The terms ``y^T g`` of the Hessian of the Lagrangian at the points whose

@@ -14,8 +14,14 @@ H])``, of the last node and of the horizon:
   derivatives, `invimbed._control.ocp.constraint_code`), chained with the state's first
   and second sensitivities where the point lies inside an interval.
 
-The sparsity is that of `invimbed._control.ocp.hessian.ColoredHessian` (blocks per
-interval, a dense row for ``H``), fixed for the whole solve.
+The declared sparsity (fixed for the whole solve) is that of
+`invimbed._control.ocp.hessian.ColoredHessian` (blocks per interval, a dense row for
+``H``) less the entries that are structurally zero for a sympy provider
+(`invimbed._control.ocp.sparsity`): in an interval's block only the pairs of ``Y_pp``'s
+pattern of some row, and the path constraints' ``J^T g_vv J`` and ``(y^T g_z) . z_ee``
+from their symbolic zeros (`Path.hessian_pattern`). The linear 2-D obstacle declares 20
+entries per interval instead of 21, the cost's ``(a_x, a_x)``, ``(a_y, a_y)`` and the disc's
+position blocks of x and y, not their products.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from .constraints import Defects, Path, Terminal
 from .hessian import ColoredHessian
 from .nlp import ShootingNLP
 from .second_order import SecondOrderRows
+from .sparsity import row_pattern
 
 class LagrangianHessian:
     """``sigma grad^2 J + sum_i y_i grad^2 c_i`` of a `ShootingNLP`, exactly.
@@ -35,17 +42,52 @@ class LagrangianHessian:
     nlp : ShootingNLP
         The shooting NLP; its provider must give second derivatives (exact ones for an
         exact Hessian: `invimbed._control.ocp.second_order.has_exact_second_derivatives`).
+    structural_zeros : bool, optional
+        Leave the structurally zero entries out of the second-order solve and of the
+        declared structure (default; `invimbed._control.ocp.sparsity`). False: every
+        entry of `ColoredHessian`'s blocks (the values are the same).
     """
 
-    def __init__(self, nlp: ShootingNLP) -> None:
+    def __init__(self, nlp: ShootingNLP, *, structural_zeros: bool = True) -> None:
         self.nlp = nlp
-        self.rows_so = SecondOrderRows(nlp.sh)
-        self.rows, self.cols = ColoredHessian(nlp).structure()
+        self.rows_so = SecondOrderRows(nlp.sh, structural_zeros=structural_zeros)
+        self.n_solves = 0
+        self._e = np.stack([self._index(k) for k in range(nlp.sh.K)])   # (K, E)
+        pattern = row_pattern(nlp.sh.prov) if structural_zeros else None
+        if pattern is None:
+            self.rows, self.cols = ColoredHessian(nlp).structure()
+        else:
+            self.rows, self.cols = self._structure(pattern)
         keys = self.rows * nlp.n + self.cols                 # (row, col) -> its position
         self._order = np.argsort(keys)
         self._keys = keys[self._order]
-        self.n_solves = 0
-        self._e = np.stack([self._index(k) for k in range(nlp.sh.K)])   # (K, E)
+
+    def _structure(self, pattern) -> tuple[np.ndarray, np.ndarray]:
+        """The lower triangle's positions that can be nonzero, from the rows'
+        `invimbed._control.ocp.sparsity.RowPattern`: each interval's ``Y_pp`` pairs (any
+        row: the defects' multipliers weigh them all), the path constraints'
+        `Path.hessian_pattern`, the last node's block (``T_zz``, terminal constraints)
+        and, for a free horizon, its whole row."""
+        sh = self.nlp.sh
+        n, K, P, E = sh.n, sh.K, self.rows_so.P, self.rows_so.E
+        block = np.zeros((E, E), dtype=bool)
+        block[:P, :P] = pattern.Y_pp.any(axis=0)
+        block[P:, :] = block[:, P:] = True                    # the horizon (free)
+        masks = [(self._e, np.broadcast_to(block, (K, E, E))),
+                 (sh.s_index(K), np.ones((n, n), dtype=bool))]
+        masks += [(b.positions, b.hessian_pattern(pattern.Y_p, pattern.Y_pp))
+                  for b in self.nlp.blocks if isinstance(b, Path)]
+        rows, cols = [], []
+        for idx, mask in masks:
+            a, b, keep = _pairs(idx)
+            keep &= np.asarray(mask).reshape(a.shape)
+            rows.append(a[keep])
+            cols.append(b[keep])
+        if sh.free_horizon:
+            rows.append(np.full(sh.n_vars, sh.h_index))
+            cols.append(np.arange(sh.n_vars))
+        pairs = np.unique(np.stack([np.concatenate(rows), np.concatenate(cols)]), axis=1)
+        return pairs[0], pairs[1]
 
     def structure(self) -> tuple[np.ndarray, np.ndarray]:
         """The lower triangle's positions ``(rows, cols)`` (fixed)."""
@@ -88,10 +130,12 @@ class LagrangianHessian:
         w = np.asarray(w, dtype=float)
         y = np.asarray(y, dtype=float)
         n, K = sh.n, sh.K
-        solved = self.rows_so.solve(w, record=nlp.record)
-        self.n_solves += 1
-        nlp.n_solves += 1
-        nlp.nfev += solved[0].nfev
+        solved = self.rows_so.solve(w, record=nlp.record, first_order=(
+            nlp.solution if self.rows_so.structural_zeros else None))
+        if solved[0].nfev:                  # 0: the NLP's first-order solve served
+            self.n_solves += 1
+            nlp.n_solves += 1
+            nlp.nfev += solved[0].nfev
         ends = self.rows_so.ends(w, solved)
         entries: list[tuple[np.ndarray, np.ndarray]] = []
         offsets = np.cumsum([0] + [b.size for b in nlp.blocks])
@@ -132,13 +176,22 @@ class LagrangianHessian:
         `structure`."""
         rr, cc, vv = [], [], []
         for idx, block in entries:
-            idx = np.atleast_2d(idx)
-            a = np.broadcast_to(idx[:, :, None], idx.shape + idx.shape[1:])
-            b = np.swapaxes(a, 1, 2)
-            keep = (a >= b) & (b >= 0)
+            a, b, keep = _pairs(idx)
             rr.append(a[keep])
             cc.append(b[keep])
             vv.append(np.asarray(block).reshape(a.shape)[keep])
         keys = np.concatenate(rr) * self.nlp.n + np.concatenate(cc)
-        pos = self._order[np.searchsorted(self._keys, keys)]
-        return np.bincount(pos, weights=np.concatenate(vv), minlength=self.rows.size)
+        at = np.minimum(np.searchsorted(self._keys, keys), self._keys.size - 1)
+        declared = self._keys[at] == keys        # the others are structural zeros
+        return np.bincount(self._order[at[declared]], weights=np.concatenate(vv)[declared],
+                           minlength=self.rows.size)
+
+
+def _pairs(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(a, b, keep)`` of the positions ``idx`` (E,) or (B, E) of dense blocks: the
+    row and column of every entry (B, E, E) and which lie in the lower triangle of
+    the NLP's variables (``s_0``, at -1, left out)."""
+    idx = np.atleast_2d(idx)
+    a = np.broadcast_to(idx[:, :, None], idx.shape + idx.shape[1:])
+    b = np.swapaxes(a, 1, 2)
+    return a, b, (a >= b) & (b >= 0)

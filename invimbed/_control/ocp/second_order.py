@@ -33,11 +33,17 @@ and ``atol``, the state and ``Y_p`` to them (the numpy rows; the compiled rows o
 HESSIAN_TOL_FACTOR``: ``rtol`` and ``HESSIAN_TOL_FACTOR atol`` on ``Y_pp``). The time
 derivatives ``g_t`` are central differences in ``t`` of ``g`` (zero for an autonomous
 problem; the providers give derivatives in ``z`` and ``theta`` only).
+
+Only the entries of ``Y_pp`` that are not structurally zero are integrated
+(`invimbed._control.ocp.sparsity`, for a sympy provider); none at all where ``f`` and
+``R`` are linear in ``(z, u)``: the first-order solve then serves.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Callable
 
 import numpy as np
 
@@ -45,6 +51,7 @@ from ..._core.integrators.ensemble import DONE, integrate_rows
 from ..._core.results.failures import row_failure_reason
 from ..options import SolverFailure
 from .shooting import STIFF_REMEDY, Shooting
+from .sparsity import row_pattern
 from .variational import second_order_rows
 from ..._backends import ocp_rows
 
@@ -60,6 +67,21 @@ def has_exact_second_derivatives(provider) -> bool:
     traced functions, the user's derivatives completed by the trace): the condition for
     ``hessian="exact"`` to be the default of `invimbed.solve_ocp`."""
     return bool(getattr(provider, "exact_derivatives", False))
+
+
+def _first_order_rows(sol, n: int, P: int) -> SimpleNamespace:
+    """The rows ``(z, c, Y_p)`` of a first-order `IntervalSolve` (the same layout as
+    `Shooting.solve_points`' ``(z, c, S, cS)``) as the outcome of `SecondOrderRows.solve`
+    with no ``Y_pp``: ``y`` at the ends, ``dense``, ``nfev = 0``."""
+    K = sol.F.shape[0]
+    Yp = np.zeros((K, n + 1, P))
+    Yp[:, :n, :n], Yp[:, :n, n:], Yp[:, n, :n], Yp[:, n, n:] = sol.Fs, sol.Fu, sol.Cs, sol.Cu
+    y = np.concatenate([sol.F, sol.C[:, None], Yp.reshape(K, -1)], axis=1)
+    dense = None
+    if sol.dense is not None:
+        def dense(tt, rows, _d=sol.dense, _r0=sol.row0):
+            return _d(tt, np.asarray(rows) + _r0)
+    return SimpleNamespace(y=y, dense=dense, nfev=0, status=np.full(K, DONE))
 
 
 @dataclass
@@ -79,16 +101,22 @@ class SecondOrderRows:
     ----------
     sh : Shooting
         The transcription; its provider must give second derivatives.
+    structural_zeros : bool, optional
+        Leave out the entries of ``Y_pp`` that are structurally zero
+        (`invimbed._control.ocp.sparsity`; default). False integrates every entry of
+        the active rows (the reference the sparse rows equal).
     """
 
-    def __init__(self, sh: Shooting) -> None:
+    def __init__(self, sh: Shooting, *, structural_zeros: bool = True) -> None:
         self.sh = sh
+        self.structural_zeros = structural_zeros
         n, m = sh.n, sh.m
         self.P = n + m
         self.E = self.P + int(sh.free_horizon)
         self.i1 = n + 1                                  # Y_p starts
         self.i2 = self.i1 + (n + 1) * self.P             # Y_pp starts (its active rows)
         self.active: np.ndarray | None = None            # rows of y whose Y_pp can be nonzero
+        self.columns: np.ndarray | None = None           # the entries of Y_pp[active] carried
         self._evals = None
 
     def _evaluators(self):
@@ -136,6 +164,22 @@ class SecondOrderRows:
         W[:, n:, n:] = np.eye(self.sh.m)
         return W
 
+    def _carried(self, t: np.ndarray, S: np.ndarray, U: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """``(active, columns)``: the rows of ``y`` whose ``Y_pp`` can be nonzero and the
+        flat positions in ``Y_pp[active]`` (A, P, P) of the entries integrated: the
+        structurally nonzero ones of `invimbed._control.ocp.sparsity.row_pattern` for a
+        sympy provider (exact zeros left out), else every entry of the rows found by
+        `_active_rows`."""
+        pattern = row_pattern(self.sh.prov)
+        if pattern is None:
+            active = self._active_rows(t, S, U)
+            return active, np.arange(active.size * self.P * self.P)
+        active = np.flatnonzero(pattern.Y_pp.any(axis=(1, 2)))
+        if not self.structural_zeros:
+            return active, np.arange(active.size * self.P * self.P)
+        return active, np.flatnonzero(pattern.Y_pp[active])
+
     def _active_rows(self, t: np.ndarray, S: np.ndarray, U: np.ndarray) -> np.ndarray:
         """The rows ``i`` of ``y`` whose ``Y_pp[i]`` can be nonzero: those with
         ``g_ww[i]`` nonzero, and those whose ``g_z[i]`` reads such a row (the closure),
@@ -161,19 +205,26 @@ class SecondOrderRows:
             active = grown
 
     # -- the ensemble solve -----------------------------------------------------------
-    def solve(self, w: np.ndarray, *, record: bool = False):
+    def solve(self, w: np.ndarray, *, record: bool = False,
+              first_order: Callable | None = None):
         """One ensemble solve of the ``K`` rows with second-order sensitivities.
 
         Returns ``(out, S, U, t)``: the `RowsOutcome` and the node states, controls and
-        node times at ``w``. Raises `SolverFailure` where a row fails."""
+        node times at ``w``. Raises `SolverFailure` where a row fails. Where no entry of
+        ``Y_pp`` can be nonzero (``f`` and ``R`` linear in ``(z, u)``) the rows are the
+        first-order ones: ``first_order(w)`` (the NLP's cached `IntervalSolve`, with its
+        dense output) serves them, if given, without a solve of their own (``out.nfev``
+        0)."""
         sh = self.sh
         n, K, P = sh.n, sh.K, self.P
         S, U, H = sh.unpack(np.asarray(w, dtype=float))
         t = sh.times(H)
         i1, i2 = self.i1, self.i2
         if self.active is None:
-            self.active = self._active_rows(t[:-1], S[:-1], U)
-        A = self.active
+            self.active, self.columns = self._carried(t[:-1], S[:-1], U)
+        A, cols = self.active, self.columns
+        if cols.size == 0 and first_order is not None:
+            return _first_order_rows(first_order(w), n, P), S, U, t
         Az = A[A < n]                                        # active state rows
         pos_z = np.flatnonzero(A < n)
 
@@ -181,7 +232,9 @@ class SecondOrderRows:
             z, u = y[:, :n], U[rows]
             B = len(rows)
             Yp = y[:, i1:i2].reshape(B, n + 1, P)
-            Ypp = y[:, i2:].reshape(B, A.size, P, P)
+            Ypp = np.zeros((B, A.size * P * P))
+            Ypp[:, cols] = y[:, i2:]
+            Ypp = Ypp.reshape(B, A.size, P, P)
             gw = self._g_w(tt, z, u)
             W = self._W(Yp)
             dYp = np.matmul(gw, W)
@@ -189,24 +242,29 @@ class SecondOrderRows:
             coupled = gw[:, A][:, :, Az] @ Ypp[:, pos_z].reshape(B, Az.size, P * P)
             dYpp = (coupled.reshape(B, -1)
                     + (np.swapaxes(Wb, 2, 3) @ self._g_ww(tt, z, u)[:, A] @ Wb).reshape(B, -1))
-            return np.concatenate([self._g(tt, z, u), dYp.reshape(B, -1), dYpp], axis=1)
+            return np.concatenate([self._g(tt, z, u), dYp.reshape(B, -1), dYpp[:, cols]],
+                                  axis=1)
 
-        y0 = np.zeros((K, i2 + A.size * P * P))
+        y0 = np.zeros((K, i2 + cols.size))
         y0[:, :n] = S[:-1]
         Y0 = np.zeros((K, n + 1, P))
         Y0[:, np.arange(n), np.arange(n)] = 1.0
         y0[:, i1:i2] = Y0.reshape(K, -1)
+        # the steps of every entry of Y_pp[active] carried: the error norm is an rms over
+        # the columns, and the structural zeros left out add 0 to its sum but counted in
+        # its mean; tolerances scaled by sqrt(all / carried) give the same norm
+        c = np.sqrt((i2 + A.size * P * P) / y0.shape[1])
         loose = np.arange(y0.shape[1]) >= i2        # Y_pp: its own, looser tolerances
-        rtol = np.where(loose, HESSIAN_TOL_FACTOR * sh.rtol, sh.rtol)
-        atol = np.where(loose, HESSIAN_TOL_FACTOR * sh.atol, sh.atol)
+        rtol = c * np.where(loose, HESSIAN_TOL_FACTOR * sh.rtol, sh.rtol)
+        atol = c * np.where(loose, HESSIAN_TOL_FACTOR * sh.atol, sh.atol)
         kw = dict(tableau=sh.tableau, max_steps=sh.max_steps, first_step=sh.first_step,
                   max_step=sh.max_step, record=record)
-        point = second_order_rows(sh.prov, A, HESSIAN_TOL_FACTOR, sh.backend)
+        point = second_order_rows(sh.prov, A, HESSIAN_TOL_FACTOR, sh.backend, cols)
         if point is None:
             out = integrate_rows(rhs, t[:-1], t[1:], y0, rtol=rtol, atol=atol, **kw)
         else:   # compiled: Y_pp carried over HESSIAN_TOL_FACTOR (`second_order_rows`)
-            out = ocp_rows.integrate(point, t[:-1], t[1:], y0, U, rtol=sh.rtol, atol=sh.atol,
-                                     **kw)
+            out = ocp_rows.integrate(point, t[:-1], t[1:], y0, U, rtol=c * sh.rtol,
+                                     atol=c * sh.atol, **kw)
             out.y[:, i2:] *= HESSIAN_TOL_FACTOR
             if out.dense is not None:
                 out.dense.y_old[:, i2:] *= HESSIAN_TOL_FACTOR
@@ -256,7 +314,9 @@ class SecondOrderRows:
         z = y[:, :n]
         Yp = y[:, self.i1:self.i2].reshape(B, n + 1, P)
         Ypp = np.zeros((B, n + 1, P, P))
-        Ypp[:, self.active] = y[:, self.i2:].reshape(B, self.active.size, P, P)
+        carried = np.zeros((B, self.active.size * P * P))
+        carried[:, self.columns] = y[:, self.i2:]
+        Ypp[:, self.active] = carried.reshape(B, self.active.size, P, P)
         d1 = np.zeros((B, n + 1, E))
         d2 = np.zeros((B, n + 1, E, E))
         d1[:, :, :P] = Yp

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..._core.results.failures import row_failure_reason
 from ..._backends import ocp_rows
+from .sparsity import row_pattern
 from .variational import first_order_rows, variational_rhs
 
 from ..._core.integrators.ensemble import DONE, TABLEAUX, DenseRows, integrate_rows
@@ -268,7 +269,32 @@ class Shooting:
 
     def defect_structure(self) -> tuple[np.ndarray, np.ndarray]:
         """Rows and columns of the defects' Jacobian (COO), in the order of
-        `defect_jacobian`'s values."""
+        `defect_jacobian`'s values: the entries of ``F_s``, ``F_u`` that are not
+        structurally zero (`invimbed._control.ocp.sparsity`: ``Y_p``'s pattern, the closure
+        of the dependency graph of ``f`` over an interval; every entry for a provider
+        without symbolic derivatives)."""
+        rows, cols = self._defect_entries()
+        keep = self._defect_keep()
+        return rows[keep], cols[keep]
+
+    def _defect_keep(self) -> np.ndarray:
+        """Which entries of `_defect_entries` can be nonzero (found once)."""
+        if getattr(self, "_keep_defects", None) is None:
+            n, m, K = self.n, self.m, self.K
+            pattern = row_pattern(self.prov)
+            Yp = np.ones((n + 1, n + m), dtype=bool) if pattern is None else pattern.Y_p
+            per = [np.ones(n, dtype=bool), Yp[:n, n:].ravel(), Yp[:n, :n].ravel()]
+            if self.free_horizon:
+                per.append(np.ones(n, dtype=bool))
+            keep = np.tile(np.concatenate(per), (K, 1))
+            keep[0, n + n * m:n + n * m + n * n] = False
+            first = np.ones(keep.shape, dtype=bool)
+            first[0, n + n * m:n + n * m + n * n] = False
+            self._keep_defects = keep[first]
+        return self._keep_defects
+
+    def _defect_entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and columns of every entry of the defects' blocks."""
         n, m, K = self.n, self.m, self.K
         rows, cols = [], []
         for k in range(K):
@@ -295,7 +321,7 @@ class Shooting:
         vals = np.concatenate(parts, axis=1)
         keep = np.ones(vals.shape, dtype=bool)
         keep[0, n + n * m:n + n * m + n * n] = False
-        return vals[keep]
+        return vals[keep][self._defect_keep()]
 
     # -- inside the intervals --------------------------------------------------------
     def interior(self, w: np.ndarray, sol: IntervalSolve, fractions: np.ndarray

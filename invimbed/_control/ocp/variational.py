@@ -40,6 +40,7 @@ from ..._core.derivatives._sympy_input import numpy_printer
 from ..._core.derivatives.symbolic import SympyProvider, _lambdify_options
 from ..._core.inputs.validation import check_choice
 from ..._core.runtime.compile_cost import compiling
+from .sparsity import row_pattern, row_tensors
 
 _CACHE: "weakref.WeakKeyDictionary[Any, Callable]" = weakref.WeakKeyDictionary()
 
@@ -218,16 +219,21 @@ def _row_module(t_arg: Any, y_args: list, u_args: list, exprs: list) -> Any:
 
 
 def second_order_rows(provider: Any, active: np.ndarray, factor: float,
-                      backend: str = "auto") -> Any:
+                      backend: str = "auto", columns: np.ndarray | None = None) -> Any:
     """`compiled_rows` of the second-order rows of `invimbed._control.ocp.second_order`:
     ``y = (z, c, Y_p, Y_pp[active] / factor)`` with ``dY_p/dt = g_w W`` and ``dY_pp/dt =
     g_z Y_pp + W^T g_ww W`` (``W = [Y_p[:n]; 0 | I]``, ``g = (f, R)``); ``Y_pp`` is carried
     divided by ``factor`` (`second_order.HESSIAN_TOL_FACTOR`), so that the loop's one
-    tolerance measures it ``factor`` times more loosely in absolute terms. None with
-    ``backend="numpy"``."""
+    tolerance measures it ``factor`` times more loosely in absolute terms. ``columns``:
+    the flat positions in ``Y_pp[active]`` (A, P, P) carried (default all), the others
+    structurally zero (`invimbed._control.ocp.sparsity`). None with ``backend="numpy"``."""
     if backend == "numpy":
         return None
     active = tuple(int(a) for a in active)
+    P = provider.n_state + provider.n_theta
+    if columns is None:
+        columns = np.arange(len(active) * P * P)
+    columns = tuple(int(c) for c in columns)
 
     def build() -> tuple:
         import sympy as sp
@@ -235,38 +241,37 @@ def second_order_rows(provider: Any, active: np.ndarray, factor: float,
         n, m = provider.n_state, provider.n_theta
         P = n + m
         t_arg, z_args, u_args, rename = row_symbols(provider)
-
-        def tensor(which, dz, dth):
-            return sp.Array(provider.expression(which, dz, dth)).applyfunc(
-                lambda e: sp.sympify(e).xreplace(rename))
-
-        g_w, g_ww = [], []
-        for which in ("f", "R"):
-            z1, u1 = tensor(which, 1, 0), tensor(which, 0, 1)
-            zz, zu, uu = tensor(which, 2, 0), tensor(which, 1, 1), tensor(which, 0, 2)
-            for i in range(n if which == "f" else 1):
-                at = (lambda a, *k: a[(i, *k)]) if which == "f" else (lambda a, *k: a[k])
-                g_w.append([at(z1, k) for k in range(n)] + [at(u1, j) for j in range(m)])
-                g_ww.append(sp.Matrix(P, P, lambda p, q: (
-                    at(zz, p, q) if p < n and q < n else at(zu, p, q - n) if p < n
-                    else at(zu, q, p - n) if q < n else at(uu, p - n, q - n))))
+        g_w, g_ww = row_tensors(provider, rename)
+        pattern = row_pattern(provider)
         Yp = [[sp.Symbol(f"_Y{i}_{p}") for p in range(P)] for i in range(n + 1)]
-        Y2 = {a: [[sp.Symbol(f"_Z{a}_{p}_{q}") for q in range(P)] for p in range(P)]
-              for a in active}
-        W = sp.Matrix(P, P, lambda k, p: Yp[k][p] if k < n else int(p == k))
-        dYp = [sum((g_w[i][k] * W[k, p] for k in range(P)), sp.S.Zero)
+        carried = {tuple(int(i) for i in np.unravel_index(c, (len(active), P, P)))
+                   for c in columns}
+        Y2 = {a: [[sp.Symbol(f"_Z{a}_{p}_{q}") if (r, p, q) in carried else sp.S.Zero
+                   for q in range(P)] for p in range(P)] for r, a in enumerate(active)}
+        # W = [Y_p[:n]; 0 | I], its structural zeros (`sparsity.row_pattern`) as 0
+        W = [[(Yp[k][p] if pattern is None or pattern.Y_p[k, p] else sp.S.Zero) if k < n
+              else sp.S.One if p == k else sp.S.Zero for p in range(P)] for k in range(P)]
+
+        def dot(pairs):
+            return sp.Add(*(a * b for a, b in pairs if a != 0 and b != 0))
+        dYp = [dot((g_w[i, k], W[k][p]) for k in range(P))
                for i in range(n + 1) for p in range(P)]
         dY2 = []
-        for a in active:
-            quad = W.T * g_ww[a] * W
-            coupled = [[sum((g_w[a][b] * Y2[b][p][q] for b in active if b < n), sp.S.Zero)
-                        for q in range(P)] for p in range(P)]
-            dY2 += [coupled[p][q] + quad[min(p, q), max(p, q)] / factor
-                    for p in range(P) for q in range(P)]
+        for r, a in enumerate(active):
+            for p in range(P):
+                for q in range(P):
+                    if (r, p, q) not in carried:
+                        continue
+                    lo, hi = min(p, q), max(p, q)      # W^T g_ww W, symmetric
+                    quad = dot((W[k][lo] * W[l][hi], g_ww[a, k, l])
+                               for k in range(P) for l in range(P))
+                    coupled = dot((g_w[a, b], Y2[b][p][q]) for b in active if b < n)
+                    dY2.append(coupled + quad / factor)
         f = [sp.sympify(e).xreplace(rename) for e in provider.expression("f")]
         R = sp.sympify(provider.expression("R")).xreplace(rename)
         y_args = [*z_args, None, *(s for row in Yp for s in row),
-                  *(Y2[a][p][q] for a in active for p in range(P) for q in range(P))]
+                  *(Y2[a][p][q] for r, a in enumerate(active) for p in range(P)
+                    for q in range(P) if (r, p, q) in carried)]
         return t_arg, y_args, u_args, [*f, R, *dYp, *dY2]
 
-    return compiled_rows(provider, ("second", active, float(factor)), build)
+    return compiled_rows(provider, ("second", active, float(factor), columns), build)
