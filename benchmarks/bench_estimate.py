@@ -12,8 +12,9 @@ For each problem, jet order ``K`` and depth ``s = q - p`` the script compares
 * their ratio, true / estimate (1: exact; above 1: the estimate understates the error);
 * the verdicts at each ``tol`` (numpy.isclose semantics per field and component,
   ``|err| <= atol + rtol |field|``; default ``0.1``, ``1e-3``, ``1e-6`` meaning
-  ``(rtol, atol) = (t, t)``, and ``(0, 0.1)``, absolute only), per depth over all four
-  fields: **without** the ratio test (the estimate alone against ``tol``, computed from
+  ``(rtol, atol) = (t, t)``, and ``(0, 0.1)``, absolute only), per depth over every
+  field the estimate covers (the four and ``depth_grad``, as ``solve_imbedding``'s
+  verdict): **without** the ratio test (the estimate alone against ``tol``, computed from
   ``error_estimate`` and checked against ``solve_imbedding(..., tol=t,
   ratio_test=False)``'s ``converged`` at the first ``tol``) and **with** it
   (``solve_imbedding(..., tol=t)``'s ``converged``, the default: one sweep per ``tol``).
@@ -213,9 +214,9 @@ def measure(name: str, pb, x, control, s_list, orders, tols):
                 plain = res
                 if res is None:
                     break
-                for tt in tols:     # the estimate alone against tt, every field
+                for tt in tols:     # the estimate alone against tt, every estimated field
                     ok = np.isfinite(field_max(res.z))
-                    for f in FIELDS:
+                    for f in [k for k in (*FIELDS, "depth_grad") if k in res.error_estimate]:
                         e = np.asarray(res.error_estimate[f], float)
                         F = np.abs(np.asarray(res[f], float))
                         w = (e <= tt[1] + tt[0] * F).reshape(depths.size, -1)
