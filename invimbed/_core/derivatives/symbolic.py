@@ -343,24 +343,25 @@ class SympyProvider(DerivativeProvider):
 
     def _numba_module(self, repl: list, reduced: list, sample: tuple | None = None) -> Any:
         """The generated numba code of one request (`invimbed._core.derivatives._codegen`):
-        ``point(t, z (N,), theta (M,), out)`` computing the cse'd expressions at one
-        sample, the batch loop ``kernel`` that ``compile="numba"`` calls, and with
-        ``sample = (n_values, gather, shape)`` the per-sample tensor ``sample`` that
-        ``backend="numba"`` calls. One code generator for both; cached on disk."""
-        body: list[str] = []
+        the batch loop ``kernel`` over ``point(t, z (N,), theta (M,), out)`` that
+        ``compile="numba"`` calls, or, with ``sample = (gather, shape, terminal)``, the one
+        per-sample function ``sample`` (``sample_T``) that ``backend="numba"`` calls. One
+        code printer for both; cached on disk."""
         try:
-            if reduced:
+            if sample is not None:
+                gather, shape, terminal = sample
+                body = _codegen.sample_source(self._t_arg, self._z_args, self._th_args, repl,
+                                              reduced, gather, shape, self.n_theta, terminal)
+            elif reduced:
                 body = _codegen.point_source(self._t_arg, self._z_args, self._th_args,
                                              repl, reduced)
+            else:
+                body = []
         except Exception as exc:  # sympy's PrintMethodNotImplementedError and friends
             raise ValueError(
                 f"compile='numba' and backend='numba' cannot print an expression as plain "
                 f"Python ({exc}); use compile=None and backend='numpy' for this problem"
             ) from exc
-        if sample is not None:
-            n_values, gather, shape = sample
-            body += [""] * 2 + _codegen.sample_source(n_values, gather, shape, self.n_theta,
-                                                      has_point=bool(reduced))
         return _codegen.load(body)
 
     def sample_function(self, which: str, dz: int = 0, dth: int = 0) -> Callable:
@@ -379,7 +380,7 @@ class SympyProvider(DerivativeProvider):
             exprs, gather, shape = self._entries("tensor", which, dz, dth)
             self.codegen_calls += 1
             repl, reduced = self._cse(exprs) if exprs else ([], [])
-            module = self._numba_module(repl, reduced, (len(exprs), gather, shape))
+            module = self._numba_module(repl, reduced, (gather, shape, which == "T"))
             fn = module.sample_T if which == "T" else module.sample
             self._compiled[key] = fn
         return fn
