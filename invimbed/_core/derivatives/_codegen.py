@@ -9,8 +9,11 @@ One module of Python source per request of `SympyProvider`, holding
   ``compile="numba"`` calls for a batch; ``kernel_rows`` the same with a time per row
   (``t`` of shape (B,));
 * for a per-sample derivative (`SympyProvider.sample_function`, what ``backend="numba"``
-  calls), instead, one function ``sample(t, z, th)`` (``sample_T(z)`` for the terminal
-  loss) computing the expressions and returning the full tensor.
+  calls), also one function ``sample(t, z, th)`` (``sample_T(z)`` for the terminal
+  loss) computing the same expressions and returning the full tensor, and the map
+  ``GATHER`` from the tensor's entries to ``point``'s values (what the CUDA kernel
+  reads). numba compiles a function when it is first called, so each process compiles
+  only what it runs.
 
 The source is written to ``$INVIMBED_CACHE`` (default ``~/.cache/invimbed/codegen``)
 under the name of its SHA-256 and imported from there, so numba's ``cache=True`` keeps
@@ -91,15 +94,19 @@ def sample_source(t_arg: Any, z_args: tuple, th_args: tuple, repl: list, reduced
     (``gather[k]``: the value of flat entry ``k``, ``len(reduced)`` for a zero).
 
     One function, not ``sample`` over ``point``: numba compiles each function of a module
-    on its own, and the gather of a buffer (a fancy index and a reshape) cost more to
-    compile than the expressions; this form compiles in about a third of the time."""
+    on its own (when it is first called), and the gather of a buffer (a fancy index and a
+    reshape) cost more to compile than the expressions; this form compiles in about half
+    the time. ``GATHER`` is written too, for the CUDA kernel, which calls the module's
+    ``point`` and reads the tensor's entries through it."""
     n = len(reduced)
     names = [f"_v{j}" for j in range(n)]
+    idx = ", ".join(str(int(g)) for g in gather)
+    lines = [f"GATHER = np.array([{idx}], dtype=np.int64)", "", ""]
     if terminal:
-        lines = [f"NO_THETA = np.zeros({n_theta})", "", "", "@_jit", "def sample_T(z):",
-                 "    t = 0.0", "    th = NO_THETA"]
+        lines += [f"NO_THETA = np.zeros({n_theta})", "", "", "@_jit", "def sample_T(z):",
+                  "    t = 0.0", "    th = NO_THETA"]
     else:
-        lines = ["@_jit", "def sample(t, z, th):"]
+        lines += ["@_jit", "def sample(t, z, th):"]
     if n:
         lines += assignment_lines(t_arg, z_args, th_args, repl, list(zip(names, reduced)))
     entries = [(k, int(g)) for k, g in enumerate(gather) if int(g) < n]

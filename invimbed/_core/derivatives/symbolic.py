@@ -343,20 +343,20 @@ class SympyProvider(DerivativeProvider):
 
     def _numba_module(self, repl: list, reduced: list, sample: tuple | None = None) -> Any:
         """The generated numba code of one request (`invimbed._core.derivatives._codegen`):
-        the batch loop ``kernel`` over ``point(t, z (N,), theta (M,), out)`` that
-        ``compile="numba"`` calls, or, with ``sample = (gather, shape, terminal)``, the one
-        per-sample function ``sample`` (``sample_T``) that ``backend="numba"`` calls. One
-        code printer for both; cached on disk."""
+        ``point(t, z (N,), theta (M,), out)`` computing the cse'd expressions at one
+        sample and the batch loop ``kernel`` over it that ``compile="numba"`` calls; with
+        ``sample = (gather, shape, terminal)`` also the per-sample function ``sample``
+        (``sample_T``) that ``backend="numba"`` calls, and the ``GATHER`` map through which
+        the CUDA kernel reads ``point``'s values. One code printer for all; numba compiles
+        only the functions called; cached on disk."""
         try:
+            body = (_codegen.point_source(self._t_arg, self._z_args, self._th_args, repl,
+                                          reduced) if reduced else [])
             if sample is not None:
                 gather, shape, terminal = sample
-                body = _codegen.sample_source(self._t_arg, self._z_args, self._th_args, repl,
-                                              reduced, gather, shape, self.n_theta, terminal)
-            elif reduced:
-                body = _codegen.point_source(self._t_arg, self._z_args, self._th_args,
-                                             repl, reduced)
-            else:
-                body = []
+                body += [""] * 2 + _codegen.sample_source(
+                    self._t_arg, self._z_args, self._th_args, repl, reduced, gather, shape,
+                    self.n_theta, terminal)
         except Exception as exc:  # sympy's PrintMethodNotImplementedError and friends
             raise ValueError(
                 f"compile='numba' and backend='numba' cannot print an expression as plain "
