@@ -18,7 +18,7 @@ from invimbed._core.results.results import Draft
 from invimbed._core.results.status import Status
 from invimbed._core.sweep.accuracy import RATIO_FLOOR, RATIO_MAX, assess
 from invimbed._core.setup.settings import Accuracy
-from invimbed._core.sweep.orders import next_order, raise_order
+from invimbed._core.sweep.orders import raise_order
 
 
 @dataclass
@@ -114,6 +114,8 @@ def test_the_skip_is_per_pair():
 
 
 def test_next_order():
+    from invimbed._core.sweep.orders import next_order
+
     more = np.array([1.0, 0.2, 3.0, 1.0, np.inf])
     top = np.array([0.9, 0.9, 0.9, 0.1, 0.9])
     assert next_order(4, more, top).tolist() == [6, 6, 7, 5, np.inf]
