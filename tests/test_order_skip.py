@@ -139,3 +139,44 @@ def test_assess_gives_the_ratio_of_the_look_ahead_pair():
     np.testing.assert_allclose(v.top[:, 0], [0.38 / 0.37, 0.2, 0.0])
     assert v.top[0, 0] > RATIO_MAX and 5e-3 < RATIO_FLOOR
     assert assess(np.array([-1.0, -2.0, -3.0]), fields, est, lower, acc).top is None
+
+
+def test_the_look_ahead_pair_is_the_next_orders_lower_pair(monkeypatch):
+    """What the rule rests on: the differences ``(d_K, d_(K+1))`` that order ``K``'s
+    look-ahead measures are those order ``K + 1``'s ratio test takes (the same partial
+    sums, up to the two sweeps' integration error), and the sweep's draft carries their
+    ratio as ``"_top"``. Pendulum of tests/problems.py, one depth, orders 1 and 2 swept
+    alone."""
+    import invimbed
+    from invimbed._core.sweep import accuracy, orders
+    from problems import sympy_pendulum
+
+    chains, tops = [], []
+    real, timed = accuracy.orders_needed, orders._timed
+
+    def spy(chain, offset):
+        chains.append(chain)
+        return real(chain, offset)
+
+    def spy_timed(kind, fn, *args, **kw):
+        out, t = timed(kind, fn, *args, **kw)
+        tops.append(out.get("_top"))
+        return out, t
+
+    monkeypatch.setattr(accuracy, "orders_needed", spy)
+    monkeypatch.setattr(orders, "_timed", spy_timed)
+    pb, w = sympy_pendulum(), invimbed.Constant([0.2, 0.3])
+    for K in (1, 2):
+        invimbed.solve_imbedding(pb, [0.5, 0.5], [-1.0], control=w, tol=1e-5, order=K,
+                                 max_order=K)
+    (low, top), nxt = chains, chains[1]
+    ratio = 0.0
+    for k in low[-1]:
+        d_K, d_K1 = low[1][k].ravel(), low[2][k].ravel()
+        # in units of the tolerance at the fields of orders K and K + 1 (whose scales
+        # differ where the field does: adjoint's by 11% here), so only their ratio agrees
+        if max(d_K[0], d_K1[0]) > RATIO_FLOOR:
+            np.testing.assert_allclose(d_K1 / d_K, nxt[1][k].ravel() / nxt[0][k].ravel(),
+                                       rtol=1e-3, err_msg=k)
+            ratio = max(ratio, d_K1[0] / d_K[0])
+    assert ratio > 0.05 and tops[0].ravel()[0] == pytest.approx(ratio, rel=1e-12)
