@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from invimbed._core.results.results import Draft
+from invimbed._core.results.results import DROP, Draft
 from invimbed._core.results.status import Status
 from invimbed._core.sweep.accuracy import RATIO_FLOOR, RATIO_MAX, assess
 from invimbed._core.setup.settings import Accuracy
@@ -180,3 +180,16 @@ def test_the_look_ahead_pair_is_the_next_orders_lower_pair(monkeypatch):
                                        rtol=1e-3, err_msg=k)
             ratio = max(ratio, d_K1[0] / d_K[0])
     assert ratio > 0.05 and tops[0].ravel()[0] == pytest.approx(ratio, rel=1e-12)
+
+
+def test_a_ratio_is_not_carried_past_the_sweep_that_measured_it():
+    """Order 1's look-ahead ratio (1.5, about order 2) sends the pair to order 3; order 3's
+    sweep has no look-ahead (derivatives run out), so nothing is known of order 4's test:
+    order 4 is swept next, not order 5."""
+    def later(K, n):
+        if K == 3:
+            return draft(n, False, more=1.0).but(_top=DROP)
+        return draft(n, True, more=0.0, top=0.1)
+
+    res, swept = loop(draft(1, False, more=1.0, top=1.5), later)
+    assert swept == [1, 3, 4] and res.converged[0] and res.depth_order[0] == 4

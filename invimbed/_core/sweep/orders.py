@@ -3,16 +3,15 @@
 
 `raise_order` sweeps at the starting order, then, for the (depth, input) pairs not yet
 converged, predicts from the ratio of the jet series' last two differences
-(`invimbed._core.sweep.accuracy.orders_needed`) the order each one needs, and sweeps next at
-the lowest of those orders (skipping the orders no pair is predicted to converge at, and,
-for a pair, the order ``K + 1`` whose ratio test order ``K`` already saw refuse it:
-`next_order`). A pair is stopped at once where that order exceeds ``max_order`` or the
-series diverges (ratio >= 1), and,
-with ``fallback="adjoint"``, where the exact solve is predicted to cost less than the
-sweeps still needed. The next order is swept only down to the deepest pair still
-raised. Every pair keeps the fields of the order that converged it (or, failing that,
-of the highest order that reached it with finite values): a higher order that fails
-loses nothing a lower one had found.
+(`invimbed._core.sweep.accuracy.orders_needed`) the order each one needs, and sweeps
+next at the lowest of those orders (skipping the orders no pair is predicted to converge
+at, and, for a pair, the order ``K + 1`` whose ratio test order ``K`` already saw refuse
+it: `next_order`). A pair is stopped at once where that order exceeds ``max_order`` or
+the series diverges (ratio >= 1), and, with ``fallback="adjoint"``, where the exact
+solve is predicted to cost less than the sweeps still needed. The next order is swept
+only down to the deepest pair still raised. Every pair keeps the fields of the order
+that converged it (or, failing that, of the highest order that reached it with finite
+values): a higher order that fails loses nothing a lower one had found.
 """
 
 from __future__ import annotations
@@ -101,16 +100,15 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
     The rule (docs/accuracy.md): after the sweep of order ``K``, a pair not converged is
     predicted to need order ``K*`` (`next_order`: at least ``K + 2`` where the ratio of
     ``d_(K+1) / d_K``, which order ``K + 1``'s ratio test takes, refuses it already); it is
-    stopped if ``K* > top`` or ``K* = inf``. With a
-    probe, the sweeps of orders ``K + 1 .. k`` are predicted to cost
-    ``c_K (g + g^2 + ... + g^(k - K))`` (``c_K`` the measured cost of order ``K``, ``g``
-    the measured growth per order, `COST_GROWTH` before two are measured), the exact solve
-    ``m t`` for ``m`` pairs (``t`` the probe's time, measured once, on the deepest pair);
-    the loop goes on to the ``k`` that saves the most, ``m_k t - cost(k)`` with ``m_k`` the
-    pairs predicted to converge by ``k`` (the others stop at once), and stops where no ``k``
-    saves anything. The next sweep is of the lowest order predicted for a pair still
-    raised (at least ``K + 1``): the orders between, which no pair is predicted to
-    converge at, are skipped.
+    stopped if ``K* > top`` or ``K* = inf``. With a probe, the sweeps of orders
+    ``K + 1 .. k`` are predicted to cost ``c_K (g + g^2 + ... + g^(k - K))`` (``c_K`` the
+    measured cost of order ``K``, ``g`` the measured growth per order, `COST_GROWTH` before
+    two are measured), the exact solve ``m t`` for ``m`` pairs (``t`` the probe's time,
+    measured once, on the deepest pair); the loop goes on to the ``k`` that saves the most,
+    ``m_k t - cost(k)`` with ``m_k`` the pairs predicted to converge by ``k`` (the others
+    stop at once), and stops where no ``k`` saves anything. The next sweep is of the lowest
+    order predicted for a pair still raised (at least ``K + 1``): the orders between, which
+    no pair is predicted to converge at, are skipped.
     """
     res, cost = _timed("sweep", sweep, setup, order)
     costs = {order: cost}
@@ -187,9 +185,12 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
         _merge(setup, res, sub, rows, got)
         ii, bb = np.nonzero(got)
         at[rows[ii], bb] = K
-        for name, arr in (("_bound", bound), ("_more", more), ("_top", top_ratio)):
+        for name, arr in (("_bound", bound), ("_more", more)):
             if name in sub:
                 arr[rows[ii], bb] = _pairs(setup, sub[name])[ii, bb]
+        # the ratio the next order's test takes: from this sweep's own look-ahead only
+        top_ratio[rows[ii], bb] = (_pairs(setup, sub["_top"])[ii, bb] if "_top" in sub
+                                   else np.nan)
         if sub.get("series_ratio") is not None:
             ratio[rows[ii], bb] = _pairs(setup, sub.series_ratio)[ii, bb]
         accepted[rows[ii], bb] |= _pairs(setup, sub.converged)[ii, bb]
