@@ -287,7 +287,7 @@ def _reason(why: int, K: int, bound: float, ratio: float, more: float, top_ratio
         if need > K + np.ceil(more):            # order K + 1 skipped: certain to be refused
             return "estimate_large", (
                 f"{at}; order {K + 1} cannot reach it (its ratio test takes the ratio "
-                f"d_{K + 1} / d_{K} = {top_ratio:.2g} that order {K} already measured, and "
+                f"d_{K + 1} / d_{K} = {top_ratio:.3g} that order {K} already measured, and "
                 f"at most {RATIO_MAX:g} is needed), and order {need} is beyond "
                 f"max_order={top}")
         return "estimate_large", (
