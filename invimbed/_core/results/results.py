@@ -58,7 +58,7 @@ OPTIONAL_FIELDS = (
 )
 #: Keys of a sweep's draft only (`invimbed._core.sweep.orders` takes them off before the
 #: result is built).
-PRIVATE_FIELDS = ("_bound", "_more", "_nsteps")
+PRIVATE_FIELDS = ("_bound", "_more", "_top", "_nsteps")
 #: Every field an `ImbeddingResult` may hold.
 FIELDS = frozenset(COMMON_FIELDS + OPTIONAL_FIELDS + PRIVATE_FIELDS)
 #: The fields of every result, of every solver (`Result`).

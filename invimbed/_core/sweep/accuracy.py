@@ -44,6 +44,9 @@ class Verdict:
     warnings: list
     message: str
     more: np.ndarray | None = None   # (n, B) further orders predicted (`orders_needed`)
+    #: (n, B) the ratio ``d_(K+1) / d_K`` of the look-ahead pair, the one order ``K + 1``'s
+    #: ratio test takes (0 where negligible; None without the look-ahead)
+    top: np.ndarray | None = None
 
     @property
     def all_converged(self) -> bool:
@@ -112,7 +115,7 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
     ratio = np.full((n, B), np.nan)
     refused = np.zeros((n, B), bool)
     bound = e * safety
-    more = None
+    more = top = None
     chain = [d for d in (lower, errors, upper) if d is not None]
     if len(chain) > 1:
         weighted = [_weighted(d, fields, accuracy, n, B)[1] for d in chain]
@@ -120,11 +123,15 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
         ratio = np.zeros((n, B))
         floor = RATIO_FLOOR if accuracy.checked else DEFAULT_RATIO_FLOOR
         for a, b in zip(weighted[:-1], weighted[1:]):
+            pair = np.zeros((n, B))
             for k in a:
                 negligible = (a[k] <= floor) & (b[k] <= floor)
                 with np.errstate(divide="ignore", invalid="ignore"):
                     r = np.where(a[k] > 0, b[k] / a[k], np.inf)
-                ratio = np.maximum(ratio, np.where(negligible, 0.0, r))
+                pair = np.maximum(pair, np.where(negligible, 0.0, r))
+            ratio = np.maximum(ratio, pair)
+        if upper is not None:
+            top = pair                  # the last pair: (d_K, d_(K+1))
         refused = ratio > RATIO_MAX
         r = np.minimum(ratio, RATIO_MAX)
         if upper is not None:
@@ -164,7 +171,7 @@ def assess(depths: np.ndarray, fields: dict, errors: dict, lower: dict | None,
                    f"(depth, input) pairs): {why}. The fields there are approximate; "
                    f"{remedy or REMEDY}.")
         warnings.append(_warning(code, message, p))
-    return Verdict(converged, bound, ratio, refused, warnings, message, more)
+    return Verdict(converged, bound, ratio, refused, warnings, message, more, top)
 
 
 def safety_factor(accuracy: Accuracy) -> float:

@@ -189,8 +189,9 @@ def collect_results(setup: Setup, outcome: Any, per_depth: Any,
 
     ``predict=True`` (the order loop of `invimbed._core.sweep.orders`) adds the private keys
     ``"_bound"`` (the verdict's error bound in units of the tolerance), ``"_more"``
-    (`invimbed._core.sweep.accuracy.orders_needed`, where the ratio test ran) and ``"_nsteps"``
-    (the integrator's steps, or None), which the caller removes.
+    (`invimbed._core.sweep.accuracy.orders_needed`, where the ratio test ran), ``"_top"``
+    (the ratio of the look-ahead pair, `Verdict.top`, where the look-ahead ran) and
+    ``"_nsteps"`` (the integrator's steps, or None), which the caller removes.
     """
     success, message = outcome.success, outcome.message
     warnings = list(warnings or [])
@@ -297,6 +298,8 @@ def _verdict(setup: Setup, outcome: Any, stacked: dict, errors: dict | None,
             extra["_bound"] = verdict.estimate
             if verdict.more is not None:
                 extra["_more"] = verdict.more
+            if verdict.top is not None:
+                extra["_top"] = verdict.top
     return pack_result(setup, stacked, success=success, status=status, message=message,
                        nfev=outcome.nfev, closure=closure, method=method,
                        error_estimate=errors, converged=converged, series_ratio=ratio,

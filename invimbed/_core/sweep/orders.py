@@ -3,14 +3,15 @@
 
 `raise_order` sweeps at the starting order, then, for the (depth, input) pairs not yet
 converged, predicts from the ratio of the jet series' last two differences
-(`invimbed._core.sweep.accuracy.orders_needed`) the order each one needs, and sweeps next at
-the lowest of those orders (skipping the orders no pair is predicted to converge at). A pair is stopped at
-once where that order exceeds ``max_order`` or the series diverges (ratio >= 1), and,
-with ``fallback="adjoint"``, where the exact solve is predicted to cost less than the
-sweeps still needed. The next order is swept only down to the deepest pair still
-raised. Every pair keeps the fields of the order that converged it (or, failing that,
-of the highest order that reached it with finite values): a higher order that fails
-loses nothing a lower one had found.
+(`invimbed._core.sweep.accuracy.orders_needed`) the order each one needs, and sweeps
+next at the lowest of those orders (skipping the orders no pair is predicted to converge
+at, and, for a pair, the order ``K + 1`` whose ratio test order ``K`` already saw refuse
+it: `next_order`). A pair is stopped at once where that order exceeds ``max_order`` or
+the series diverges (ratio >= 1), and, with ``fallback="adjoint"``, where the exact
+solve is predicted to cost less than the sweeps still needed. The next order is swept
+only down to the deepest pair still raised. Every pair keeps the fields of the order
+that converged it (or, failing that, of the highest order that reached it with finite
+values): a higher order that fails loses nothing a lower one had found.
 """
 
 from __future__ import annotations
@@ -97,16 +98,17 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
     whether it succeeded; its time prices the exact solve of one pair.
 
     The rule (docs/accuracy.md): after the sweep of order ``K``, a pair not converged is
-    predicted to need order ``K*``; it is stopped if ``K* > top`` or ``K* = inf``. With a
-    probe, the sweeps of orders ``K + 1 .. k`` are predicted to cost
-    ``c_K (g + g^2 + ... + g^(k - K))`` (``c_K`` the measured cost of order ``K``, ``g``
-    the measured growth per order, `COST_GROWTH` before two are measured), the exact solve
-    ``m t`` for ``m`` pairs (``t`` the probe's time, measured once, on the deepest pair);
-    the loop goes on to the ``k`` that saves the most, ``m_k t - cost(k)`` with ``m_k`` the
-    pairs predicted to converge by ``k`` (the others stop at once), and stops where no ``k``
-    saves anything. The next sweep is of the lowest order predicted for a pair still
-    raised (at least ``K + 1``): the orders between, which no pair is predicted to
-    converge at, are skipped.
+    predicted to need order ``K*`` (`next_order`: at least ``K + 2`` where the ratio of
+    ``d_(K+1) / d_K``, which order ``K + 1``'s ratio test takes, refuses it already); it is
+    stopped if ``K* > top`` or ``K* = inf``. With a probe, the sweeps of orders
+    ``K + 1 .. k`` are predicted to cost ``c_K (g + g^2 + ... + g^(k - K))`` (``c_K`` the
+    measured cost of order ``K``, ``g`` the measured growth per order, `COST_GROWTH` before
+    two are measured), the exact solve ``m t`` for ``m`` pairs (``t`` the probe's time,
+    measured once, on the deepest pair); the loop goes on to the ``k`` that saves the most,
+    ``m_k t - cost(k)`` with ``m_k`` the pairs predicted to converge by ``k`` (the others
+    stop at once), and stops where no ``k`` saves anything. The next sweep is of the lowest
+    order predicted for a pair still raised (at least ``K + 1``): the orders between, which
+    no pair is predicted to converge at, are skipped.
     """
     res, cost = _timed("sweep", sweep, setup, order)
     costs = {order: cost}
@@ -117,9 +119,10 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
     accepted = _pairs(setup, conv).copy()
     bound = _pairs(setup, res.get("_bound", np.full(np.shape(conv), np.nan))).copy()
     more = _pairs(setup, res.get("_more", np.ones(np.shape(conv)))).copy()
+    top_ratio = _pairs(setup, res.get("_top", np.full(np.shape(conv), np.nan))).copy()
     steps = res.get("_nsteps")
     budget = None if steps is None else max(RAISE_STEPS * int(steps), RAISE_STEPS_MIN)
-    res = res.but(_bound=DROP, _more=DROP, _nsteps=DROP)
+    res = res.but(_bound=DROP, _more=DROP, _top=DROP, _nsteps=DROP)
     ratio = (_pairs(setup, res["series_ratio"]).copy() if res.get("series_ratio") is not None
              else np.full((n, B), np.nan))
     at = np.full((n, B), order)                      # the order each pair's fields are of
@@ -133,7 +136,7 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
         if K >= top:
             why[active] = AT_TOP
             break
-        need = K + np.ceil(more)
+        need = next_order(K, more, top_ratio)
         why[active & ~np.isfinite(need)] = DIVERGES
         why[active & np.isfinite(need) & (need > top)] = BEYOND
         active &= why == 0
@@ -185,12 +188,26 @@ def raise_order(setup: Any, sweep: Callable, *, order: int, top: int,
         for name, arr in (("_bound", bound), ("_more", more)):
             if name in sub:
                 arr[rows[ii], bb] = _pairs(setup, sub[name])[ii, bb]
+        # the ratio the next order's test takes: from this sweep's own look-ahead only
+        top_ratio[rows[ii], bb] = (_pairs(setup, sub["_top"])[ii, bb] if "_top" in sub
+                                   else np.nan)
         if sub.get("series_ratio") is not None:
             ratio[rows[ii], bb] = _pairs(setup, sub.series_ratio)[ii, bb]
         accepted[rows[ii], bb] |= _pairs(setup, sub.converged)[ii, bb]
         active &= ~accepted
-    return _finish(setup, res, accepted, at, why, bound, ratio, more, top, nfev, run,
-                   failures)
+    return _finish(setup, res, accepted, at, why, bound, ratio, more, top_ratio, top,
+                   nfev, run, failures)
+
+
+def next_order(K: int, more: np.ndarray, top_ratio: np.ndarray) -> np.ndarray:
+    """The order each pair needs after the sweep of order ``K``: ``K`` plus the orders
+    predicted (``more``, `invimbed._core.sweep.accuracy.orders_needed`, rounded up), and
+    at least ``K + 2`` where order ``K + 1`` cannot converge the pair: its ratio test takes
+    the differences ``(d_K, d_(K+1))`` that order ``K``'s look-ahead measured
+    (``top_ratio``, `invimbed._core.sweep.accuracy.Verdict.top`), and where their ratio is
+    above `RATIO_MAX` it refuses them (up to the integration error of the two sweeps)."""
+    need = K + np.ceil(more)
+    return np.where(top_ratio > RATIO_MAX, np.maximum(need, K + 2), need)
 
 
 def _worth(need: np.ndarray, K: int, costs: dict, top: int, t_exact: float) -> int:
@@ -223,7 +240,8 @@ def _merge(setup: Any, res: Draft, sub: Draft, rows: np.ndarray,
 
 def _finish(setup: Any, res: Draft, accepted: np.ndarray, at: np.ndarray,
             why: np.ndarray, bound: np.ndarray, ratio: np.ndarray, more: np.ndarray,
-            top: int, nfev: int, orders_run: list, failures: list) -> Draft:
+            top_ratio: np.ndarray, top: int, nfev: int, orders_run: list,
+            failures: list) -> Draft:
     """The merged result: converged, status, message and warnings of every pair."""
     shape = (lambda a: a) if setup.batched else (lambda a: a[:, 0])
     res = res.but(converged=shape(accepted), depth_order=shape(at), orders_run=orders_run,
@@ -244,7 +262,8 @@ def _finish(setup: Any, res: Draft, accepted: np.ndarray, at: np.ndarray,
                        message="The sweep reached every requested depth.")
     i = int(np.argmax(np.where(bad.any(axis=1), setup.depths, -np.inf)))   # the shallowest
     b = int(np.argmax(bad[i]))
-    code, text = _reason(why[i, b], at[i, b], bound[i, b], ratio[i, b], more[i, b], top)
+    code, text = _reason(why[i, b], at[i, b], bound[i, b], ratio[i, b], more[i, b],
+                         top_ratio[i, b], top)
     p = float(setup.depths[i])
     message = (f"Not converged from depth p = {p:.6g} on ({int(bad.sum())} of {bad.size} "
                f"(depth, input) pairs): {text}. The fields there are approximate; request "
@@ -254,7 +273,7 @@ def _finish(setup: Any, res: Draft, accepted: np.ndarray, at: np.ndarray,
                    warnings=keep + failures + [SolverWarning(code, message, p)])
 
 
-def _reason(why: int, K: int, bound: float, ratio: float, more: float,
+def _reason(why: int, K: int, bound: float, ratio: float, more: float, top_ratio: float,
             top: int) -> tuple[str, str]:
     """The warning code and the explanation of a pair stopped for the reason ``why``."""
     at = f"at order {K} the error bound is {bound:.2g} times the tolerance"
@@ -264,8 +283,15 @@ def _reason(why: int, K: int, bound: float, ratio: float, more: float,
             f"differences grow from order to order (ratio {ratio:.2g}), so no order "
             f"reaches the tolerance")
     if why == BEYOND:
+        need = int(next_order(K, more, top_ratio))
+        if need > K + np.ceil(more):            # order K + 1 skipped: certain to be refused
+            return "estimate_large", (
+                f"{at}; order {K + 1} cannot reach it (its ratio test takes the ratio "
+                f"d_{K + 1} / d_{K} = {top_ratio:.3g} that order {K} already measured, and "
+                f"at most {RATIO_MAX:g} is needed), and order {need} is beyond "
+                f"max_order={top}")
         return "estimate_large", (
-            f"{at}, and the series' ratio {ratio:.2g} predicts order {K + int(np.ceil(more))} to "
+            f"{at}, and the series' ratio {ratio:.2g} predicts order {need} to "
             f"reach it, beyond max_order={top}")
     if why == CHEAPER:
         return "estimate_large", (
