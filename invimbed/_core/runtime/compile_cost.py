@@ -30,15 +30,23 @@ import time
 from typing import Any, Iterator, Sequence
 
 _ON_DISK: dict[int, bool] = {}
+#: The kernels `ready` found compiled in this process, by ``id`` (each kept alive here,
+#: so that its ``id`` is not reused).
+_READY: dict[int, Any] = {}
 
 
 def ready(kernel: Any) -> bool:
     """Whether calling the numba dispatcher ``kernel`` compiles nothing: it was compiled
     in this process, or numba's on-disk cache holds machine code of it for this source
-    (checked once per process; an unreadable cache counts as empty)."""
-    if getattr(kernel, "signatures", None):
-        return True
+    (checked once per process; an unreadable cache counts as empty). A kernel found
+    ready stays so for the process: the answer is remembered (the jet closure asks on
+    every contraction, and a dispatcher lists its ``signatures`` anew each time)."""
     key = id(kernel)
+    if key in _READY:
+        return True
+    if getattr(kernel, "signatures", None):
+        _READY[key] = kernel
+        return True
     hit = _ON_DISK.get(key)
     if hit is None:
         try:    # numba's cache index: empty, or missing, until a compilation wrote it
