@@ -110,14 +110,15 @@ def sample_source(t_arg: Any, z_args: tuple, th_args: tuple, repl: list, reduced
     if n:
         lines += assignment_lines(t_arg, z_args, th_args, repl, list(zip(names, reduced)))
     entries = [(k, int(g)) for k, g in enumerate(gather) if int(g) < n]
-    if shape == ():
-        lines.append(f"    return float({names[entries[0][1]]})" if entries
-                     else "    return 0.0")
+    if shape == ():          # a float: a constant's literal, else its (float) variable
+        e = reduced[entries[0][1]] if entries else 0
+        lines.append(f"    return {float(e)!r}" if getattr(e, "is_Number", True)
+                     else f"    return {names[entries[0][1]]}")
         return lines
     lines.append(f"    out = np.zeros({tuple(shape)!r})")
-    if entries:
-        lines.append(f"    flat = out.reshape({int(np.prod(shape))})")
-        lines += [f"    flat[{k}] = {names[g]}" for k, g in entries]
+    for k, g in entries:      # whole indices, no flat view: the tracer reads this too
+        index = ", ".join(str(int(i)) for i in np.unravel_index(k, shape))
+        lines.append(f"    out[{index}] = {names[g]}")
     lines.append("    return out")
     return lines
 
