@@ -302,3 +302,56 @@ def test_the_implicit_methods_take_the_jet_coefficients_once_per_depth(monkeypat
     # f and R once per p (+ T at q, and p = q again after scipy's first-step probe)
     assert len(seen) <= 2 * len(depths) + 3
     assert res.nfev > 2 * len(depths)        # each evaluation took both before: 2 nfev + 1
+
+
+def _count_coefficients(monkeypatch):
+    """The depths ``p`` at which the jet closure takes the Taylor coefficients of ``f``
+    and ``R`` (`JetClosure.coefficients_at`), recorded."""
+    from invimbed._core.closures.jet import JetClosure
+
+    real, seen = JetClosure.coefficients_at, []
+
+    def coefficients_at(self, p, theta, jac):
+        seen.append(float(p))
+        return real(self, p, theta, jac)
+
+    monkeypatch.setattr(JetClosure, "coefficients_at", coefficients_at)
+    return seen
+
+
+@pytest.mark.parametrize("control", ["none", "piecewise"])
+def test_a_time_free_problem_takes_the_jet_coefficients_once_per_control_piece(
+        control, monkeypatch):
+    """f and R without t, a control constant on its pieces: the coefficients at ``x`` are
+    the same at every p of a piece, taken once per piece (RK45 evaluates at many p), and
+    the fields are bit for bit those of taking them at every p."""
+    from invimbed._core.sweep import imbedding
+
+    if control == "none":
+        pb, x, ctrl, pieces = lorenz(), [1.0, 1.0, 20.0], None, 1
+    else:
+        pb, x, pieces = pendulum(), [0.8, -0.3], 2
+        ctrl = invimbed.PiecewiseConstant([-0.6, -0.25, 0.0], [[0.3], [-0.2]])
+    depths = [-0.1, -0.4] if control == "piecewise" else [-0.02]
+    seen = _count_coefficients(monkeypatch)
+    res = solve_imbedding(pb, x, depths, control=ctrl, method="RK45", order=2)
+    once = len(seen)
+    monkeypatch.setattr(imbedding, "time_free", lambda problem, prov: False)
+    seen.clear()
+    ref = solve_imbedding(pb, x, depths, control=ctrl, method="RK45", order=2)
+    assert res.success and ref.success, (res.message, ref.message)
+    assert once == pieces < res.nfev / 4
+    assert len(set(seen)) > res.nfev / 4       # at every p without it
+    for k in ("z", "value", "adjoint", "param_grad", "depth_grad"):
+        np.testing.assert_array_equal(res[k], ref[k], err_msg=k)
+    np.testing.assert_array_equal(res.error_estimate["value"], ref.error_estimate["value"])
+
+
+def test_a_problem_that_reads_t_takes_the_jet_coefficients_at_every_p(monkeypatch):
+    """``f`` with ``sin(t)``: the coefficients change with p and are taken at each."""
+    t, z = sp.symbols("t z")
+    pb = invimbed.from_sympy(t, [z], [], [-z + 0.5 * sp.sin(3 * t) * z], z**2 / 2, z**2 / 2)
+    seen = _count_coefficients(monkeypatch)
+    res = solve_imbedding(pb, [0.7], [-0.5], method="RK45", order=2)
+    assert res.success, res.message
+    assert len(set(seen)) > res.nfev / 4

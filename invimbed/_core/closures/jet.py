@@ -208,8 +208,11 @@ class JetClosure(Closure):
     name = "jet"
 
     def __init__(self, provider, control, x, q, order: int = 1, estimate_error: bool = True,
-                 crop: bool = False, ratio_test: bool = False, look_ahead: bool = False) -> None:
+                 crop: bool = False, ratio_test: bool = False, look_ahead: bool = False,
+                 time_free: bool = False) -> None:
         super().__init__(provider, control, x, q)
+        # ``time_free``: f and R do not depend on t (see `coefficients`)
+        self.time_free = bool(time_free)
         self.order = int(order)
         self.crop = crop
         if crop:
@@ -308,14 +311,27 @@ class JetClosure(Closure):
         same ``p`` and control ``piece``: the implicit methods evaluate the right-hand side
         at one ``p`` for each Newton iteration and each column group of their Jacobian,
         and at a high order these coefficients are most of an evaluation's cost (order 5 on
-        Robertson's kinetics: 47 of 70 s). The arrays served are not written to."""
+        Robertson's kinetics: 47 of 70 s). Where f and R do not depend on t
+        (``time_free``) and the control is constant on the piece (`_constant_theta`), they
+        are the same at every ``p`` of the piece, and are served for all of them (the same
+        numbers, computed once per piece, as the numba kernels do). The arrays served are
+        not written to."""
         last = self._last_coefficients
-        if last is not None and last[0] == p and last[1] is piece:
+        if (last is not None and last[1] is piece
+                and (last[0] == p or self._constant_theta(piece))):
             return last[2]
         th = self._theta(p, piece, self.B)
         coef = self.coefficients_at(p, th, self._param_jacobian(p, piece) if self.nw else None)
         self._last_coefficients = (p, piece, coef)
         return coef
+
+    def _constant_theta(self, piece: Any) -> bool:
+        """Whether f and R are time free and ``theta`` (and ``d theta / d w``) is the same
+        at every ``p`` of ``piece``: a control constant on its pieces
+        (`OpenLoopControl.constant_on_pieces`), with the piece named where it has several."""
+        ctrl = self.control
+        return (self.time_free and getattr(ctrl, "constant_on_pieces", False)
+                and (piece is not None or np.size(ctrl.breakpoints) == 0))
 
     def coefficients_at(self, p: float, theta: Any, jac: Any) -> dict[str, Any]:
         """`coefficients` for given ``theta(p)`` (M,) or (B, M) and ``d theta / d w``

@@ -364,6 +364,11 @@ class SympyProvider(DerivativeProvider):
             ) from exc
         return _codegen.load(body)
 
+    def time_free(self) -> bool:
+        """Whether the dynamics and the running loss do not depend on the time ``t``."""
+        ex = self.expressions
+        return not any(e.has(self.t) for e in (*ex["f"], ex["R"]))
+
     def sample_function(self, which: str, dz: int = 0, dth: int = 0) -> Callable:
         """The derivative tensor ``(which, dz, dth)`` at one sample, as a ``numba.njit``
         function in the convention of per-sample problems: ``g(t, z (N,), theta (M,))``

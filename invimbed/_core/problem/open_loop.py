@@ -48,6 +48,10 @@ class OpenLoopControl:
 
     w: np.ndarray
     size: int
+    #: ``theta`` and ``d theta / d w`` are constant on each piece (between breakpoints):
+    #: the jet closure then takes the Taylor coefficients of a time-free problem once
+    #: per piece.
+    constant_on_pieces: bool = False
 
     @property
     def n_params(self) -> int:
@@ -117,6 +121,8 @@ def _as_params(w: Any, name: str = "w") -> np.ndarray:
 class NoControl(OpenLoopControl):
     """No control: ``theta`` has size 0 and there are no parameters."""
 
+    constant_on_pieces = True
+
     def __init__(self) -> None:
         self.w = np.empty(0)
         self.size = 0
@@ -154,6 +160,8 @@ class Constant(OpenLoopControl):
     >>> c.theta(0.3)
     array([1., 2.])
     """
+
+    constant_on_pieces = True
 
     def __init__(self, w: Any) -> None:
         self.w = _as_params(w)
@@ -195,6 +203,8 @@ class PiecewiseConstant(OpenLoopControl):
         If the shapes disagree, the knots are not strictly increasing, or ``theta`` is
         asked for at a time outside ``[knots[0], knots[-1]]``.
     """
+
+    constant_on_pieces = True
 
     def __init__(self, knots: Any, values: Any) -> None:
         knots = as_float_array(knots, "knots")

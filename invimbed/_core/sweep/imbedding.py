@@ -10,6 +10,7 @@ import numpy as np
 
 from ..closures import JetClosure, StencilClosure
 from ..derivatives import DerivativeOrderError
+from ..derivatives.symbolic import SympyProvider
 from .fallback import exact_options, exact_probe, fallback_adjoint
 from ..integrators import SCIPY_METHODS, integrate
 from ..problem.bolza import BolzaProblem
@@ -322,6 +323,14 @@ def _finite_difference_floor(prov: Any, closure: str, order: int, est: bool, set
     return rtol, atol
 
 
+def time_free(problem: Any, prov: Any) -> bool:
+    """Whether f and R are known not to depend on t: declared (``autonomous=True``,
+    checked by `BolzaProblem`), or the symbolic provider's expressions have no t."""
+    if getattr(problem, "autonomous", False):
+        return True
+    return isinstance(prov, SympyProvider) and prov.time_free()
+
+
 def _serves(prov: Any, K: int, est: bool, nw: int) -> bool:
     """Whether the provider serves a jet of order ``K`` carried alongside (derivatives of
     order ``K + 1``, plus one with control parameters)."""
@@ -387,7 +396,8 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
         clo = JetClosure(prov, setup.control, setup.x, setup.q, order=order,
                          estimate_error=est, crop=(closure == "crop"),
                          ratio_test=accuracy.ratio_test,
-                         look_ahead=_serves(prov, order + 2, est, setup.control.n_params))
+                         look_ahead=_serves(prov, order + 2, est, setup.control.n_params),
+                         time_free=time_free(setup.problem, prov))
     else:
         clo = StencilClosure(prov, setup.control, setup.x, setup.q, difference=difference,
                              delta=delta)
