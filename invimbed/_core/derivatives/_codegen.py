@@ -56,28 +56,38 @@ def printer() -> Any:
     return PythonCodePrinter({"fully_qualified_modules": True, "strict": True})
 
 
+def printed(t_arg: Any, z_args: tuple, th_args: tuple, repl: list, exprs: list,
+            args: tuple[str, str, str] = ("t", "z", "th"),
+            pad: str = "    ") -> tuple[list[str], list[str]]:
+    """The cse'd expressions ``exprs`` (after the replacements ``repl``) printed once: the
+    lines reading the arguments ``args`` (time, state, control) of a generated function,
+    whose symbols are ``t_arg``, ``z_args``, ``th_args``, and computing ``repl``; and the
+    text of each expression."""
+    p = printer()
+    t, z, th = args
+    head = [f"{pad}{t_arg} = {t}"]
+    head += [f"{pad}{s} = {z}[{i}]" for i, s in enumerate(z_args)]
+    head += [f"{pad}{s} = {th}[{k}]" for k, s in enumerate(th_args)]
+    head += [f"{pad}{s} = {p.doprint(e)}" for s, e in repl]
+    return head, [p.doprint(e) for e in exprs]
+
+
 def assignment_lines(t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
                      targets: list[tuple[str, Any]], args: tuple[str, str, str] = ("t", "z", "th"),
                      pad: str = "    ") -> list[str]:
-    """Lines computing the cse'd expressions ``targets`` (``(name, expression)``, after
-    the replacements ``repl``) from the arguments ``args`` (time, state, control) of a
-    generated function, whose symbols are ``t_arg``, ``z_args``, ``th_args``."""
-    p = printer()
-    t, z, th = args
-    lines = [f"{pad}{t_arg} = {t}"]
-    lines += [f"{pad}{s} = {z}[{i}]" for i, s in enumerate(z_args)]
-    lines += [f"{pad}{s} = {th}[{k}]" for k, s in enumerate(th_args)]
-    lines += [f"{pad}{s} = {p.doprint(e)}" for s, e in repl]
-    lines += [f"{pad}{name} = {p.doprint(e)}" for name, e in targets]
-    return lines
+    """Lines computing the cse'd expressions ``targets`` (``(name, expression)``; see
+    `printed`)."""
+    head, values = printed(t_arg, z_args, th_args, repl, [e for _, e in targets], args, pad)
+    return head + [f"{pad}{name} = {v}" for (name, _), v in zip(targets, values)]
 
 
 def point_source(t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
-                 reduced: list) -> list[str]:
-    """Lines of ``point`` and ``kernel`` for the cse'd ``repl`` / ``reduced``."""
-    lines = ["@_jit", "def point(t, z, th, out):"]
-    lines += assignment_lines(t_arg, z_args, th_args, repl,
-                              [(f"out[{j}]", e) for j, e in enumerate(reduced)])
+                 reduced: list, text: tuple[list[str], list[str]] | None = None) -> list[str]:
+    """Lines of ``point`` and ``kernel`` for the cse'd ``repl`` / ``reduced`` (``text``:
+    their `printed` form, where the caller has it)."""
+    head, values = text or printed(t_arg, z_args, th_args, repl, reduced)
+    lines = ["@_jit", "def point(t, z, th, out):"] + head
+    lines += [f"    out[{j}] = {v}" for j, v in enumerate(values)]
     lines += ["", "", "@_jit", "def kernel(t, z, th, out):", "    for b in range(z.shape[0]):",
               "        point(t, z[b], th[b], out[b])"]
     lines += ["", "", "@_jit", "def kernel_rows(t, z, th, out):",
@@ -85,19 +95,20 @@ def point_source(t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
     return lines
 
 
-def sample_source(t_arg: Any, z_args: tuple, th_args: tuple, repl: list, reduced: list,
-                  gather: np.ndarray, shape: tuple[int, ...], n_theta: int,
-                  terminal: bool) -> list[str]:
+def sample_source(text: tuple[list[str], list[str]], reduced: list, gather: np.ndarray,
+                  shape: tuple[int, ...], n_theta: int, terminal: bool) -> list[str]:
     """Lines of the one function of a per-sample request: ``sample(t, z, th)`` (or
     ``sample_T(z)`` for the terminal loss, at ``t = 0`` without control) computing the
-    cse'd ``repl`` / ``reduced`` and writing the full tensor of ``shape`` entry by entry
-    (``gather[k]``: the value of flat entry ``k``, ``len(reduced)`` for a zero).
+    cse'd ``reduced`` (``text``: their `printed` form, shared with ``point``) and writing
+    the full tensor of ``shape`` entry by entry (``gather[k]``: the value of flat entry
+    ``k``, ``len(reduced)`` for a zero).
 
     One function, not ``sample`` over ``point``: numba compiles each function of a module
     on its own (when it is first called), and the gather of a buffer (a fancy index and a
     reshape) cost more to compile than the expressions; this form compiles in about half
     the time. ``GATHER`` is written too, for the CUDA kernel, which calls the module's
     ``point`` and reads the tensor's entries through it."""
+    head, values = text
     n = len(reduced)
     names = [f"_v{j}" for j in range(n)]
     idx = ", ".join(str(int(g)) for g in gather)
@@ -108,7 +119,7 @@ def sample_source(t_arg: Any, z_args: tuple, th_args: tuple, repl: list, reduced
     else:
         lines += ["@_jit", "def sample(t, z, th):"]
     if n:
-        lines += assignment_lines(t_arg, z_args, th_args, repl, list(zip(names, reduced)))
+        lines += head + [f"    {name} = {v}" for name, v in zip(names, values)]
     entries = [(k, int(g)) for k, g in enumerate(gather) if int(g) < n]
     if shape == ():          # a float: a constant's literal, else its (float) variable
         e = reduced[entries[0][1]] if entries else 0

@@ -350,13 +350,13 @@ class SympyProvider(DerivativeProvider):
         the CUDA kernel reads ``point``'s values. One code printer for all; numba compiles
         only the functions called; cached on disk."""
         try:
+            text = _codegen.printed(self._t_arg, self._z_args, self._th_args, repl, reduced)
             body = (_codegen.point_source(self._t_arg, self._z_args, self._th_args, repl,
-                                          reduced) if reduced else [])
+                                          reduced, text) if reduced else [])
             if sample is not None:
                 gather, shape, terminal = sample
-                body += [""] * 2 + _codegen.sample_source(
-                    self._t_arg, self._z_args, self._th_args, repl, reduced, gather, shape,
-                    self.n_theta, terminal)
+                body += [""] * 2 + _codegen.sample_source(text, reduced, gather, shape,
+                                                          self.n_theta, terminal)
         except Exception as exc:  # sympy's PrintMethodNotImplementedError and friends
             raise ValueError(
                 f"compile='numba' and backend='numba' cannot print an expression as plain "
