@@ -160,28 +160,29 @@ def _operator_lines(A: dict, label: str, pad: str) -> tuple[list[str], dict]:
     return lines, entry
 
 
-def _transport(entry: dict, size: int, rows: int, name: Any, pad: str,
+def _transport(entry: dict, size: int, name: Any, pad: str,
                extra: Any = None) -> tuple[list[str], int]:
-    """``dy[k] = -(sum_src A[io, src] U_r[src] + extra(r, io))`` for every row ``r`` and
-    coefficient ``io``, ``k`` counting up (``U_r[src]`` the local ``name(r, src)``)."""
+    """``d[io] = -(sum_src A[io, src] U[src] + extra(io))`` for every coefficient ``io``
+    of a row (``d`` the row's view of ``dy``, ``U[src]`` the local ``name(src)``), and
+    the number of products."""
     by_out: dict[int, list] = {}
     for (out, s), op in entry.items():
         by_out.setdefault(out, []).append((s, op))
     lines, count = [], 0
-    for r in range(rows):
-        for out in range(size):
-            terms = [_times(op, name(r, s)) for s, op in sorted(by_out.get(out, []))]
-            terms += extra(r, out) if extra is not None else []
-            count += len(terms)
-            lines.append(f"{pad}dy[k] = -({_sum(terms)}); k += 1")
+    for out in range(size):
+        terms = [_times(op, name(s)) for s, op in sorted(by_out.get(out, []))]
+        count += len(terms)
+        terms += extra(out) if extra is not None else []
+        lines.append(f"{pad}d[{out}] = -({_sum(terms)})")
     return lines, count
 
 
 def _reads(names: list[str], pad: str) -> list[str]:
-    """``names[j] = y[k]`` with ``k`` counting up. (Indices are counted, not written as
-    integer constants: numba types every distinct constant anew, which made the compile
-    time of a right-hand side grow by tens of milliseconds per product.)"""
-    return [f"{pad}{n} = y[k]; k += 1" for n in names]
+    """``names[j] = u[j]`` (``u``: the row's view of ``y``). (The rows are views, so each
+    index is a constant: counting an index up (``k += 1``) redefines a variable at every
+    entry, whose SSA form numba builds in time quadratic in the length of the block, and
+    an index computed (``y[k + j]``) costs an operation more to type and lower.)"""
+    return [f"{pad}{n} = u[{j}]" for j, n in enumerate(names)]
 
 
 def _block(o: int, K: int, N: int, M: int, phi: dict, rc: dict, g: dict, rw: dict,
@@ -189,47 +190,47 @@ def _block(o: int, K: int, N: int, M: int, phi: dict, rc: dict, g: dict, rw: dic
     """The lines of carried order ``o`` (jet order ``K``), and its number of products."""
     cZ, cV = n_coefficients(N, K), n_coefficients(N, K + 1)
 
-    def zn(r, s):
-        return f"z{o}_{r * cZ + s}"
+    def zn(s):
+        return f"z{o}_{s}"
 
-    def vn(r, s):
+    def vn(s):
         return f"v{o}_{s}"
 
-    def wn(r, s):
+    def wn(s):
         return f"w{o}_{s}"
 
-    lines = [f"{pad}k = offs[{o}]"]
-    lines += _reads([zn(r, s) for r in range(N) for s in range(cZ)] +
-                    [vn(0, s) for s in range(cV)], pad)
     zl, ze = _operator_lines(_operator(N, K, phi), f"az{o}", pad)
     vl, ve = _operator_lines(_operator(N, K + 1, phi), f"av{o}", pad)
-    lines += zl + vl + [f"{pad}k = offs[{o}]"]
-    part, terms = _transport(ze, cZ, N, zn, pad)
-    lines += part
-    part, count = _transport(ve, cV, 1, vn, pad, lambda r, out: [rc[out]] if out in rc else [])
-    lines += part + [f"{pad}kw = k"]
-    terms += count
-    # the parameter rows W: transported as V, plus the source grad V . G and R's gradient
+    inner, deep = pad + "    ", pad + "        "
+    # the rows of Z: one body in a loop (the same operator acts on each row)
+    lines = zl + vl + [f"{pad}for r in range({N}):", f"{inner}k = offs[{o}] + {cZ} * r",
+                       f"{inner}u = y[k:k + {cZ}]", f"{inner}d = dy[k:k + {cZ}]"]
+    lines += _reads([zn(s) for s in range(cZ)], inner)
+    part, terms = _transport(ze, cZ, zn, inner)
+    lines += part + [f"{pad}kv = offs[{o}] + {N * cZ}", f"{pad}v = y[kv:kv + {cV}]"]
+    terms *= N
+    # V's row and the parameter rows W, w = 0, 1, ...: the same transport, one body in a
+    # loop (w = -1 is V); then the rest of each row's sum: R's coefficients for V, the
+    # source grad V . G and R's gradient for W
     vsrc, _, vfac = derivative_table(N, K + 1)
     sa, sb, so = product_table(N, K + 1, K, K + 1)
-    inner = pad + "    "
-    body = [f"{inner}k = kw + {cV} * w"]
-    body += _reads([wn(0, s) for s in range(cV)], inner)
+    params: list[str] = []        # G = f_theta . J[:, w] and R_theta . J[:, w] (w >= 0)
     G = {}
     for i in range(N):
         for c in range(cV):
             parts = [_times(g[i, m, c], f"J[{m}, w]") for m in range(M) if (i, m, c) in g]
             if parts:
                 G[i, c] = f"G{o}_{i}_{c}"
-                body.append(f"{inner}{G[i, c]} = {_sum(parts)}")
+                params.append(f"{deep}{G[i, c]} = {_sum(parts)}")
     Rw = {}
     for c in range(cV):
         parts = [_times(rw[m, c], f"J[{m}, w]") for m in range(M) if (m, c) in rw]
         if parts:
             Rw[c] = f"S{o}_{c}"
-            body.append(f"{inner}{Rw[c]} = {_sum(parts)}")
+            params.append(f"{deep}{Rw[c]} = {_sum(parts)}")
     source: dict[int, list[str]] = {}
     lam: dict[tuple[int, int], str] = {}
+    read: set[str] = set()
     for i in range(N):
         for a, lb, out in zip(sa, sb, so):
             Gi = G.get((i, int(a)))
@@ -237,17 +238,36 @@ def _block(o: int, K: int, N: int, M: int, phi: dict, rc: dict, g: dict, rw: dic
                 continue
             key = (i, int(lb))
             if key not in lam:      # Lam_i = dV / dz_i, of degree K
-                lam[key] = f"lam{o}_{i}_{int(lb)}"
-                lines.append(f"{pad}{lam[key]} = "
-                             f"{_factor(float(vfac[i, lb]), vn(0, int(vsrc[i, lb])))}")
+                s = int(vsrc[i, lb])
+                if vn(s) not in read:
+                    read.add(vn(s))
+                    lines.append(f"{pad}{vn(s)} = v[{s}]")
+                value = _factor(float(vfac[i, lb]), vn(s))
+                lam[key] = value if value.isidentifier() else f"lam{o}_{i}_{int(lb)}"
+                if lam[key] != value:
+                    lines.append(f"{pad}{lam[key]} = {value}")
             source.setdefault(int(out), []).append(_times(Gi, lam[key]))
-    body.append(f"{inner}k = kw + {cV} * w")
-    part, count = _transport(ve, cV, 1, wn, inner,
-                             lambda r, out: source.get(out, []) + ([Rw[out]] if out in Rw
-                                                                   else []))
+    def rest(out: int, extra: list[str]) -> list[str]:
+        """The rest of the sum of entry ``out`` subtracted after its transport (the
+        same floating-point number: ``-(T + a + b) == (-T - a) - b``)."""
+        if not extra:
+            return []
+        return [f"{deep}d[{out}] = d[{out}] - {' - '.join(extra)}"]
+
+    row_v = [x for out in range(cV) for x in rest(out, [rc[out]] if out in rc else [])]
+    row_w = params + [x for out in range(cV) for x in rest(
+        out, source.get(out, []) + ([Rw[out]] if out in Rw else []))]
+    head = [f"{pad}for w in range(-1, J.shape[1]):", f"{inner}k = kv + {cV} * (w + 1)",
+            f"{inner}u = y[k:k + {cV}]", f"{inner}d = dy[k:k + {cV}]"]
+    body = _reads([wn(s) for s in range(cV)], inner)
+    part, count = _transport(ve, cV, wn, inner)
     body += part
-    terms += count
-    lines += [f"{pad}for w in range(J.shape[1]):"] + body
+    if row_v or row_w:
+        body += [f"{inner}if w < 0:"] + (row_v or [f"{deep}pass"])
+        body += [f"{inner}else:"] + (row_w or [f"{deep}pass"])
+    lines += head + body
+    # the products of V's row and of each parameter row
+    terms += 2 * count + sum(c < cV for c in rc) + sum(len(v) for v in source.values()) + len(Rw)
     return lines, terms
 
 
