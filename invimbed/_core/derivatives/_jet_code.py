@@ -74,13 +74,21 @@ def jet_source(provider: Any, orders: tuple[int, ...]) -> tuple[list[str], int]:
           if (v := coefficient(f"s{m}_{c}", "R", 0, c, unit[m])) is not None}
     lines = ["@_jit", "def jet_rhs(t, x, th, J, y, dy, offs, n):"]
     lines += _assignments(provider, names, exprs)
-    terms = 0
-    for o, K in enumerate(orders):
-        pad = "    " if o == 0 else "        "
-        if o:
-            lines.append(f"    if n > {o}:")
-        block, count = _block(o, K, N, M, phi, rc, g, rw, pad)
-        lines += block
+    lines.append("    nv = J.shape[1] + 1")      # V's row and the parameter rows
+    terms, known = 0, {}
+    for d in sorted(set(orders) | {K + 1 for K in orders}):
+        # the rows transported by the operator of degree d: Z of the blocks of jet order
+        # d, V and W of those of order d - 1 (blocks o = 0, 1, ... of ``orders``)
+        groups = sorted([(o, "vw") for o, K in enumerate(orders) if K + 1 == d]
+                        + [(o, "z") for o, K in enumerate(orders) if K == d])
+        first = groups[0][0]
+        pad = "    " if first == 0 else "        "
+        if first:
+            lines.append(f"    if n > {first}:")
+        # (the operator's scalars of a body that always runs serve the later ones)
+        body, count = _body(d, groups, orders, N, M, phi, rc, g, rw, pad,
+                            known if first == 0 else dict(known))
+        lines += body
         terms += count
     return lines, terms
 
@@ -137,11 +145,14 @@ def _factor(f: float, name: str) -> str:
     return _times(repr(f), name)
 
 
-def _operator_lines(A: dict, label: str, pad: str) -> tuple[list[str], dict]:
+def _operator_lines(A: dict, label: str, pad: str,
+                    known: dict | None = None) -> tuple[list[str], dict]:
     """Scalars of the operator ``A`` (a coefficient of ``f`` itself where an entry is
     one of them, a constant where all its coefficients are), and the entries by
-    ``(io, src)``."""
+    ``(io, src)``. ``known``: scalars already computed (their expression -> name), which
+    are not computed again; those computed here are added to it."""
     lines, entry = [], {}
+    known = {} if known is None else known
     for out in sorted(A):
         for s in sorted(A[out]):
             pairs = A[out][s]
@@ -154,9 +165,11 @@ def _operator_lines(A: dict, label: str, pad: str) -> tuple[list[str], dict]:
             if len(pairs) == 1 and pairs[0][0] == 1.0:
                 entry[out, s] = pairs[0][1]
                 continue
-            name = f"{label}_{out}_{s}"
-            lines.append(f"{pad}{name} = {_sum([_factor(f, p) for f, p in pairs])}")
-            entry[out, s] = name
+            value = _sum([_factor(f, p) for f, p in pairs])
+            if value not in known:
+                known[value] = f"{label}_{out}_{s}"
+                lines.append(f"{pad}{known[value]} = {value}")
+            entry[out, s] = known[value]
     return lines, entry
 
 
@@ -185,49 +198,90 @@ def _reads(names: list[str], pad: str) -> list[str]:
     return [f"{pad}{n} = u[{j}]" for j, n in enumerate(names)]
 
 
-def _block(o: int, K: int, N: int, M: int, phi: dict, rc: dict, g: dict, rw: dict,
-           pad: str) -> tuple[list[str], int]:
-    """The lines of carried order ``o`` (jet order ``K``), and its number of products."""
-    cZ, cV = n_coefficients(N, K), n_coefficients(N, K + 1)
-
-    def zn(s):
-        return f"z{o}_{s}"
-
-    def vn(s):
-        return f"v{o}_{s}"
-
-    def wn(s):
-        return f"w{o}_{s}"
-
-    zl, ze = _operator_lines(_operator(N, K, phi), f"az{o}", pad)
-    vl, ve = _operator_lines(_operator(N, K + 1, phi), f"av{o}", pad)
+def _body(d: int, groups: list[tuple[int, str]], orders: tuple[int, ...], N: int, M: int,
+          phi: dict, rc: dict, g: dict, rw: dict, pad: str,
+          known: dict) -> tuple[list[str], int]:
+    """The lines of the rows of degree ``d`` (``groups``: ``(o, "z")`` the ``N`` rows of
+    ``Z`` of carried order ``o``, ``(o, "vw")`` its ``V`` and ``W`` rows), one body in a
+    loop over the rows: the same operator transports each row (``grad_x U . Phi``
+    truncated at degree ``d``); then the rest of a row's sum: ``R``'s coefficients for
+    ``V``, the source ``grad V . G`` and ``R``'s gradient for ``W``. Its number of
+    products (as if each row were written out). ``known``: see `_operator_lines`."""
+    c = n_coefficients(N, d)
     inner, deep = pad + "    ", pad + "        "
-    # the rows of Z: one body in a loop (the same operator acts on each row)
-    lines = zl + vl + [f"{pad}for r in range({N}):", f"{inner}k = offs[{o}] + {cZ} * r",
-                       f"{inner}u = y[k:k + {cZ}]", f"{inner}d = dy[k:k + {cZ}]"]
-    lines += _reads([zn(s) for s in range(cZ)], inner)
-    part, terms = _transport(ze, cZ, zn, inner)
-    lines += part + [f"{pad}kv = offs[{o}] + {N * cZ}", f"{pad}v = y[kv:kv + {cV}]"]
-    terms *= N
-    # V's row and the parameter rows W, w = 0, 1, ...: the same transport, one body in a
-    # loop (w = -1 is V); then the rest of each row's sum: R's coefficients for V, the
-    # source grad V . G and R's gradient for W
-    vsrc, _, vfac = derivative_table(N, K + 1)
-    sa, sb, so = product_table(N, K + 1, K, K + 1)
-    params: list[str] = []        # G = f_theta . J[:, w] and R_theta . J[:, w] (w >= 0)
+
+    def un(s):
+        return f"u{d}_{s}"
+
+    lines, entry = _operator_lines(_operator(N, d, phi), f"a{d}", pad, known)
+    part, count = _transport(entry, c, un, inner)
+    # the rows: group by group, j counting on; each group's first row, number of rows
+    # and where they start in y
+    starts, rows, extras, terms = "0", [], [], 0
+    for gi, (o, kind) in enumerate(groups):
+        active = "" if o == groups[0][0] else f" if n > {o} else 0"
+        if kind == "z":
+            K = orders[o]
+            count_g, base = str(N), f"offs[{o}]"
+            terms += N * count
+        else:
+            K = orders[o]
+            kv = f"kv{o}"
+            lines.append(f"{pad}{kv} = offs[{o}] + {N * n_coefficients(N, K)}")
+            count_g, base = "nv", kv
+            pre, v_rest, w_rest, more = _vw_rest(o, d, N, M, rc, g, rw, kv, pad, deep)
+            lines += pre
+            terms += 2 * count + more
+            extras.append((starts, v_rest, w_rest))
+        end = f"e{d}_{gi}"
+        lines.append(f"{pad}{end} = " + (f"{starts} + " if starts != "0" else "")
+                     + (f"({count_g}{active})" if active else count_g))
+        rows.append((starts, end, base))
+        starts = end
+    lines.append(f"{pad}for j in range({starts}):")
+    for i, (start, end, base) in enumerate(rows):
+        offset = f"{base} + {c} * (j - {start})" if start != "0" else f"{base} + {c} * j"
+        if len(rows) == 1:
+            lines.append(f"{inner}k = {offset}")
+        else:
+            test = "if" if i == 0 else ("elif" if i < len(rows) - 1 else "else")
+            cond = f" j < {end}" if test != "else" else ""
+            lines += [f"{inner}{test}{cond}:", f"{deep}k = {offset}"]
+    lines += [f"{inner}u = y[k:k + {c}]", f"{inner}d = dy[k:k + {c}]"]
+    lines += _reads([un(s) for s in range(c)], inner) + part
+    for start, v_rest, w_rest in extras:
+        lines += [f"{inner}if j == {start}:"] + (v_rest or [f"{deep}pass"])
+        end = rows[[r[0] for r in rows].index(start)][1]
+        w = "j - 1" if start == "0" else f"j - {start} - 1"
+        lines += [f"{inner}elif j < {end}:", f"{deep}w = {w}"] + (
+            w_rest or [f"{deep}pass"])
+    return lines, terms
+
+
+def _vw_rest(o: int, d: int, N: int, M: int, rc: dict, g: dict, rw: dict, kv: str,
+             pad: str, deep: str) -> tuple[list[str], list[str], list[str], int]:
+    """For the ``V`` and ``W`` rows of carried order ``o`` (degree ``d``): the lines read
+    before the loop (the entries of ``V`` that ``Lam = grad V`` takes), the rest of
+    ``V``'s sum, the rest of a ``W`` row's (after ``G = f_theta . J[:, w]`` and
+    ``R_theta . J[:, w]``), and their number of products."""
+    c, K = n_coefficients(N, d), d - 1
+    vsrc, _, vfac = derivative_table(N, d)
+    sa, sb, so = product_table(N, d, K, d)
+    params: list[str] = []
     G = {}
     for i in range(N):
-        for c in range(cV):
-            parts = [_times(g[i, m, c], f"J[{m}, w]") for m in range(M) if (i, m, c) in g]
+        for a in range(c):
+            parts = [_times(g[i, m, a], f"J[{m}, w]") for m in range(M) if (i, m, a) in g]
             if parts:
-                G[i, c] = f"G{o}_{i}_{c}"
-                params.append(f"{deep}{G[i, c]} = {_sum(parts)}")
+                G[i, a] = f"G{o}_{i}_{a}"
+                params.append(f"{deep}{G[i, a]} = {_sum(parts)}")
     Rw = {}
-    for c in range(cV):
-        parts = [_times(rw[m, c], f"J[{m}, w]") for m in range(M) if (m, c) in rw]
+    for a in range(c):
+        parts = [_times(rw[m, a], f"J[{m}, w]") for m in range(M) if (m, a) in rw]
         if parts:
-            Rw[c] = f"S{o}_{c}"
-            params.append(f"{deep}{Rw[c]} = {_sum(parts)}")
+            Rw[a] = f"S{o}_{a}"
+            params.append(f"{deep}{Rw[a]} = {_sum(parts)}")
+    pre = [f"{pad}v{o} = y[{kv}:{kv} + {c}]"]
     source: dict[int, list[str]] = {}
     lam: dict[tuple[int, int], str] = {}
     read: set[str] = set()
@@ -239,14 +293,16 @@ def _block(o: int, K: int, N: int, M: int, phi: dict, rc: dict, g: dict, rw: dic
             key = (i, int(lb))
             if key not in lam:      # Lam_i = dV / dz_i, of degree K
                 s = int(vsrc[i, lb])
-                if vn(s) not in read:
-                    read.add(vn(s))
-                    lines.append(f"{pad}{vn(s)} = v[{s}]")
-                value = _factor(float(vfac[i, lb]), vn(s))
+                vname = f"v{o}_{s}"
+                if vname not in read:
+                    read.add(vname)
+                    pre.append(f"{pad}{vname} = v{o}[{s}]")
+                value = _factor(float(vfac[i, lb]), vname)
                 lam[key] = value if value.isidentifier() else f"lam{o}_{i}_{int(lb)}"
                 if lam[key] != value:
-                    lines.append(f"{pad}{lam[key]} = {value}")
+                    pre.append(f"{pad}{lam[key]} = {value}")
             source.setdefault(int(out), []).append(_times(Gi, lam[key]))
+
     def rest(out: int, extra: list[str]) -> list[str]:
         """The rest of the sum of entry ``out`` subtracted after its transport (the
         same floating-point number: ``-(T + a + b) == (-T - a) - b``)."""
@@ -254,21 +310,11 @@ def _block(o: int, K: int, N: int, M: int, phi: dict, rc: dict, g: dict, rw: dic
             return []
         return [f"{deep}d[{out}] = d[{out}] - {' - '.join(extra)}"]
 
-    row_v = [x for out in range(cV) for x in rest(out, [rc[out]] if out in rc else [])]
-    row_w = params + [x for out in range(cV) for x in rest(
+    v_rest = [x for out in range(c) for x in rest(out, [rc[out]] if out in rc else [])]
+    w_rest = params + [x for out in range(c) for x in rest(
         out, source.get(out, []) + ([Rw[out]] if out in Rw else []))]
-    head = [f"{pad}for w in range(-1, J.shape[1]):", f"{inner}k = kv + {cV} * (w + 1)",
-            f"{inner}u = y[k:k + {cV}]", f"{inner}d = dy[k:k + {cV}]"]
-    body = _reads([wn(s) for s in range(cV)], inner)
-    part, count = _transport(ve, cV, wn, inner)
-    body += part
-    if row_v or row_w:
-        body += [f"{inner}if w < 0:"] + (row_v or [f"{deep}pass"])
-        body += [f"{inner}else:"] + (row_w or [f"{deep}pass"])
-    lines += head + body
-    # the products of V's row and of each parameter row
-    terms += 2 * count + sum(c < cV for c in rc) + sum(len(v) for v in source.values()) + len(Rw)
-    return lines, terms
+    more = sum(a < c for a in rc) + sum(len(v) for v in source.values()) + len(Rw)
+    return pre, v_rest, w_rest, more
 
 
 def jet_function(provider: Any, orders: tuple[int, ...]) -> Any:
