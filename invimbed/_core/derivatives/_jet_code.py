@@ -173,10 +173,10 @@ def _operator_lines(A: dict, label: str, pad: str,
     return lines, entry
 
 
-def _transport(entry: dict, size: int, name: Any, pad: str,
-               extra: Any = None) -> tuple[list[str], int]:
-    """``d[io] = -(sum_src A[io, src] U[src] + extra(io))`` for every coefficient ``io``
-    of a row (``d`` the row's view of ``dy``, ``U[src]`` the local ``name(src)``), and
+def _transport(entry: dict, size: int, name: Any, pad: str, total: Any) -> tuple[list[str], int]:
+    """``d[io] = total(io) = -(sum_src A[io, src] U[src])`` for every coefficient ``io`` of
+    a row (``d`` the row's view of ``dy``, ``U[src]`` the local ``name(src)``; the sum
+    kept in the local ``total(io)`` for the rest of the row's sum, see `_vw_rest`), and
     the number of products."""
     by_out: dict[int, list] = {}
     for (out, s), op in entry.items():
@@ -185,8 +185,8 @@ def _transport(entry: dict, size: int, name: Any, pad: str,
     for out in range(size):
         terms = [_times(op, name(s)) for s, op in sorted(by_out.get(out, []))]
         count += len(terms)
-        terms += extra(out) if extra is not None else []
-        lines.append(f"{pad}d[{out}] = -({_sum(terms)})")
+        lines.append(f"{pad}{total(out)} = -({_sum(terms)})")
+        lines.append(f"{pad}d[{out}] = {total(out)}")
     return lines, count
 
 
@@ -213,8 +213,11 @@ def _body(d: int, groups: list[tuple[int, str]], orders: tuple[int, ...], N: int
     def un(s):
         return f"u{d}_{s}"
 
+    def tn(s):
+        return f"t{d}_{s}"
+
     lines, entry = _operator_lines(_operator(N, d, phi), f"a{d}", pad, known)
-    part, count = _transport(entry, c, un, inner)
+    part, count = _transport(entry, c, un, inner, tn)
     # the rows: group by group, j counting on; each group's first row, number of rows
     # and where they start in y
     starts, rows, extras, terms = "0", [], [], 0
@@ -304,11 +307,11 @@ def _vw_rest(o: int, d: int, N: int, M: int, rc: dict, g: dict, rw: dict, kv: st
             source.setdefault(int(out), []).append(_times(Gi, lam[key]))
 
     def rest(out: int, extra: list[str]) -> list[str]:
-        """The rest of the sum of entry ``out`` subtracted after its transport (the
-        same floating-point number: ``-(T + a + b) == (-T - a) - b``)."""
+        """The rest of the sum of entry ``out`` subtracted from its transport ``t``
+        (the same floating-point number: ``-(T + a + b) == (-T - a) - b``)."""
         if not extra:
             return []
-        return [f"{deep}d[{out}] = d[{out}] - {' - '.join(extra)}"]
+        return [f"{deep}d[{out}] = t{d}_{out} - {' - '.join(extra)}"]
 
     v_rest = [x for out in range(c) for x in rest(out, [rc[out]] if out in rc else [])]
     w_rest = params + [x for out in range(c) for x in rest(
