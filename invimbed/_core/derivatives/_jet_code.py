@@ -233,13 +233,11 @@ def _body(d: int, groups: list[tuple[int, str]], orders: tuple[int, ...], N: int
     for gi, (o, kind) in enumerate(groups):
         active = "" if o == groups[0][0] else f" if n > {o} else 0"
         if kind == "z":
-            K = orders[o]
             count_g, base = str(N), f"offs[{o}]"
             terms += N * count
-        else:
-            K = orders[o]
+        else:                       # V after the N rows of Z (of degree K = d - 1)
             kv = f"kv{o}"
-            lines.append(f"{pad}{kv} = offs[{o}] + {N * n_coefficients(N, K)}")
+            lines.append(f"{pad}{kv} = offs[{o}] + {N * n_coefficients(N, orders[o])}")
             count_g, base = "nv", kv
             pre, v_rest, w_rest, more = _vw_rest(o, d, N, M, rc, g, rw, kv, pad, deep)
             lines += pre
