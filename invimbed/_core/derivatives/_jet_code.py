@@ -281,16 +281,19 @@ def _vw_rest(o: int, d: int, N: int, M: int, rc: dict, g: dict, rw: dict, kv: st
     G = {}
     for i in range(N):
         for a in range(c):
-            parts = [_times(g[i, m, a], f"J[{m}, w]") for m in range(M) if (i, m, a) in g]
+            parts = [_times(g[i, m, a], f"J{m}") for m in range(M) if (i, m, a) in g]
             if parts:
                 G[i, a] = f"G{o}_{i}_{a}"
                 params.append(f"{deep}{G[i, a]} = {_sum(parts)}")
     Rw = {}
     for a in range(c):
-        parts = [_times(rw[m, a], f"J[{m}, w]") for m in range(M) if (m, a) in rw]
+        parts = [_times(rw[m, a], f"J{m}") for m in range(M) if (m, a) in rw]
         if parts:
             Rw[a] = f"S{o}_{a}"
             params.append(f"{deep}{Rw[a]} = {_sum(parts)}")
+    # J[:, w], each entry read once per row
+    params = [f"{deep}J{m} = J[{m}, w]" for m in range(M)
+              if any(f"J{m}" in line.split(" = ", 1)[1] for line in params)] + params
     pre = [f"{pad}v{o} = y[{kv}:{kv} + {c}]"]
     source: dict[int, list[str]] = {}
     lam: dict[tuple[int, int], str] = {}
