@@ -43,7 +43,7 @@ from . import _codegen
 from .multiindex import derivative_table, factorials, multi_indices, n_coefficients, product_table
 
 #: Above this many products a problem keeps the generic kernel: numba's compile time
-#: grows with the generated function (3.2 to 3.7 s of CPU for the 842 of the coupled
+#: grows with the generated function (3.0 to 4.0 s of CPU for the 842 of the coupled
 #: pendulums, orders 1 and 2, on the shared 2-core container: docs/performance.md), so
 #: this bounds it at well under a minute, once per problem and machine.
 MAX_TERMS = 4000
