@@ -197,6 +197,25 @@ def test_generated_code_reads_only_the_coefficients_that_are_not_zero():
     assert terms > 0
 
 
+def test_generated_code_writes_each_operator_once():
+    """numba's compile time grows with the operations written: each truncated operator is
+    one loop body over every row it transports (degree 1: the rows of Z of the jet of
+    order 1; degree 2: V and W of order 1 with Z of order 2; degree 3: V and W of order
+    2), not written out row by row; the products per call are counted as before."""
+    import re
+
+    from invimbed._core.derivatives._jet_code import jet_source
+    from invimbed._core.derivatives.multiindex import n_coefficients
+
+    prov = from_sympy(_pendulums).derivative_provider
+    lines, terms = jet_source(prov, (1, 2))
+    assert sum(line.strip().startswith("for j in range(") for line in lines) == 3
+    totals = [line for line in lines if re.match(r"\s*t\d+_\d+ = -\(", line)]
+    assert len(totals) == sum(n_coefficients(4, d) for d in (1, 2, 3))
+    assert not any("k += 1" in line for line in lines)
+    assert terms == 842
+
+
 def test_a_right_hand_side_too_large_to_compile_quickly_keeps_the_generic_kernel(monkeypatch):
     """Above `MAX_TERMS` products no code is generated (numba's compile time grows with
     it): the generic kernel runs, with numpy's numbers."""

@@ -24,6 +24,15 @@ one does only the products that can be nonzero. The source is one function,
 writing ``dy`` of the first ``n`` carried orders (the blocks of ``y`` from ``offs[o]``,
 the layout of `invimbed._backends._bundles.Jet`), compiled by numba and cached on disk
 with the provider's other generated code (`invimbed._core.derivatives._codegen`).
+
+numba's compile time grows with the operations written (it types and lowers each one
+anew, a few milliseconds apiece), so the function writes each operator once: one loop
+body per degree ``d`` over every row the operator of degree ``d`` transports (the ``N``
+rows of ``Z`` of the jet of order ``d``, ``V`` and the ``nw`` rows of ``W`` of the jet
+of order ``d - 1``), each row read and written through a view (constant indices, no
+counter redefined at every entry), then the rest of a ``V`` or ``W`` row's sum
+subtracted in a branch. The sums are those of the code written out row by row, to the
+bit (``-(T + a) == -T - a``); about half the compile time of that form.
 """
 
 from __future__ import annotations
@@ -34,9 +43,9 @@ from . import _codegen
 from .multiindex import derivative_table, factorials, multi_indices, n_coefficients, product_table
 
 #: Above this many products a problem keeps the generic kernel: numba's compile time
-#: grows with the generated function (10 s of CPU for the 842 of the coupled pendulums,
-#: orders 1 and 2, on the shared 2-core container: docs/performance.md), so this bounds
-#: it at about a minute, once per problem and machine.
+#: grows with the generated function (3.0 to 4.0 s of CPU for the 842 of the coupled
+#: pendulums, orders 1 and 2, on the shared 2-core container: docs/performance.md), so
+#: this bounds it at well under a minute, once per problem and machine.
 MAX_TERMS = 4000
 
 
@@ -74,13 +83,21 @@ def jet_source(provider: Any, orders: tuple[int, ...]) -> tuple[list[str], int]:
           if (v := coefficient(f"s{m}_{c}", "R", 0, c, unit[m])) is not None}
     lines = ["@_jit", "def jet_rhs(t, x, th, J, y, dy, offs, n):"]
     lines += _assignments(provider, names, exprs)
-    terms = 0
-    for o, K in enumerate(orders):
-        pad = "    " if o == 0 else "        "
-        if o:
-            lines.append(f"    if n > {o}:")
-        block, count = _block(o, K, N, M, phi, rc, g, rw, pad)
-        lines += block
+    lines.append("    nv = J.shape[1] + 1")      # V's row and the parameter rows
+    terms, known = 0, {}
+    for d in sorted(set(orders) | {K + 1 for K in orders}):
+        # the rows transported by the operator of degree d: Z of the blocks of jet order
+        # d, V and W of those of order d - 1 (blocks o = 0, 1, ... of ``orders``)
+        groups = sorted([(o, "vw") for o, K in enumerate(orders) if K + 1 == d]
+                        + [(o, "z") for o, K in enumerate(orders) if K == d])
+        first = groups[0][0]
+        pad = "    " if first == 0 else "        "
+        if first:
+            lines.append(f"    if n > {first}:")
+        # (the operator's scalars of a body that always runs serve the later ones)
+        body, count = _body(d, groups, orders, N, M, phi, rc, g, rw, pad,
+                            known if first == 0 else dict(known))
+        lines += body
         terms += count
     return lines, terms
 
@@ -137,11 +154,14 @@ def _factor(f: float, name: str) -> str:
     return _times(repr(f), name)
 
 
-def _operator_lines(A: dict, label: str, pad: str) -> tuple[list[str], dict]:
+def _operator_lines(A: dict, label: str, pad: str,
+                    known: dict | None = None) -> tuple[list[str], dict]:
     """Scalars of the operator ``A`` (a coefficient of ``f`` itself where an entry is
     one of them, a constant where all its coefficients are), and the entries by
-    ``(io, src)``."""
+    ``(io, src)``. ``known``: scalars already computed (their expression -> name), which
+    are not computed again; those computed here are added to it."""
     lines, entry = [], {}
+    known = {} if known is None else known
     for out in sorted(A):
         for s in sorted(A[out]):
             pairs = A[out][s]
@@ -154,82 +174,130 @@ def _operator_lines(A: dict, label: str, pad: str) -> tuple[list[str], dict]:
             if len(pairs) == 1 and pairs[0][0] == 1.0:
                 entry[out, s] = pairs[0][1]
                 continue
-            name = f"{label}_{out}_{s}"
-            lines.append(f"{pad}{name} = {_sum([_factor(f, p) for f, p in pairs])}")
-            entry[out, s] = name
+            value = _sum([_factor(f, p) for f, p in pairs])
+            if value not in known:
+                known[value] = f"{label}_{out}_{s}"
+                lines.append(f"{pad}{known[value]} = {value}")
+            entry[out, s] = known[value]
     return lines, entry
 
 
-def _transport(entry: dict, size: int, rows: int, name: Any, pad: str,
-               extra: Any = None) -> tuple[list[str], int]:
-    """``dy[k] = -(sum_src A[io, src] U_r[src] + extra(r, io))`` for every row ``r`` and
-    coefficient ``io``, ``k`` counting up (``U_r[src]`` the local ``name(r, src)``)."""
+def _transport(entry: dict, size: int, name: Any, pad: str, total: Any) -> tuple[list[str], int]:
+    """``d[io] = total(io) = -(sum_src A[io, src] U[src])`` for every coefficient ``io`` of
+    a row (``d`` the row's view of ``dy``, ``U[src]`` the local ``name(src)``; the sum
+    kept in the local ``total(io)`` for the rest of the row's sum, see `_vw_rest`), and
+    the number of products."""
     by_out: dict[int, list] = {}
     for (out, s), op in entry.items():
         by_out.setdefault(out, []).append((s, op))
     lines, count = [], 0
-    for r in range(rows):
-        for out in range(size):
-            terms = [_times(op, name(r, s)) for s, op in sorted(by_out.get(out, []))]
-            terms += extra(r, out) if extra is not None else []
-            count += len(terms)
-            lines.append(f"{pad}dy[k] = -({_sum(terms)}); k += 1")
+    for out in range(size):
+        terms = [_times(op, name(s)) for s, op in sorted(by_out.get(out, []))]
+        count += len(terms)
+        lines.append(f"{pad}{total(out)} = -({_sum(terms)})")
+        lines.append(f"{pad}d[{out}] = {total(out)}")
     return lines, count
 
 
 def _reads(names: list[str], pad: str) -> list[str]:
-    """``names[j] = y[k]`` with ``k`` counting up. (Indices are counted, not written as
-    integer constants: numba types every distinct constant anew, which made the compile
-    time of a right-hand side grow by tens of milliseconds per product.)"""
-    return [f"{pad}{n} = y[k]; k += 1" for n in names]
+    """``names[j] = u[j]`` (``u``: the row's view of ``y``). (The rows are views, so each
+    index is a constant: counting an index up (``k += 1``) redefines a variable at every
+    entry, whose SSA form numba builds in time quadratic in the length of the block, and
+    an index computed (``y[k + j]``) costs an operation more to type and lower.)"""
+    return [f"{pad}{n} = u[{j}]" for j, n in enumerate(names)]
 
 
-def _block(o: int, K: int, N: int, M: int, phi: dict, rc: dict, g: dict, rw: dict,
-           pad: str) -> tuple[list[str], int]:
-    """The lines of carried order ``o`` (jet order ``K``), and its number of products."""
-    cZ, cV = n_coefficients(N, K), n_coefficients(N, K + 1)
+def _body(d: int, groups: list[tuple[int, str]], orders: tuple[int, ...], N: int, M: int,
+          phi: dict, rc: dict, g: dict, rw: dict, pad: str,
+          known: dict) -> tuple[list[str], int]:
+    """The lines of the rows of degree ``d`` (``groups``: ``(o, "z")`` the ``N`` rows of
+    ``Z`` of carried order ``o``, ``(o, "vw")`` its ``V`` and ``W`` rows), one body in a
+    loop over the rows: the same operator transports each row (``grad_x U . Phi``
+    truncated at degree ``d``); then the rest of a row's sum: ``R``'s coefficients for
+    ``V``, the source ``grad V . G`` and ``R``'s gradient for ``W``. Its number of
+    products (as if each row were written out). ``known``: see `_operator_lines`."""
+    c = n_coefficients(N, d)
+    inner, deep = pad + "    ", pad + "        "
 
-    def zn(r, s):
-        return f"z{o}_{r * cZ + s}"
+    def un(s):
+        return f"u{d}_{s}"
 
-    def vn(r, s):
-        return f"v{o}_{s}"
+    def tn(s):
+        return f"t{d}_{s}"
 
-    def wn(r, s):
-        return f"w{o}_{s}"
+    lines, entry = _operator_lines(_operator(N, d, phi), f"a{d}", pad, known)
+    part, count = _transport(entry, c, un, inner, tn)
+    # the rows: group by group, j counting on; each group's first row, number of rows
+    # and where they start in y
+    starts, rows, extras, terms = "0", [], [], 0
+    for gi, (o, kind) in enumerate(groups):
+        active = "" if o == groups[0][0] else f" if n > {o} else 0"
+        if kind == "z":
+            count_g, base = str(N), f"offs[{o}]"
+            terms += N * count
+        else:                       # V after the N rows of Z (of degree K = d - 1)
+            kv = f"kv{o}"
+            lines.append(f"{pad}{kv} = offs[{o}] + {N * n_coefficients(N, orders[o])}")
+            count_g, base = "nv", kv
+            pre, v_rest, w_rest, more = _vw_rest(o, d, N, M, rc, g, rw, kv, pad, deep)
+            lines += pre
+            terms += 2 * count + more
+            extras.append((starts, v_rest, w_rest))
+        end = f"e{d}_{gi}"
+        lines.append(f"{pad}{end} = " + (f"{starts} + " if starts != "0" else "")
+                     + (f"({count_g}{active})" if active else count_g))
+        rows.append((starts, end, base))
+        starts = end
+    lines.append(f"{pad}for j in range({starts}):")
+    for i, (start, end, base) in enumerate(rows):
+        offset = f"{base} + {c} * (j - {start})" if start != "0" else f"{base} + {c} * j"
+        if len(rows) == 1:
+            lines.append(f"{inner}k = {offset}")
+        else:
+            test = "if" if i == 0 else ("elif" if i < len(rows) - 1 else "else")
+            cond = f" j < {end}" if test != "else" else ""
+            lines += [f"{inner}{test}{cond}:", f"{deep}k = {offset}"]
+    lines += [f"{inner}u = y[k:k + {c}]", f"{inner}d = dy[k:k + {c}]"]
+    lines += _reads([un(s) for s in range(c)], inner) + part
+    for start, v_rest, w_rest in extras:
+        lines += [f"{inner}if j == {start}:"] + (v_rest or [f"{deep}pass"])
+        end = rows[[r[0] for r in rows].index(start)][1]
+        w = "j - 1" if start == "0" else f"j - {start} - 1"
+        lines += [f"{inner}elif j < {end}:", f"{deep}w = {w}"] + (
+            w_rest or [f"{deep}pass"])
+    return lines, terms
 
-    lines = [f"{pad}k = offs[{o}]"]
-    lines += _reads([zn(r, s) for r in range(N) for s in range(cZ)] +
-                    [vn(0, s) for s in range(cV)], pad)
-    zl, ze = _operator_lines(_operator(N, K, phi), f"az{o}", pad)
-    vl, ve = _operator_lines(_operator(N, K + 1, phi), f"av{o}", pad)
-    lines += zl + vl + [f"{pad}k = offs[{o}]"]
-    part, terms = _transport(ze, cZ, N, zn, pad)
-    lines += part
-    part, count = _transport(ve, cV, 1, vn, pad, lambda r, out: [rc[out]] if out in rc else [])
-    lines += part + [f"{pad}kw = k"]
-    terms += count
-    # the parameter rows W: transported as V, plus the source grad V . G and R's gradient
-    vsrc, _, vfac = derivative_table(N, K + 1)
-    sa, sb, so = product_table(N, K + 1, K, K + 1)
-    inner = pad + "    "
-    body = [f"{inner}k = kw + {cV} * w"]
-    body += _reads([wn(0, s) for s in range(cV)], inner)
+
+def _vw_rest(o: int, d: int, N: int, M: int, rc: dict, g: dict, rw: dict, kv: str,
+             pad: str, deep: str) -> tuple[list[str], list[str], list[str], int]:
+    """For the ``V`` and ``W`` rows of carried order ``o`` (degree ``d``): the lines read
+    before the loop (the entries of ``V`` that ``Lam = grad V`` takes), the rest of
+    ``V``'s sum, the rest of a ``W`` row's (after ``G = f_theta . J[:, w]`` and
+    ``R_theta . J[:, w]``), and their number of products."""
+    c, K = n_coefficients(N, d), d - 1
+    vsrc, _, vfac = derivative_table(N, d)
+    sa, sb, so = product_table(N, d, K, d)
+    params: list[str] = []
     G = {}
     for i in range(N):
-        for c in range(cV):
-            parts = [_times(g[i, m, c], f"J[{m}, w]") for m in range(M) if (i, m, c) in g]
+        for a in range(c):
+            parts = [_times(g[i, m, a], f"J{m}") for m in range(M) if (i, m, a) in g]
             if parts:
-                G[i, c] = f"G{o}_{i}_{c}"
-                body.append(f"{inner}{G[i, c]} = {_sum(parts)}")
+                G[i, a] = f"G{o}_{i}_{a}"
+                params.append(f"{deep}{G[i, a]} = {_sum(parts)}")
     Rw = {}
-    for c in range(cV):
-        parts = [_times(rw[m, c], f"J[{m}, w]") for m in range(M) if (m, c) in rw]
+    for a in range(c):
+        parts = [_times(rw[m, a], f"J{m}") for m in range(M) if (m, a) in rw]
         if parts:
-            Rw[c] = f"S{o}_{c}"
-            body.append(f"{inner}{Rw[c]} = {_sum(parts)}")
+            Rw[a] = f"S{o}_{a}"
+            params.append(f"{deep}{Rw[a]} = {_sum(parts)}")
+    # J[:, w], each entry read once per row
+    params = [f"{deep}J{m} = J[{m}, w]" for m in range(M)
+              if any(f"J{m}" in line.split(" = ", 1)[1] for line in params)] + params
+    pre = [f"{pad}v{o} = y[{kv}:{kv} + {c}]"]
     source: dict[int, list[str]] = {}
     lam: dict[tuple[int, int], str] = {}
+    read: set[str] = set()
     for i in range(N):
         for a, lb, out in zip(sa, sb, so):
             Gi = G.get((i, int(a)))
@@ -237,18 +305,29 @@ def _block(o: int, K: int, N: int, M: int, phi: dict, rc: dict, g: dict, rw: dic
                 continue
             key = (i, int(lb))
             if key not in lam:      # Lam_i = dV / dz_i, of degree K
-                lam[key] = f"lam{o}_{i}_{int(lb)}"
-                lines.append(f"{pad}{lam[key]} = "
-                             f"{_factor(float(vfac[i, lb]), vn(0, int(vsrc[i, lb])))}")
+                s = int(vsrc[i, lb])
+                vname = f"v{o}_{s}"
+                if vname not in read:
+                    read.add(vname)
+                    pre.append(f"{pad}{vname} = v{o}[{s}]")
+                value = _factor(float(vfac[i, lb]), vname)
+                lam[key] = value if value.isidentifier() else f"lam{o}_{i}_{int(lb)}"
+                if lam[key] != value:
+                    pre.append(f"{pad}{lam[key]} = {value}")
             source.setdefault(int(out), []).append(_times(Gi, lam[key]))
-    body.append(f"{inner}k = kw + {cV} * w")
-    part, count = _transport(ve, cV, 1, wn, inner,
-                             lambda r, out: source.get(out, []) + ([Rw[out]] if out in Rw
-                                                                   else []))
-    body += part
-    terms += count
-    lines += [f"{pad}for w in range(J.shape[1]):"] + body
-    return lines, terms
+
+    def rest(out: int, extra: list[str]) -> list[str]:
+        """The rest of the sum of entry ``out`` subtracted from its transport ``t``
+        (the same floating-point number: ``-(T + a + b) == (-T - a) - b``)."""
+        if not extra:
+            return []
+        return [f"{deep}d[{out}] = t{d}_{out} - {' - '.join(extra)}"]
+
+    v_rest = [x for out in range(c) for x in rest(out, [rc[out]] if out in rc else [])]
+    w_rest = params + [x for out in range(c) for x in rest(
+        out, source.get(out, []) + ([Rw[out]] if out in Rw else []))]
+    more = sum(a < c for a in rc) + sum(len(v) for v in source.values()) + len(Rw)
+    return pre, v_rest, w_rest, more
 
 
 def jet_function(provider: Any, orders: tuple[int, ...]) -> Any:

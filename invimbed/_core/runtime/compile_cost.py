@@ -79,9 +79,10 @@ KERNELS: dict[str, tuple[str, float]] = {
     "contract": ("the jet closure's compiled contraction (jets of high order)", 1.5),
     "ocp_rows": ("the compiled shooting rows of solve_ocp / OCPSolver (from_sympy "
                  "and traced problems)", 14.0),
-    # per problem: 10 s of CPU for the coupled pendulums of the benchmarks (N = 4)
+    # per problem: 3.0 to 4.0 s of CPU for the coupled pendulums of the benchmarks (N = 4,
+    # orders 1 and 2; 8.0 to 9.4 s before its loop bodies per degree, same runs)
     "jet_code": ("this problem's generated jet right-hand side (backend='numba' on a "
-                 "problem with sympy or traced expressions)", 10.0),
+                 "problem with sympy or traced expressions)", 4.0),
 }
 #: The generated code compiled once per problem (and machine), not a kernel of the package
 #: (`python -m invimbed compile` cannot know the problem): what it serves and its compile
