@@ -85,6 +85,45 @@ def _jet_tables(N: int, K: int) -> tuple:
             *ptrs, c(zd), c(vd))
 
 
+#: The kind of each of the 18 tables of `_jet_tables` (``"i1"``: a 1-D int64 array, ``"i2"``
+#: 2-D int64, ``"f2"`` 2-D float64), as `_numba_kernels.order_tables` rebuilds them.
+TABLE_KINDS = ("i2", "f2", "i1", "i1", "i1", "i2", "f2", "i1", "i1", "i1", "i1", "i1", "i1",
+               "i1", "i1", "i1", "i2", "i2")
+
+
+@lru_cache(maxsize=None)
+def packed_tables(N: int, orders: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The `_jet_tables` of the jets of ``orders`` in ``N`` variables packed into three
+    arrays ``(ti, tf, tm)``: every int64 table flat in ``ti``, every float64 one in
+    ``tf``, and ``tm[o, k] = (start, rows, columns)`` of table ``k`` of ``orders[o]``
+    (`_numba_kernels.order_tables` returns views of them). A kernel compiled for three
+    arrays instead of 18 per order compiles minutes faster: numba passes every array of
+    a tuple argument as seven to nine scalars through each call and ``prange`` loop,
+    which LLVM then optimises (measured in docs/performance.md, "Compiled kernels and
+    the first run on a machine")."""
+    ints: list[np.ndarray] = []
+    flts: list[np.ndarray] = []
+    tm = np.zeros((len(orders), len(TABLE_KINDS), 3), np.int64)
+    ni = nf = 0
+    for o, K in enumerate(orders):
+        for k, (a, kind) in enumerate(zip(_jet_tables(N, K), TABLE_KINDS)):
+            want = np.float64 if kind[0] == "f" else np.int64
+            if a.dtype != want or a.ndim != int(kind[1]):
+                raise AssertionError(f"internal error: jet table {k} is {a.dtype} "
+                                     f"{a.ndim}-D, not {kind}")
+            if kind[0] == "f":
+                tm[o, k] = (nf, a.shape[0], a.shape[1])
+                flts.append(a.ravel())
+                nf += a.size
+            else:
+                tm[o, k] = (ni, a.shape[0], a.shape[1] if a.ndim == 2 else 0)
+                ints.append(a.ravel())
+                ni += a.size
+    ti = np.concatenate(ints) if ints else np.zeros(0, np.int64)
+    tf = np.concatenate(flts) if flts else np.zeros(0)
+    return np.ascontiguousarray(ti), np.ascontiguousarray(tf), tm
+
+
 def _dense_pairs(table: tuple, N: int) -> tuple[tuple, np.ndarray]:
     """``table`` (a `product_table`) without its pairs of two coefficients of degree 1,
     and those pairs' output indices as an N x N array ``D[j, k]`` (the product of the
@@ -328,7 +367,7 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
 
         code.compile(code_signature().args)
 
-    args = (fns, plan.arrays(), jet, _jet_tables(N, orders[0]), _jet_tables(N, orders[-1]),
+    args = (fns, plan.arrays(), jet, *packed_tables(N, (orders[0], orders[-1])),
             bundles.Fixed(sched.stage_p, sched.h, sched.theta, sched.jac, sched.A,
                           sched.weights, sched.record, int(sched.record_initial),
                           bool(sched.disc)),

@@ -263,6 +263,37 @@ def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, ops, o, Lam, Sw, act
 
 
 @njit(cache=True)
+def _ints(ti, m):
+    """The 1-D table of ``ti`` that ``m = (start, rows, 0)`` locates."""
+    return ti[m[0]:m[0] + m[1]]
+
+
+@njit(cache=True)
+def _ints2(ti, m):
+    """The 2-D table of ``ti`` that ``m = (start, rows, columns)`` locates."""
+    return ti[m[0]:m[0] + m[1] * m[2]].reshape((m[1], m[2]))
+
+
+@njit(cache=True)
+def _floats2(tf, m):
+    """The 2-D float table of ``tf`` that ``m = (start, rows, columns)`` locates."""
+    return tf[m[0]:m[0] + m[1] * m[2]].reshape((m[1], m[2]))
+
+
+@njit(cache=True)
+def order_tables(ti, tf, tm, o):
+    """The 18 tables of `jet_rhs` (`invimbed._backends._numba._jet_tables`) of the
+    ``o``-th order packed in ``(ti, tf, tm)`` (`invimbed._backends._numba.packed_tables`):
+    views, the same arrays as the unpacked tables."""
+    m = tm[o]
+    return (_ints2(ti, m[0]), _floats2(tf, m[1]), _ints(ti, m[2]), _ints(ti, m[3]),
+            _ints(ti, m[4]), _ints2(ti, m[5]), _floats2(tf, m[6]), _ints(ti, m[7]),
+            _ints(ti, m[8]), _ints(ti, m[9]), _ints(ti, m[10]), _ints(ti, m[11]),
+            _ints(ti, m[12]), _ints(ti, m[13]), _ints(ti, m[14]), _ints(ti, m[15]),
+            _ints2(ti, m[16]), _ints2(ti, m[17]))
+
+
+@njit(cache=True)
 def _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, x, th, J, pz, pt, hs, vals,
                       fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw):
     ev(fns, plan, _IDS[0], t, x, th, pz, pt, hs, vals, fbuf)
@@ -290,10 +321,10 @@ def _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, x, th, J, pz, pt, hs, 
                 Rw[w, c] = s
 
 
-def jet_sweep(one, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, coded):
+def jet_sweep(one, ev, fns, plan, jet, ti, tf, tm, fixed, res, code, coded):
     """Jet sweep of every sample (see the module docstring and JetClosure)."""
     for b in prange(jet.x.shape[0]):
-        one(np.int64(b), ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, coded)
+        one(np.int64(b), ev, fns, plan, jet, ti, tf, tm, fixed, res, code, coded)
 
 
 @njit(cache=True)
@@ -302,16 +333,19 @@ def no_code(t, x, th, J, y, dy, offs, n):
 
 
 @njit(cache=True)
-def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, coded):
+def _jet_sweep_one(b, ev, fns, plan, jet, ti, tf, tm, fixed, res, code, coded):
     """The jet sweep of sample ``b`` (see JetClosure): Z, V, W of each carried order (1,
-    and 2 with the error estimate: ``jet``, a `invimbed._backends._bundles.Jet`;
-    ``tab_lo``, ``tab_hi`` the tables of the first and the last), stepped by the tableau
+    and 2 with the error estimate: ``jet``, a `invimbed._backends._bundles.Jet`; the
+    tables of the first and the last packed in ``ti``, ``tf``, ``tm``, `order_tables`),
+    stepped by the tableau
     of the schedule ``fixed`` (`Fixed`) or by the paper's layer recursion (its
     ``disc``), into ``res`` (`FixedOut`). Each right-hand side is the problem's generated
     jet code (``code``, `invimbed._core.derivatives._jet_code`) where it has one
     (``coded``), else its Taylor coefficients (`_jet_coefficients`) contracted by
     `jet_rhs`."""
     x, q, N, M, nw, CF, CW, cZs, cVs, offs, size = jet
+    tab_lo = order_tables(ti, tf, tm, _IDS[0])
+    tab_hi = order_tables(ti, tf, tm, _IDS[1])
     stage_p, step_h, thetas, jacs, A, Wts, record, rec0, disc = fixed
     out_z, out_v, out_a, out_w, err_z, err_v, err_a, err_w, fail_pos, fail_p = res
     n_orders = cZs.shape[0]

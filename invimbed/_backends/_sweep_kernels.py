@@ -47,7 +47,8 @@ from ._ensemble_parts import (_finite, _fmin, _rms, dense_coefficient, grow_fact
                               initial_step, initial_step_h0, scaled_error, shrink_factor,
                               stage_state, weighted_step)
 from ._numba_calls import _IDS, _plan_scratch
-from ._numba_kernels import _jet_coefficients, jet_rhs, jet_scratch, operator_size
+from ._numba_kernels import (_jet_coefficients, jet_rhs, jet_scratch, operator_size,
+                             order_tables)
 
 _jit = njit(cache=True, error_model="numpy")
 
@@ -173,25 +174,27 @@ def _record_dense(Qr, y_old, idx, t_old, h, p, out, d, b):
         out[d, b, k // width, k % width] = h * acc + y_old[idx[k]]
 
 
-def sweep_rows(one, ev, fns, plan, tape, jet, tab0, tab1, tab2, tab3, grid, step, res, ws):
+def sweep_rows(one, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws):
     """Every input's sweep in a ``prange`` loop (compiled by
     `invimbed._backends.sweep_adaptive`); each thread's inputs share its slice of the
     tapes' node storage ``ws = (ws_f, ws_r, ws_t)``."""
     for b in prange(jet.x.shape[0]):
-        one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, tape, jet, tab0, tab1, tab2,
-            tab3, grid, step, res, ws)
+        one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, tape, jet, ti, tf, tm, grid,
+            step, res, ws)
 
 
 @_jit
-def sweep_one(b, tid, ev, fns, plan, tape, jet, tab0, tab1, tab2, tab3, grid, step, res, ws):
+def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws):
     """The sweep of input ``b`` on thread ``tid`` (see the module docstring), with the
     bundles of `invimbed._backends._bundles`: ``tape`` (`Tapes`: the tapes of ``f``,
     ``R``, ``T``), ``jet`` (`Jet`), ``grid`` (`Grid`), ``step`` (`Stepper`), ``res``
-    (`SweepOut`); ``tab0`` ... ``tab3`` are the tables of the carried orders
-    (`invimbed._backends._numba._jet_tables`, the last repeated); ``ws[k][tid]`` is the
+    (`SweepOut`); ``ti``, ``tf``, ``tm`` hold the tables of the carried orders
+    (`invimbed._backends._numba.packed_tables`: four, the last repeated; unpacked by
+    `invimbed._backends._numba_kernels.order_tables`); ``ws[k][tid]`` is the
     node storage of tape ``k`` (zero where the tapes' `lengths` bound it, as `run_row`
     leaves it for the same tapes)."""
-    tabs = (tab0, tab1, tab2, tab3)
+    tabs = (order_tables(ti, tf, tm, _IDS[0]), order_tables(ti, tf, tm, _IDS[1]),
+            order_tables(ti, tf, tm, _IDS[2]), order_tables(ti, tf, tm, _IDS[3]))
     use_tape = tape.use
     tapes = ((tape.f_ops, tape.f_par, tape.f_kind, tape.f_out),
              (tape.r_ops, tape.r_par, tape.r_kind, tape.r_out),

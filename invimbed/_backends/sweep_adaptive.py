@@ -44,7 +44,7 @@ from .._core.results.failures import (below_min_step, budget_exhausted, first_ev
 from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, segments
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
 from .._core.sweep.memory import check_compiled
-from ._numba import _jet_tables, compile_loop, eval_signature
+from ._numba import compile_loop, eval_signature, packed_tables
 from ._numba_functions import _types, function_tuple, import_numba
 from ._plans import Request, build_plan
 from . import _bundles as bundles
@@ -304,8 +304,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
 
     tplan = tape_plan(N, F)
     Df = 1 + M if (use_tape and nw) else 1
-    tabs = [_jet_tables(N, K) for K in orders]
-    tabs = tuple(tabs + [tabs[-1]] * (4 - len(tabs)))
+    tabs = packed_tables(N, tuple(orders + [orders[-1]] * (4 - len(orders))))
     jet = bundles.jet(setup.x, setup.q, M, nw, orders)
     cZs, cVs, offs, size = jet.cZs, jet.cVs, jet.offs, jet.size
     seg, seg_th, seg_J, dep_seg = _segments(setup)
