@@ -93,35 +93,19 @@ TABLE_KINDS = ("i2", "f2", "i1", "i1", "i1", "i2", "f2", "i1", "i1", "i1", "i1",
 
 @lru_cache(maxsize=None)
 def packed_tables(N: int, orders: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The `_jet_tables` of the jets of ``orders`` in ``N`` variables packed into three
-    arrays ``(ti, tf, tm)``: every int64 table flat in ``ti``, every float64 one in
+    """The `_jet_tables` of the jets of ``orders`` in ``N`` variables `bundles.pack`ed into
+    three arrays ``(ti, tf, tm)``: every int64 table flat in ``ti``, every float64 one in
     ``tf``, and ``tm[o, k] = (start, rows, columns)`` of table ``k`` of ``orders[o]``
-    (`_numba_kernels.order_tables` returns views of them). A kernel compiled for three
-    arrays instead of 18 per order compiles minutes faster: numba passes every array of
-    a tuple argument as seven to nine scalars through each call and ``prange`` loop,
-    which LLVM then optimises (measured in docs/performance.md, "Compiled kernels and
-    the first run on a machine")."""
-    ints: list[np.ndarray] = []
-    flts: list[np.ndarray] = []
-    tm = np.zeros((len(orders), len(TABLE_KINDS), 3), np.int64)
-    ni = nf = 0
-    for o, K in enumerate(orders):
-        for k, (a, kind) in enumerate(zip(_jet_tables(N, K), TABLE_KINDS)):
-            want = np.float64 if kind[0] == "f" else np.int64
-            if a.dtype != want or a.ndim != int(kind[1]):
-                raise AssertionError(f"internal error: jet table {k} is {a.dtype} "
-                                     f"{a.ndim}-D, not {kind}")
-            if kind[0] == "f":
-                tm[o, k] = (nf, a.shape[0], a.shape[1])
-                flts.append(a.ravel())
-                nf += a.size
-            else:
-                tm[o, k] = (ni, a.shape[0], a.shape[1] if a.ndim == 2 else 0)
-                ints.append(a.ravel())
-                ni += a.size
-    ti = np.concatenate(ints) if ints else np.zeros(0, np.int64)
-    tf = np.concatenate(flts) if flts else np.zeros(0)
-    return np.ascontiguousarray(ti), np.ascontiguousarray(tf), tm
+    (`_numba_kernels.order_tables` returns views of them): a kernel takes three arrays
+    where it took 18 per order, and compiles minutes faster."""
+    tables = [a for K in orders for a in _jet_tables(N, K)]
+    for k, a in enumerate(tables):
+        kind = TABLE_KINDS[k % len(TABLE_KINDS)]
+        if a.dtype != (np.float64 if kind[0] == "f" else np.int64) or a.ndim != int(kind[1]):
+            raise AssertionError(f"internal error: jet table {k} is a {a.ndim}-D {a.dtype} "
+                                 f"array, not {kind}")
+    ti, tf, _, meta = bundles.pack(tables)
+    return ti, tf, meta.reshape(len(orders), len(TABLE_KINDS), 3)
 
 
 def _dense_pairs(table: tuple, N: int) -> tuple[tuple, np.ndarray]:

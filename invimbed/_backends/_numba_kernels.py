@@ -264,19 +264,32 @@ def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, ops, o, Lam, Sw, act
 
 @njit(cache=True)
 def _ints(ti, m):
-    """The 1-D table of ``ti`` that ``m = (start, rows, 0)`` locates."""
+    """The 1-D int64 array of ``ti`` that ``m = (start, rows, 0)`` locates (a view: the
+    buffers of `invimbed._backends._bundles.pack`)."""
     return ti[m[0]:m[0] + m[1]]
 
 
 @njit(cache=True)
 def _ints2(ti, m):
-    """The 2-D table of ``ti`` that ``m = (start, rows, columns)`` locates."""
+    """The 2-D int64 array of ``ti`` that ``m = (start, rows, columns)`` locates."""
     return ti[m[0]:m[0] + m[1] * m[2]].reshape((m[1], m[2]))
 
 
 @njit(cache=True)
+def _floats(tf, m):
+    """The 1-D float array of ``tf`` that ``m = (start, rows, 0)`` locates."""
+    return tf[m[0]:m[0] + m[1]]
+
+
+@njit(cache=True)
+def _int8s(tk, m):
+    """The 1-D int8 array of ``tk`` that ``m = (start, rows, 0)`` locates."""
+    return tk[m[0]:m[0] + m[1]]
+
+
+@njit(cache=True)
 def _floats2(tf, m):
-    """The 2-D float table of ``tf`` that ``m = (start, rows, columns)`` locates."""
+    """The 2-D float array of ``tf`` that ``m = (start, rows, columns)`` locates."""
     return tf[m[0]:m[0] + m[1] * m[2]].reshape((m[1], m[2]))
 
 

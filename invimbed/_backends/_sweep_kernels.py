@@ -47,8 +47,8 @@ from ._ensemble_parts import (_finite, _fmin, _rms, dense_coefficient, grow_fact
                               initial_step, initial_step_h0, scaled_error, shrink_factor,
                               stage_state, weighted_step)
 from ._numba_calls import _IDS, _plan_scratch
-from ._numba_kernels import (_jet_coefficients, jet_rhs, jet_scratch, operator_size,
-                             order_tables)
+from ._numba_kernels import (_floats, _int8s, _ints, _ints2, _jet_coefficients, jet_rhs,
+                             jet_scratch, operator_size, order_tables)
 
 _jit = njit(cache=True, error_model="numpy")
 
@@ -60,17 +60,35 @@ S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = (
 
 
 @_jit
-def _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
+def tape_arrays(tape, k):
+    """``(ops, par, kind, outputs)`` of tape ``k`` (0: ``f``, 1: ``R``, 2: ``T``) of the
+    `invimbed._backends._bundles.Tapes` ``tape``: views of its packed arrays."""
+    m = tape.meta
+    return (_ints2(tape.ints, m[4 * k]), _floats(tape.flts, m[4 * k + 1]),
+            _int8s(tape.kinds, m[4 * k + 2]), _ints(tape.ints, m[4 * k + 3]))
+
+
+@_jit
+def tape_plan(tape):
+    """The product table ``(ptr, ib, io)`` of the `Tapes` ``tape`` (views)."""
+    m = tape.meta
+    return _ints(tape.ints, m[12]), _ints(tape.ints, m[13]), _ints(tape.ints, m[14])
+
+
+@_jit
+def _tape_coefficients(tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
     """Taylor coefficients of ``f`` and ``R`` (with the ``w``-gradients ``G``, ``Rw``) by
-    the tapes, at ``xin = [x, theta]``; the layout of `JetClosure.coefficients_at`.
-    Returns whether they were computed (False: the control piece's, kept)."""
-    ptr, ib, io = tplan
+    the tapes of ``tape`` (`Tapes`), at ``xin = [x, theta]``; the layout of
+    `JetClosure.coefficients_at`. Returns whether they were computed (False: the control
+    piece's, kept)."""
     Wf, Tf, fo, Wr, Tr, ro, Lf, Lr, memo = W
     if memo[0] and memo[1]:
         return False    # an autonomous problem: this control piece's coefficients are in
     memo[1] = 1
-    ft = tapes[0]
-    rt = tapes[1]
+    ptr, ib, io = tape_plan(tape)
+    F, Df = tape.F, tape.Df
+    ft = tape_arrays(tape, _IDS[0])
+    rt = tape_arrays(tape, _IDS[1])
     run_row(ft[0], ft[1], ft[2], ft[3], t, xin, F, Df, ptr, ib, io, Wf, Tf, fo, Lf)
     run_row(rt[0], rt[1], rt[2], rt[3], t, xin, F, Df, ptr, ib, io, Wr, Tr, ro, Lr)
     fout = ft[3]
@@ -97,8 +115,8 @@ def _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc,
 
 
 @_jit
-def _rhs(t, y, dy, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, CW, xin,
-         J, cZs, cVs, offs, tabs, sc, W):
+def _rhs(t, y, dy, ev, fns, plan, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, ti, tf,
+         tm, sc, W):
     """``dy/dp`` of every carried jet at depth ``t``; False where ``y`` or ``dy`` is not
     finite (where `CountingRHS` raises)."""
     if not _finite(y):
@@ -106,17 +124,16 @@ def _rhs(t, y, dy, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, C
     (pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, ops, Lam, Sw, act, lens,
      u) = sc
     new = True
-    if use_tape:
-        new = _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc, G,
-                                 Rw)
+    if tape.use:
+        new = _tape_coefficients(tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw)
     else:
         _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, xin[:N], xin[N:], J, pz, pt,
                           hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw)
     if new:             # the transports' products are listed afresh (`jet_rhs`)
         ops[3][:, 4] = 0
     for o in range(cZs.shape[0]):
-        jet_rhs(N, nw, cZs[o], cVs[o], tabs[o], Phi, Rc, G, Rw, y, offs[o], dy, ops, o, Lam,
-                Sw, act, lens, u)
+        jet_rhs(N, nw, cZs[o], cVs[o], order_tables(ti, tf, tm, o), Phi, Rc, G, Rw, y, offs[o],
+                dy, ops, o, Lam, Sw, act, lens, u)
     return _finite(dy)
 
 
@@ -193,13 +210,9 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws)
     `invimbed._backends._numba_kernels.order_tables`); ``ws[k][tid]`` is the
     node storage of tape ``k`` (zero where the tapes' `lengths` bound it, as `run_row`
     leaves it for the same tapes)."""
-    tabs = (order_tables(ti, tf, tm, _IDS[0]), order_tables(ti, tf, tm, _IDS[1]),
-            order_tables(ti, tf, tm, _IDS[2]), order_tables(ti, tf, tm, _IDS[3]))
     use_tape = tape.use
-    tapes = ((tape.f_ops, tape.f_par, tape.f_kind, tape.f_out),
-             (tape.r_ops, tape.r_par, tape.r_kind, tape.r_out),
-             (tape.t_ops, tape.t_par, tape.t_kind, tape.t_out))
-    tplan = (tape.ptr, tape.ib, tape.io)
+    tapes = (tape_arrays(tape, _IDS[0]), tape_arrays(tape, _IDS[1]), tape_arrays(tape, _IDS[2]))
+    tplan = tape_plan(tape)
     F, Df = tape.F, tape.Df
     x, q, N, M, nw, CF, CW, cZs, cVs, offs, size = jet
     seg, seg_th, seg_J, depths, dep_seg = grid
@@ -220,7 +233,7 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws)
     cmax = cVs[n_o - 1]
     sizes = np.empty(n_o, np.int64)
     for o in range(n_o):
-        sizes[o] = operator_size(N, tabs[o])
+        sizes[o] = operator_size(N, order_tables(ti, tf, tm, o))
     ops = jet_scratch(N, nw, cmax, sizes)
     sc = (pz, pt, hs, vals, np.empty(N * CF), np.empty(CF), np.empty(N * M * CW),
           np.empty(M * CW), np.zeros((N, CF)), np.zeros(CF), np.zeros((N, nw, CF)),
@@ -296,8 +309,8 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws)
         W[8][1] = 0         # new piece: its coefficients are computed afresh
         t = a
         evals += 1
-        if not _rhs(t, y, f, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, CW,
-                    xin, J, cZs, cVs, offs, tabs, sc, W):
+        if not _rhs(t, y, f, ev, fns, plan, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs,
+                    ti, tf, tm, sc, W):
             code = S_FIRST if (a == q and evals <= 1) else S_NONFINITE
             where = t
             break
@@ -314,8 +327,8 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws)
             for i in range(size):
                 ys[i] = y[i] + (h0 * -1.0) * f[i]
             evals += 1
-            if not _rhs(t - h0, ys, K[1], ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M,
-                        nw, CF, CW, xin, J, cZs, cVs, offs, tabs, sc, W):
+            if not _rhs(t - h0, ys, K[1], ev, fns, plan, tape, N, M, nw, CF, CW, xin, J,
+                        cZs, cVs, offs, ti, tf, tm, sc, W):
                 code = S_NONFINITE
                 where = t - h0
                 break
@@ -348,9 +361,8 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws)
                 for st in range(1, ns):
                     stage_state(y, K, A, st, h, size, ys)
                     evals += 1
-                    if not _rhs(t + C[st] * h, ys, K[st], ev, fns, plan, use_tape, tapes,
-                                tplan, F, Df, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, tabs,
-                                sc, W):
+                    if not _rhs(t + C[st] * h, ys, K[st], ev, fns, plan, tape, N, M, nw, CF,
+                                CW, xin, J, cZs, cVs, offs, ti, tf, tm, sc, W):
                         code = S_NONFINITE
                         where = t + C[st] * h
                         break
@@ -358,8 +370,8 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws)
                     break
                 weighted_step(y, K, Bw, ns, h, size, y_new)
                 evals += 1
-                if not _rhs(t + h, y_new, K[ns], ev, fns, plan, use_tape, tapes, tplan, F,
-                            Df, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, tabs, sc, W):
+                if not _rhs(t + h, y_new, K[ns], ev, fns, plan, tape, N, M, nw, CF, CW, xin,
+                            J, cZs, cVs, offs, ti, tf, tm, sc, W):
                     code = S_NONFINITE
                     where = t + h
                     break

@@ -305,6 +305,8 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
     tplan = tape_plan(N, F)
     Df = 1 + M if (use_tape and nw) else 1
     tabs = packed_tables(N, tuple(orders + [orders[-1]] * (4 - len(orders))))
+    tape = bundles.Tapes(use_tape, *bundles.pack(tapes[0] + tapes[1] + tapes[2] + tplan), F,
+                         Df)
     jet = bundles.jet(setup.x, setup.q, M, nw, orders)
     cZs, cVs, offs, size = jet.cZs, jet.cVs, jet.offs, jet.size
     seg, seg_th, seg_J, dep_seg = _segments(setup)
@@ -331,7 +333,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         d_t, d_h = np.zeros((B, cap)), np.zeros((B, cap))
         d_y, d_Q = np.zeros((B, cap, size)), np.zeros((B, cap, size, kq))
         args = (_addressed(fns), plan.arrays(),
-                bundles.Tapes(use_tape, *tapes[0], *tapes[1], *tapes[2], *tplan, F, Df), jet,
+                tape, jet,
                 *tabs, bundles.Grid(seg, seg_th, seg_J, depths, dep_seg),
                 bundles.Stepper(*rk, *num, budget, int(tab.error_order), cap, int(q_same)),
                 bundles.SweepOut(out, fr, info, where, d_t, d_h, d_y, d_Q),
