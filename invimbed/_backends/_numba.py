@@ -148,12 +148,15 @@ def _kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]:
 
 def eval_signature(args: tuple) -> tuple[tuple, Any, Any]:
     """The numba types of a kernel's arguments ``args`` (user functions first, the plan
-    second) and the signature and first-class type of `eval_request` for them."""
+    second; a function value of numba's wrapper-address protocol is typed by its
+    signature) and the signature and first-class type of `eval_request` for them."""
     st = _types()
     numba = st["numba"]
     from numba import types
 
-    argtypes = tuple(st["ftypes"] if i == 0 else numba.typeof(a) for i, a in enumerate(args))
+    argtypes = tuple(st["ftypes"] if i == 0 else
+                     types.FunctionType(a.signature()) if hasattr(a, "__wrapper_address__")
+                     else numba.typeof(a) for i, a in enumerate(args))
     f8, i8 = types.float64, types.int64
     C1, C2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
     ev_sig = types.void(st["ftypes"], argtypes[1], i8, f8, C1, C1, C2, C2, C1, C2, C1)
@@ -178,14 +181,15 @@ def _build_kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]
 
 
 def compile_loop(name: str, py_loop: Callable, one: Any, one_sig: Any, ev_sig: Any,
-                 argtypes: tuple) -> Callable:
+                 argtypes: tuple, first: Any = ()) -> Callable:
     """The compiled entry point of the ``prange`` loop ``py_loop`` (cached on disk), which
     takes the per-item function ``one`` (signature ``one_sig``; None: none) and
     `eval_request` (``ev_sig``, `eval_signature`) as function values, then arguments of
     the types ``argtypes``; compiled with ``one`` and `eval_request`, announced as the
-    kernel ``name`` (`invimbed._core.runtime.compile_cost.compiling`). Calling the entry point
-    skips the dispatcher's typing of the arguments (milliseconds for the tuple of
-    function values)."""
+    kernel ``name`` (`invimbed._core.runtime.compile_cost.compiling`), after the
+    ``(dispatcher, signature)`` pairs of ``first`` (callees passed to it as function
+    values). Calling the entry point skips the dispatcher's typing of the arguments
+    (milliseconds for the tuple of function values)."""
     numba = _types()["numba"]
     from numba import types
 
@@ -193,7 +197,8 @@ def compile_loop(name: str, py_loop: Callable, one: Any, one_sig: Any, ev_sig: A
 
     head = () if one is None else (types.FunctionType(one_sig),)
     loop = numba.njit(cache=True, parallel=True)(py_loop)
-    pending = ([(eval_request, ev_sig.args)] + ([] if one is None else [(one, one_sig.args)])
+    pending = ([(d, sig.args) for d, sig in first] + [(eval_request, ev_sig.args)]
+               + ([] if one is None else [(one, one_sig.args)])
                + [(loop, types.void(*head, types.FunctionType(ev_sig), *argtypes))])
     with compiling(name, pending):
         for dispatcher, sig in pending:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_thread_id, njit, prange
 
-from .._core.derivatives._taylor_numba import lengths, run_row, uses_time
+from .._core.derivatives._taylor_numba import lengths, uses_time
 from .._core.results.status import RowCode
 from ._ensemble_parts import (_finite, _fmin, _rms, dense_coefficient, grow_factor,
                               initial_step, initial_step_h0, scaled_error, shrink_factor,
@@ -76,9 +76,9 @@ def tape_plan(tape):
 
 
 @_jit
-def _tape_coefficients(tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
+def _tape_coefficients(rr, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
     """Taylor coefficients of ``f`` and ``R`` (with the ``w``-gradients ``G``, ``Rw``) by
-    the tapes of ``tape`` (`Tapes`), at ``xin = [x, theta]``; the layout of
+    the tapes of ``tape`` (`Tapes`, run by ``rr``: `run_row`), at ``xin = [x, theta]``; the layout of
     `JetClosure.coefficients_at`. Returns whether they were computed (False: the control
     piece's, kept)."""
     Wf, Tf, fo, Wr, Tr, ro, Lf, Lr, memo = W
@@ -89,8 +89,8 @@ def _tape_coefficients(tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
     F, Df = tape.F, tape.Df
     ft = tape_arrays(tape, _IDS[0])
     rt = tape_arrays(tape, _IDS[1])
-    run_row(ft[0], ft[1], ft[2], ft[3], t, xin, F, Df, ptr, ib, io, Wf, Tf, fo, Lf)
-    run_row(rt[0], rt[1], rt[2], rt[3], t, xin, F, Df, ptr, ib, io, Wr, Tr, ro, Lr)
+    rr(ft[0], ft[1], ft[2], ft[3], t, xin, F, Df, ptr, ib, io, Wf, Tf, fo, Lf)
+    rr(rt[0], rt[1], rt[2], rt[3], t, xin, F, Df, ptr, ib, io, Wr, Tr, ro, Lr)
     fout = ft[3]
     rout = rt[3][0]
     for i in range(N):          # zero from the tape's bounds (`lengths`) on
@@ -115,7 +115,7 @@ def _tape_coefficients(tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
 
 
 @_jit
-def _rhs(t, y, dy, ev, fns, plan, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, ti, tf,
+def _rhs(t, y, dy, ev, fns, plan, rr, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, ti, tf,
          tm, sc, W):
     """``dy/dp`` of every carried jet at depth ``t``; False where ``y`` or ``dy`` is not
     finite (where `CountingRHS` raises)."""
@@ -125,7 +125,7 @@ def _rhs(t, y, dy, ev, fns, plan, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs
      u) = sc
     new = True
     if tape.use:
-        new = _tape_coefficients(tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw)
+        new = _tape_coefficients(rr, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw)
     else:
         _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, xin[:N], xin[N:], J, pz, pt,
                           hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw)
@@ -191,17 +191,17 @@ def _record_dense(Qr, y_old, idx, t_old, h, p, out, d, b):
         out[d, b, k // width, k % width] = h * acc + y_old[idx[k]]
 
 
-def sweep_rows(one, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws):
+def sweep_rows(one, ev, fns, plan, rr, tape, jet, ti, tf, tm, grid, step, res, ws):
     """Every input's sweep in a ``prange`` loop (compiled by
     `invimbed._backends.sweep_adaptive`); each thread's inputs share its slice of the
     tapes' node storage ``ws = (ws_f, ws_r, ws_t)``."""
     for b in prange(jet.x.shape[0]):
-        one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, tape, jet, ti, tf, tm, grid,
-            step, res, ws)
+        one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, rr, tape, jet, ti, tf, tm,
+            grid, step, res, ws)
 
 
 @_jit
-def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws):
+def sweep_one(b, tid, ev, fns, plan, rr, tape, jet, ti, tf, tm, grid, step, res, ws):
     """The sweep of input ``b`` on thread ``tid`` (see the module docstring), with the
     bundles of `invimbed._backends._bundles`: ``tape`` (`Tapes`: the tapes of ``f``,
     ``R``, ``T``), ``jet`` (`Jet`), ``grid`` (`Grid`), ``step`` (`Stepper`), ``res``
@@ -274,7 +274,7 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws)
         tt = tapes[2]
         Wt = ws_t[tid]
         to = np.zeros((1, 1, CF))
-        run_row(tt[0], tt[1], tt[2], tt[3], q, xin, F, 1, tplan[0], tplan[1], tplan[2], Wt,
+        rr(tt[0], tt[1], tt[2], tt[3], q, xin, F, 1, tplan[0], tplan[1], tplan[2], Wt,
                 np.zeros((6, CF + 2)), to, lengths(tt[0], tt[2], F, N))
         for c in range(CF):
             tbuf[c] = to[0, 0, c]
@@ -309,7 +309,7 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws)
         W[8][1] = 0         # new piece: its coefficients are computed afresh
         t = a
         evals += 1
-        if not _rhs(t, y, f, ev, fns, plan, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs,
+        if not _rhs(t, y, f, ev, fns, plan, rr, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs,
                     ti, tf, tm, sc, W):
             code = S_FIRST if (a == q and evals <= 1) else S_NONFINITE
             where = t
@@ -327,7 +327,7 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws)
             for i in range(size):
                 ys[i] = y[i] + (h0 * -1.0) * f[i]
             evals += 1
-            if not _rhs(t - h0, ys, K[1], ev, fns, plan, tape, N, M, nw, CF, CW, xin, J,
+            if not _rhs(t - h0, ys, K[1], ev, fns, plan, rr, tape, N, M, nw, CF, CW, xin, J,
                         cZs, cVs, offs, ti, tf, tm, sc, W):
                 code = S_NONFINITE
                 where = t - h0
@@ -361,7 +361,7 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws)
                 for st in range(1, ns):
                     stage_state(y, K, A, st, h, size, ys)
                     evals += 1
-                    if not _rhs(t + C[st] * h, ys, K[st], ev, fns, plan, tape, N, M, nw, CF,
+                    if not _rhs(t + C[st] * h, ys, K[st], ev, fns, plan, rr, tape, N, M, nw, CF,
                                 CW, xin, J, cZs, cVs, offs, ti, tf, tm, sc, W):
                         code = S_NONFINITE
                         where = t + C[st] * h
@@ -370,7 +370,7 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, ti, tf, tm, grid, step, res, ws)
                     break
                 weighted_step(y, K, Bw, ns, h, size, y_new)
                 evals += 1
-                if not _rhs(t + h, y_new, K[ns], ev, fns, plan, tape, N, M, nw, CF, CW, xin,
+                if not _rhs(t + h, y_new, K[ns], ev, fns, plan, rr, tape, N, M, nw, CF, CW, xin,
                             J, cZs, cVs, offs, ti, tf, tm, sc, W):
                     code = S_NONFINITE
                     where = t + h

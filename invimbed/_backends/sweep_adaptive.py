@@ -176,15 +176,19 @@ class _Address:
     """A compiled function passed to a kernel as a first-class function value, its address
     looked up once (numba's wrapper-address protocol): numba otherwise looks up every
     dispatcher's address at every call, about a millisecond for the 22 function values
-    of this kernel."""
+    of this kernel. The address is looked up at the first call (which compiles the
+    function where numba's cache does not hold it: `_row_runner`'s is compiled by
+    `compile_loop`, announced)."""
 
     def __init__(self, dispatcher: Any, sig: Any) -> None:
-        from numba.experimental.function_type import _get_wrapper_address
-
         self.dispatcher, self.sig = dispatcher, sig
-        self.address = _get_wrapper_address(dispatcher, sig)
+        self.address: int | None = None
 
     def __wrapper_address__(self) -> int:
+        if self.address is None:
+            from numba.experimental.function_type import _get_wrapper_address
+
+            self.address = _get_wrapper_address(self.dispatcher, self.sig)
         return self.address
 
     def signature(self) -> Any:
@@ -239,6 +243,32 @@ def _workspace(tapes: tuple, F: int, Df: int, CF: int) -> tuple:
     return ws
 
 
+def row_signature() -> Any:
+    """The numba signature of `invimbed._core.derivatives._taylor_numba.run_row` as the
+    kernel calls it (a tape's ``ops``, ``par``, ``kind``, ``outputs``, ``t``, ``x``,
+    ``order``, ``D``, the product table ``ptr``, ``ib``, ``io``, node storage ``W``,
+    ``tmp``, ``out`` and bounds ``L``)."""
+    from numba import types
+
+    f8, i8 = types.float64, types.int64
+    v, m, c3 = f8[::1], f8[:, ::1], f8[:, :, ::1]
+    iv, im = i8[::1], i8[:, ::1]
+    return types.void(im, v, types.int8[::1], iv, f8, v, i8, i8, iv, iv, iv, c3, m, c3, im)
+
+
+def _row_runner() -> "_Address":
+    """`run_row` as a function value of `row_signature`: the kernel calls the tape
+    interpreter through it, so that numba does not link and optimise its code again
+    into each of the kernel's functions that call it (compiled with the kernel:
+    `compile_loop`'s ``first``)."""
+    hit = _ADDRESSES.get(("run_row",))
+    if hit is None:
+        from .._core.derivatives._taylor_numba import run_row
+
+        hit = _ADDRESSES[("run_row",)] = _Address(run_row, row_signature())
+    return hit
+
+
 def _kernel(args: tuple) -> Any:
     """The compiled ``prange`` loop for the types of ``args`` (cached on disk)."""
     # every argument has the same type on every call (C-contiguous float64/int64/int8
@@ -248,6 +278,7 @@ def _kernel(args: tuple) -> Any:
     if hit is None:
         from numba import types
 
+        from .._core.derivatives._taylor_numba import run_row
         from ._numba_calls import eval_request
 
         with warnings.catch_warnings():
@@ -255,7 +286,7 @@ def _kernel(args: tuple) -> Any:
             argtypes, ev_sig, ev_type = eval_signature(args)
             one_sig = types.void(types.int64, types.int64, ev_type, *argtypes)
             entry = compile_loop("sweep_adaptive", kern.sweep_rows, kern.sweep_one, one_sig,
-                                 ev_sig, argtypes)
+                                 ev_sig, argtypes, first=[(run_row, row_signature())])
         hit = _KERNELS[key] = (entry, _Address(kern.sweep_one, one_sig),
                                _Address(eval_request, ev_sig))
     return hit
@@ -332,8 +363,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         where = np.full((B, 2), np.nan)
         d_t, d_h = np.zeros((B, cap)), np.zeros((B, cap))
         d_y, d_Q = np.zeros((B, cap, size)), np.zeros((B, cap, size, kq))
-        args = (_addressed(fns), plan.arrays(),
-                tape, jet,
+        args = (_addressed(fns), plan.arrays(), _row_runner(), tape, jet,
                 *tabs, bundles.Grid(seg, seg_th, seg_J, depths, dep_seg),
                 bundles.Stepper(*rk, *num, budget, int(tab.error_order), cap, int(q_same)),
                 bundles.SweepOut(out, fr, info, where, d_t, d_h, d_y, d_Q),
