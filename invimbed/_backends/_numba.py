@@ -151,32 +151,59 @@ def eval_signature(args: tuple) -> tuple[tuple, Any, Any]:
     second; a function value of numba's wrapper-address protocol is typed by its
     signature) and the signature and first-class type of `eval_request` for them."""
     st = _types()
-    numba = st["numba"]
     from numba import types
 
-    argtypes = tuple(st["ftypes"] if i == 0 else
-                     types.FunctionType(a.signature()) if hasattr(a, "__wrapper_address__")
-                     else numba.typeof(a) for i, a in enumerate(args))
+    argtypes = tuple(st["ftypes"] if i == 0 else _typeof(a) for i, a in enumerate(args))
     f8, i8 = types.float64, types.int64
     C1, C2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
     ev_sig = types.void(st["ftypes"], argtypes[1], i8, f8, C1, C1, C2, C2, C1, C2, C1)
     return argtypes, ev_sig, types.FunctionType(ev_sig)
 
 
+def _typeof(a: Any) -> Any:
+    """numba's type of the kernel argument ``a``; a function value of numba's
+    wrapper-address protocol, or a tuple of them, is typed by its signature."""
+    from numba import typeof, types
+
+    if hasattr(a, "__wrapper_address__"):
+        return types.FunctionType(a.signature())
+    if isinstance(a, tuple) and a and all(hasattr(x, "__wrapper_address__") for x in a):
+        return types.Tuple(tuple(_typeof(x) for x in a))
+    return typeof(a)
+
+
+def jet_rhs_signature() -> Any:
+    """The numba signature of `_numba_kernels.jet_rhs` as the kernels call it (the
+    tables of one order, `TABLE_KINDS`; the scratch of `_numba_kernels.jet_scratch`):
+    the kernels call it as a function value of this signature, so that numba does not
+    link and optimise its code again into each of their functions that call it."""
+    from numba import types
+
+    f8, i8 = types.float64, types.int64
+    v, m, iv, im = f8[::1], f8[:, ::1], i8[::1], i8[:, ::1]
+    tab = types.Tuple(tuple({"i1": iv, "i2": im, "f2": m}[k] for k in TABLE_KINDS))
+    ops = types.Tuple((iv, iv, v, im, iv, iv, iv, iv, v, v, v))
+    return types.void(i8, i8, i8, i8, tab, m, v, f8[:, :, ::1], m, v, i8, v, ops, i8, m, m,
+                      iv, im, v)
+
+
 def _build_kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]:
     from numba import types
 
     from ._numba_calls import eval_request, request_rows
-    from ._numba_kernels import _jet_sweep_one, jet_sweep
+    from ._numba_kernels import _jet_sweep_one, jet_rhs, jet_sweep
 
     if name == "request_rows":
         argtypes, ev_sig, ev_type = eval_signature(args)
         entry = compile_loop("values", request_rows, None, None, ev_sig, argtypes)
         return entry, None, eval_request
-    argtypes, ev_sig, ev_type = eval_signature(args[:-2])   # then the jet code, and a flag
-    argtypes += (types.FunctionType(code_signature()), types.boolean)
+    # then the jet code, a flag, and `jet_rhs`
+    argtypes, ev_sig, ev_type = eval_signature(args[:-3])
+    argtypes += (types.FunctionType(code_signature()), types.boolean,
+                 types.FunctionType(jet_rhs_signature()))
     one_sig = types.void(types.int64, ev_type, *argtypes)
-    entry = compile_loop("sweep_fixed", jet_sweep, _jet_sweep_one, one_sig, ev_sig, argtypes)
+    entry = compile_loop("sweep_fixed", jet_sweep, _jet_sweep_one, one_sig, ev_sig, argtypes,
+                         first=[(jet_rhs, jet_rhs_signature())])
     return entry, _jet_sweep_one, eval_request
 
 
@@ -350,6 +377,7 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
     # uncalled (it calls T's plan only, for the initial state)
     fns = function_tuple(setup, plan.used)
     code = jet_code(setup, orders)
+    from ._numba_kernels import jet_rhs
     coded = code is not None
     if not coded:
         from ._numba_kernels import no_code as code     # the stand-in: never called
@@ -361,7 +389,7 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
                           sched.weights, sched.record, int(sched.record_initial),
                           bool(sched.disc)),
             bundles.FixedOut(*fields.values(), *errs, fail_pos, fail_p),
-            code, coded)
+            code, coded, jet_rhs)
     _run("jet_sweep", args)
     values = (CompiledValues(setup, prov) if setup.problem.derivative_provider is None else None)
     return finish(setup, sched, fields, error, fail_pos, fail_p, "jet", method, "numba",

@@ -47,7 +47,7 @@ from ._ensemble_parts import (_finite, _fmin, _rms, dense_coefficient, grow_fact
                               initial_step, initial_step_h0, scaled_error, shrink_factor,
                               stage_state, weighted_step)
 from ._numba_calls import _IDS, _plan_scratch
-from ._numba_kernels import (_floats, _int8s, _ints, _ints2, _jet_coefficients, jet_rhs,
+from ._numba_kernels import (_floats, _int8s, _ints, _ints2, _jet_coefficients,
                              jet_scratch, operator_size, order_tables)
 
 _jit = njit(cache=True, error_model="numpy")
@@ -76,9 +76,10 @@ def tape_plan(tape):
 
 
 @_jit
-def _tape_coefficients(rr, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
+def _tape_coefficients(cf, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
     """Taylor coefficients of ``f`` and ``R`` (with the ``w``-gradients ``G``, ``Rw``) by
-    the tapes of ``tape`` (`Tapes`, run by ``rr``: `run_row`), at ``xin = [x, theta]``; the layout of
+    the tapes of ``tape`` (`Tapes`, run by ``cf[0]``: `run_row`), at ``xin = [x, theta]``;
+    the layout of
     `JetClosure.coefficients_at`. Returns whether they were computed (False: the control
     piece's, kept)."""
     Wf, Tf, fo, Wr, Tr, ro, Lf, Lr, memo = W
@@ -87,6 +88,7 @@ def _tape_coefficients(rr, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
     memo[1] = 1
     ptr, ib, io = tape_plan(tape)
     F, Df = tape.F, tape.Df
+    rr = cf[0]
     ft = tape_arrays(tape, _IDS[0])
     rt = tape_arrays(tape, _IDS[1])
     rr(ft[0], ft[1], ft[2], ft[3], t, xin, F, Df, ptr, ib, io, Wf, Tf, fo, Lf)
@@ -115,25 +117,27 @@ def _tape_coefficients(rr, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
 
 
 @_jit
-def _rhs(t, y, dy, ev, fns, plan, rr, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, ti, tf,
+def _rhs(t, y, dy, ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, ti, tf,
          tm, sc, W):
     """``dy/dp`` of every carried jet at depth ``t``; False where ``y`` or ``dy`` is not
-    finite (where `CountingRHS` raises)."""
+    finite (where `CountingRHS` raises). ``cf`` holds `run_row` and `jet_rhs` as function
+    values (`invimbed._backends.sweep_adaptive._calls`)."""
     if not _finite(y):
         return False
+    jr = cf[1]
     (pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, ops, Lam, Sw, act, lens,
      u) = sc
     new = True
     if tape.use:
-        new = _tape_coefficients(rr, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw)
+        new = _tape_coefficients(cf, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw)
     else:
         _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, xin[:N], xin[N:], J, pz, pt,
                           hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw)
     if new:             # the transports' products are listed afresh (`jet_rhs`)
         ops[3][:, 4] = 0
     for o in range(cZs.shape[0]):
-        jet_rhs(N, nw, cZs[o], cVs[o], order_tables(ti, tf, tm, o), Phi, Rc, G, Rw, y, offs[o],
-                dy, ops, o, Lam, Sw, act, lens, u)
+        jr(N, nw, cZs[o], cVs[o], order_tables(ti, tf, tm, o), Phi, Rc, G, Rw, y, offs[o], dy,
+           ops, o, Lam, Sw, act, lens, u)
     return _finite(dy)
 
 
@@ -191,17 +195,17 @@ def _record_dense(Qr, y_old, idx, t_old, h, p, out, d, b):
         out[d, b, k // width, k % width] = h * acc + y_old[idx[k]]
 
 
-def sweep_rows(one, ev, fns, plan, rr, tape, jet, ti, tf, tm, grid, step, res, ws):
+def sweep_rows(one, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res, ws):
     """Every input's sweep in a ``prange`` loop (compiled by
     `invimbed._backends.sweep_adaptive`); each thread's inputs share its slice of the
     tapes' node storage ``ws = (ws_f, ws_r, ws_t)``."""
     for b in prange(jet.x.shape[0]):
-        one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, rr, tape, jet, ti, tf, tm,
-            grid, step, res, ws)
+        one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, cf, tape, jet, ti, tf,
+            tm, grid, step, res, ws)
 
 
 @_jit
-def sweep_one(b, tid, ev, fns, plan, rr, tape, jet, ti, tf, tm, grid, step, res, ws):
+def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res, ws):
     """The sweep of input ``b`` on thread ``tid`` (see the module docstring), with the
     bundles of `invimbed._backends._bundles`: ``tape`` (`Tapes`: the tapes of ``f``,
     ``R``, ``T``), ``jet`` (`Jet`), ``grid`` (`Grid`), ``step`` (`Stepper`), ``res``
@@ -274,7 +278,7 @@ def sweep_one(b, tid, ev, fns, plan, rr, tape, jet, ti, tf, tm, grid, step, res,
         tt = tapes[2]
         Wt = ws_t[tid]
         to = np.zeros((1, 1, CF))
-        rr(tt[0], tt[1], tt[2], tt[3], q, xin, F, 1, tplan[0], tplan[1], tplan[2], Wt,
+        cf[0](tt[0], tt[1], tt[2], tt[3], q, xin, F, 1, tplan[0], tplan[1], tplan[2], Wt,
                 np.zeros((6, CF + 2)), to, lengths(tt[0], tt[2], F, N))
         for c in range(CF):
             tbuf[c] = to[0, 0, c]
@@ -309,7 +313,7 @@ def sweep_one(b, tid, ev, fns, plan, rr, tape, jet, ti, tf, tm, grid, step, res,
         W[8][1] = 0         # new piece: its coefficients are computed afresh
         t = a
         evals += 1
-        if not _rhs(t, y, f, ev, fns, plan, rr, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs,
+        if not _rhs(t, y, f, ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs,
                     ti, tf, tm, sc, W):
             code = S_FIRST if (a == q and evals <= 1) else S_NONFINITE
             where = t
@@ -327,7 +331,7 @@ def sweep_one(b, tid, ev, fns, plan, rr, tape, jet, ti, tf, tm, grid, step, res,
             for i in range(size):
                 ys[i] = y[i] + (h0 * -1.0) * f[i]
             evals += 1
-            if not _rhs(t - h0, ys, K[1], ev, fns, plan, rr, tape, N, M, nw, CF, CW, xin, J,
+            if not _rhs(t - h0, ys, K[1], ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J,
                         cZs, cVs, offs, ti, tf, tm, sc, W):
                 code = S_NONFINITE
                 where = t - h0
@@ -361,7 +365,7 @@ def sweep_one(b, tid, ev, fns, plan, rr, tape, jet, ti, tf, tm, grid, step, res,
                 for st in range(1, ns):
                     stage_state(y, K, A, st, h, size, ys)
                     evals += 1
-                    if not _rhs(t + C[st] * h, ys, K[st], ev, fns, plan, rr, tape, N, M, nw, CF,
+                    if not _rhs(t + C[st] * h, ys, K[st], ev, fns, plan, cf, tape, N, M, nw, CF,
                                 CW, xin, J, cZs, cVs, offs, ti, tf, tm, sc, W):
                         code = S_NONFINITE
                         where = t + C[st] * h
@@ -370,7 +374,7 @@ def sweep_one(b, tid, ev, fns, plan, rr, tape, jet, ti, tf, tm, grid, step, res,
                     break
                 weighted_step(y, K, Bw, ns, h, size, y_new)
                 evals += 1
-                if not _rhs(t + h, y_new, K[ns], ev, fns, plan, rr, tape, N, M, nw, CF, CW, xin,
+                if not _rhs(t + h, y_new, K[ns], ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin,
                             J, cZs, cVs, offs, ti, tf, tm, sc, W):
                     code = S_NONFINITE
                     where = t + h

@@ -44,7 +44,7 @@ from .._core.results.failures import (below_min_step, budget_exhausted, first_ev
 from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, segments
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
 from .._core.sweep.memory import check_compiled
-from ._numba import compile_loop, eval_signature, packed_tables
+from ._numba import compile_loop, eval_signature, jet_rhs_signature, packed_tables
 from ._numba_functions import _types, function_tuple, import_numba
 from ._plans import Request, build_plan
 from . import _bundles as bundles
@@ -177,7 +177,7 @@ class _Address:
     looked up once (numba's wrapper-address protocol): numba otherwise looks up every
     dispatcher's address at every call, about a millisecond for the 22 function values
     of this kernel. The address is looked up at the first call (which compiles the
-    function where numba's cache does not hold it: `_row_runner`'s is compiled by
+    function where numba's cache does not hold it: `_calls`' are compiled by
     `compile_loop`, announced)."""
 
     def __init__(self, dispatcher: Any, sig: Any) -> None:
@@ -256,16 +256,24 @@ def row_signature() -> Any:
     return types.void(im, v, types.int8[::1], iv, f8, v, i8, i8, iv, iv, iv, c3, m, c3, im)
 
 
-def _row_runner() -> "_Address":
-    """`run_row` as a function value of `row_signature`: the kernel calls the tape
-    interpreter through it, so that numba does not link and optimise its code again
-    into each of the kernel's functions that call it (compiled with the kernel:
-    `compile_loop`'s ``first``)."""
-    hit = _ADDRESSES.get(("run_row",))
-    if hit is None:
-        from .._core.derivatives._taylor_numba import run_row
+def _callees() -> list[tuple[Any, Any]]:
+    """The tape interpreter (`invimbed._core.derivatives._taylor_numba.run_row`) and the
+    jet's right-hand side (`invimbed._backends._numba_kernels.jet_rhs`) with the
+    signatures the kernel calls them with."""
+    from .._core.derivatives._taylor_numba import run_row
+    from ._numba_kernels import jet_rhs
 
-        hit = _ADDRESSES[("run_row",)] = _Address(run_row, row_signature())
+    return [(run_row, row_signature()), (jet_rhs, jet_rhs_signature())]
+
+
+def _calls() -> tuple:
+    """`_callees` as function values: the kernel calls them through these, so that
+    numba does not link and optimise their code again into each of the kernel's
+    functions that call them (measured: a third of its compile time). Compiled with the
+    kernel (`compile_loop`'s ``first``)."""
+    hit = _ADDRESSES.get(("callees",))
+    if hit is None:
+        hit = _ADDRESSES[("callees",)] = tuple(_Address(d, sig) for d, sig in _callees())
     return hit
 
 
@@ -278,7 +286,6 @@ def _kernel(args: tuple) -> Any:
     if hit is None:
         from numba import types
 
-        from .._core.derivatives._taylor_numba import run_row
         from ._numba_calls import eval_request
 
         with warnings.catch_warnings():
@@ -286,7 +293,7 @@ def _kernel(args: tuple) -> Any:
             argtypes, ev_sig, ev_type = eval_signature(args)
             one_sig = types.void(types.int64, types.int64, ev_type, *argtypes)
             entry = compile_loop("sweep_adaptive", kern.sweep_rows, kern.sweep_one, one_sig,
-                                 ev_sig, argtypes, first=[(run_row, row_signature())])
+                                 ev_sig, argtypes, first=_callees())
         hit = _KERNELS[key] = (entry, _Address(kern.sweep_one, one_sig),
                                _Address(eval_request, ev_sig))
     return hit
@@ -363,7 +370,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         where = np.full((B, 2), np.nan)
         d_t, d_h = np.zeros((B, cap)), np.zeros((B, cap))
         d_y, d_Q = np.zeros((B, cap, size)), np.zeros((B, cap, size, kq))
-        args = (_addressed(fns), plan.arrays(), _row_runner(), tape, jet,
+        args = (_addressed(fns), plan.arrays(), _calls(), tape, jet,
                 *tabs, bundles.Grid(seg, seg_th, seg_J, depths, dep_seg),
                 bundles.Stepper(*rk, *num, budget, int(tab.error_order), cap, int(q_same)),
                 bundles.SweepOut(out, fr, info, where, d_t, d_h, d_y, d_Q),
