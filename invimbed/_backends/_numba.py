@@ -27,7 +27,7 @@ How it works
   index tables) serves the others. ``JET_CODE = False`` runs the generic one for all.
 * The kernels (`invimbed._backends._numba_kernels`) run every sample's sweep in a
   ``prange`` loop, write into preallocated outputs and are cached on disk
-  (``cache=True``): the first call on a machine compiles them (about a minute of CPU),
+  (``cache=True``): the first call on a machine compiles them (about 40 s of CPU),
   saying so on stderr first (`compile_loop`, `invimbed._core.runtime.compile_cost.compiling`);
   later processes load them. ``python -m invimbed compile`` compiles them ahead of time.
 * ``memory_budget``: the sweep's outputs and the kernel's fields at every depth are

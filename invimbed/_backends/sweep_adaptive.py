@@ -23,7 +23,8 @@ fixed-step numba sweep, tracing failed) on a derivative plan
 (`invimbed._backends._plans`: the user's derivatives, finite differences beyond them)
 as far as it serves the order. Controls: ``None``, `Constant`, `PiecewiseConstant`.
 ``nfev``: the most right-hand-side evaluations of any input. ``memory_budget`` bounds the
-kernel's arrays (`memory_bytes`). Compiled once per machine (minutes), announced first.
+kernel's arrays (`memory_bytes`). Compiled once per machine (about a minute of CPU),
+announced first.
 """
 
 from __future__ import annotations
