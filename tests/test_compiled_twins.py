@@ -358,8 +358,7 @@ def test_packed_tables_and_tapes_are_the_arrays_they_pack():
 
     import invimbed._backends._bundles as bundles
     from invimbed._backends._numba import _jet_tables, packed_tables
-    from invimbed._backends._numba_kernels import order_tables
-    from invimbed._backends._sweep_kernels import tape_arrays, tape_plan
+    from invimbed._backends._packed import order_tables, tape_arrays, tape_plan
     from invimbed._core.derivatives import _taylor_numba as tay
     from invimbed._core.derivatives._tape import build_tape
 

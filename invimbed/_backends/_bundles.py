@@ -34,7 +34,7 @@ Jet = namedtuple("Jet", "x q N M nw CF CW cZs cVs offs size")
 #: `invimbed._core.derivatives._tape.Tape`, and the product table ``(ptr, ib, io)`` of
 #: degree ``F`` (`invimbed._core.derivatives._taylor_numba.plan`), these 15 arrays in that
 #: order `pack`ed (``ints``, ``flts``, ``kinds``, ``meta``;
-#: `invimbed._backends._sweep_kernels.tape_arrays` unpacks them); ``Df`` polynomials
+#: `invimbed._backends._packed.tape_arrays` unpacks them); ``Df`` polynomials
 #: per node.
 Tapes = namedtuple("Tapes", "use ints flts kinds meta F Df")
 
@@ -90,8 +90,8 @@ def pack(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     """``arrays`` (int64, float64 or int8; 1-D or 2-D) as ``(ints, flts, i8s, meta)``:
     each flat in the buffer of its type, one after the other, ``meta[k] = (start, rows,
     columns)`` of ``arrays[k]`` there (columns 0 for a 1-D array). A kernel takes these
-    four arrays where it took the many (`invimbed._backends._numba_kernels.order_tables`
-    and `invimbed._backends._sweep_kernels.tape_arrays` return views of them, the same
+    four arrays where it took the many (`invimbed._backends._packed.order_tables`
+    and `invimbed._backends._packed.tape_arrays` return views of them, the same
     arrays): numba passes every array of a tuple argument as seven to nine scalars
     through each call and ``prange`` loop, whose code LLVM then optimises, and a kernel
     taking 124 arrays compiled for minutes (docs/performance.md, "Compiled kernels and

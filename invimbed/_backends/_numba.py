@@ -86,7 +86,7 @@ def _jet_tables(N: int, K: int) -> tuple:
 
 
 #: The kind of each of the 18 tables of `_jet_tables` (``"i1"``: a 1-D int64 array, ``"i2"``
-#: 2-D int64, ``"f2"`` 2-D float64), as `_numba_kernels.order_tables` rebuilds them.
+#: 2-D int64, ``"f2"`` 2-D float64), as `_packed.order_tables` rebuilds them.
 TABLE_KINDS = ("i2", "f2", "i1", "i1", "i1", "i2", "f2", "i1", "i1", "i1", "i1", "i1", "i1",
                "i1", "i1", "i1", "i2", "i2")
 
@@ -96,7 +96,7 @@ def packed_tables(N: int, orders: tuple[int, ...]) -> tuple[np.ndarray, np.ndarr
     """The `_jet_tables` of the jets of ``orders`` in ``N`` variables `bundles.pack`ed into
     three arrays ``(ti, tf, tm)``: every int64 table flat in ``ti``, every float64 one in
     ``tf``, and ``tm[o, k] = (start, rows, columns)`` of table ``k`` of ``orders[o]``
-    (`_numba_kernels.order_tables` returns views of them): a kernel takes three arrays
+    (`_packed.order_tables` returns views of them): a kernel takes three arrays
     where it took 18 per order, and compiles minutes faster."""
     tables = [a for K in orders for a in _jet_tables(N, K)]
     for k, a in enumerate(tables):

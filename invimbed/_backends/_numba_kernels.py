@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit, prange
 
 from ._numba_calls import _IDS, _plan_scratch
+from ._packed import order_tables
 
 
 @njit(cache=True)
@@ -260,50 +261,6 @@ def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, ops, o, Lam, Sw, act
             for c in range(cV):
                 tr = Ob[c * na + k] if k >= 0 else 0.0
                 dy[oW + w * cV + c] = -(tr + (sw[c * nw + w] + Rw[w, c]))
-
-
-@njit(cache=True)
-def _ints(ti, m):
-    """The 1-D int64 array of ``ti`` that ``m = (start, rows, 0)`` locates (a view: the
-    buffers of `invimbed._backends._bundles.pack`)."""
-    return ti[m[0]:m[0] + m[1]]
-
-
-@njit(cache=True)
-def _ints2(ti, m):
-    """The 2-D int64 array of ``ti`` that ``m = (start, rows, columns)`` locates."""
-    return ti[m[0]:m[0] + m[1] * m[2]].reshape((m[1], m[2]))
-
-
-@njit(cache=True)
-def _floats(tf, m):
-    """The 1-D float array of ``tf`` that ``m = (start, rows, 0)`` locates."""
-    return tf[m[0]:m[0] + m[1]]
-
-
-@njit(cache=True)
-def _int8s(tk, m):
-    """The 1-D int8 array of ``tk`` that ``m = (start, rows, 0)`` locates."""
-    return tk[m[0]:m[0] + m[1]]
-
-
-@njit(cache=True)
-def _floats2(tf, m):
-    """The 2-D float array of ``tf`` that ``m = (start, rows, columns)`` locates."""
-    return tf[m[0]:m[0] + m[1] * m[2]].reshape((m[1], m[2]))
-
-
-@njit(cache=True)
-def order_tables(ti, tf, tm, o):
-    """The 18 tables of `jet_rhs` (`invimbed._backends._numba._jet_tables`) of the
-    ``o``-th order packed in ``(ti, tf, tm)`` (`invimbed._backends._numba.packed_tables`):
-    views, the same arrays as the unpacked tables."""
-    m = tm[o]
-    return (_ints2(ti, m[0]), _floats2(tf, m[1]), _ints(ti, m[2]), _ints(ti, m[3]),
-            _ints(ti, m[4]), _ints2(ti, m[5]), _floats2(tf, m[6]), _ints(ti, m[7]),
-            _ints(ti, m[8]), _ints(ti, m[9]), _ints(ti, m[10]), _ints(ti, m[11]),
-            _ints(ti, m[12]), _ints(ti, m[13]), _ints(ti, m[14]), _ints(ti, m[15]),
-            _ints2(ti, m[16]), _ints2(ti, m[17]))
 
 
 @njit(cache=True)

@@ -47,8 +47,8 @@ from ._ensemble_parts import (_finite, _fmin, _rms, dense_coefficient, grow_fact
                               initial_step, initial_step_h0, scaled_error, shrink_factor,
                               stage_state, weighted_step)
 from ._numba_calls import _IDS, _plan_scratch
-from ._numba_kernels import (_floats, _int8s, _ints, _ints2, _jet_coefficients,
-                             jet_scratch, operator_size, order_tables)
+from ._numba_kernels import _jet_coefficients, jet_scratch, operator_size
+from ._packed import order_tables, tape_arrays, tape_plan
 
 _jit = njit(cache=True, error_model="numpy")
 
@@ -57,22 +57,6 @@ _jit = njit(cache=True, error_model="numpy")
 S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = (
     int(RowCode.DONE), int(RowCode.NONFINITE), int(RowCode.FIRST), int(RowCode.UNDERFLOW),
     int(RowCode.MAX_STEPS), int(RowCode.MIN_STEP))
-
-
-@_jit
-def tape_arrays(tape, k):
-    """``(ops, par, kind, outputs)`` of tape ``k`` (0: ``f``, 1: ``R``, 2: ``T``) of the
-    `invimbed._backends._bundles.Tapes` ``tape``: views of its packed arrays."""
-    m = tape.meta
-    return (_ints2(tape.ints, m[4 * k]), _floats(tape.flts, m[4 * k + 1]),
-            _int8s(tape.kinds, m[4 * k + 2]), _ints(tape.ints, m[4 * k + 3]))
-
-
-@_jit
-def tape_plan(tape):
-    """The product table ``(ptr, ib, io)`` of the `Tapes` ``tape`` (views)."""
-    m = tape.meta
-    return _ints(tape.ints, m[12]), _ints(tape.ints, m[13]), _ints(tape.ints, m[14])
 
 
 @_jit
@@ -121,7 +105,7 @@ def _rhs(t, y, dy, ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, 
          tm, sc, W):
     """``dy/dp`` of every carried jet at depth ``t``; False where ``y`` or ``dy`` is not
     finite (where `CountingRHS` raises). ``cf`` holds `run_row` and `jet_rhs` as function
-    values (`invimbed._backends.sweep_adaptive._calls`)."""
+    values (`invimbed._backends._function_values._calls`)."""
     if not _finite(y):
         return False
     jr = cf[1]
@@ -211,7 +195,7 @@ def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res,
     ``R``, ``T``), ``jet`` (`Jet`), ``grid`` (`Grid`), ``step`` (`Stepper`), ``res``
     (`SweepOut`); ``ti``, ``tf``, ``tm`` hold the tables of the carried orders
     (`invimbed._backends._numba.packed_tables`: four, the last repeated; unpacked by
-    `invimbed._backends._numba_kernels.order_tables`); ``ws[k][tid]`` is the
+    `invimbed._backends._packed.order_tables`); ``ws[k][tid]`` is the
     node storage of tape ``k`` (zero where the tapes' `lengths` bound it, as `run_row`
     leaves it for the same tapes)."""
     use_tape = tape.use
