@@ -345,3 +345,47 @@ def test_kernels_take_their_arguments_in_bundles():
     assert list(jet.cZs) == [3, 6] and list(jet.cVs) == [6, 10]
     assert list(jet.offs) == [0, 2 * 3 + 6 * 3] and jet.size == 24 + 2 * 6 + 10 * 3
     assert not any(isinstance(v, tuple) for v in jet)
+
+
+def test_packed_tables_and_tapes_are_the_arrays_they_pack():
+    """The jet tables of the carried orders and the Taylor tapes reach the kernels packed
+    (`_bundles.pack`: three and four arrays where they were 18 per order and 15, whose
+    passing through the ``prange`` loops cost most of a minute of compilation), and
+    `order_tables` and `tape_arrays` give back arrays equal to the packed ones, of the
+    same numba types (so the callees' compiled code is the same), as views."""
+    import sympy as sp
+    from numba import njit, typeof
+
+    import invimbed._backends._bundles as bundles
+    from invimbed._backends._numba import _jet_tables, packed_tables
+    from invimbed._backends._packed import order_tables, tape_arrays, tape_plan
+    from invimbed._core.derivatives import _taylor_numba as tay
+    from invimbed._core.derivatives._tape import build_tape
+
+    orders = (1, 2, 3, 3)
+    ti, tf, tm = packed_tables(3, orders)
+    for o, K in enumerate(orders):
+        want = _jet_tables(3, K)
+        got = order_tables(ti, tf, tm, o)
+        assert typeof(got) == typeof(want)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    t, a, b = sp.symbols("t a b")
+    tapes = [build_tape(sp, [sp.exp(a) * sp.sin(a * b), a + b], t, [a, b], [a, b], [b]),
+             build_tape(sp, [a * a * t], t, [a, b], [a, b], [b]),
+             build_tape(sp, [sp.cos(b)], t, [a, b], [a, b])]
+    arrays = tuple(x for tp in tapes for x in (tp.ops, tp.par, tp.kind, tp.outputs))
+    plan = tay.plan(2, 3)
+    tape = bundles.Tapes(True, *bundles.pack(arrays + plan), 3, 2)
+    assert len(tape) == 7
+    for k in range(3):
+        got = tape_arrays(tape, k)
+        assert typeof(got) == typeof(arrays[4 * k:4 * k + 4])
+        assert all(np.array_equal(g, w) for g, w in zip(got, arrays[4 * k:4 * k + 4]))
+    assert all(np.array_equal(g, w) for g, w in zip(tape_plan(tape), plan))
+
+    @njit
+    def poke(tape):       # views: a write shows in the packed buffer
+        tape_arrays(tape, 1)[1][0] = 7.5
+
+    poke(tape)
+    assert tape.flts[tape.meta[5, 0]] == 7.5

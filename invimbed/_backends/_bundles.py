@@ -31,11 +31,12 @@ Jet = namedtuple("Jet", "x q N M nw CF CW cZs cVs offs size")
 
 #: The Taylor-mode tapes of ``f``, ``R``, ``T`` (``use``: whether they are used, else
 #: a derivative plan), each as ``(ops, par, kind, outputs)`` of
-#: `invimbed._core.derivatives._tape.Tape`; the product table ``(ptr, ib, io)`` of
-#: degree ``F`` (`invimbed._core.derivatives._taylor_numba.plan`); ``Df`` polynomials
+#: `invimbed._core.derivatives._tape.Tape`, and the product table ``(ptr, ib, io)`` of
+#: degree ``F`` (`invimbed._core.derivatives._taylor_numba.plan`), these 15 arrays in that
+#: order `pack`ed (``ints``, ``flts``, ``kinds``, ``meta``;
+#: `invimbed._backends._packed.tape_arrays` unpacks them); ``Df`` polynomials
 #: per node.
-Tapes = namedtuple("Tapes", "use f_ops f_par f_kind f_out r_ops r_par r_kind r_out "
-                            "t_ops t_par t_kind t_out ptr ib io F Df")
+Tapes = namedtuple("Tapes", "use ints flts kinds meta F Df")
 
 #: The control's pieces of an adaptive sweep (`invimbed._backends.sweep_adaptive`):
 #: ``seg[s] = (start, end)``, ``theta[s]``, ``jac[s] = d theta / d w``; the requested
@@ -82,6 +83,30 @@ RowSteps = namedtuple("RowSteps", "A B C E P knots values stops rtol atol first_
 
 #: What the ensemble writes per row.
 RowsOut = namedtuple("RowsOut", "z value adjoint param_grad steps nfev status t h_lambda")
+
+
+def pack(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                  np.ndarray]:
+    """``arrays`` (int64, float64 or int8; 1-D or 2-D) as ``(ints, flts, i8s, meta)``:
+    each flat in the buffer of its type, one after the other, ``meta[k] = (start, rows,
+    columns)`` of ``arrays[k]`` there (columns 0 for a 1-D array). A kernel takes these
+    four arrays where it took the many (`invimbed._backends._packed.order_tables`
+    and `invimbed._backends._packed.tape_arrays` return views of them, the same
+    arrays): numba passes every array of a tuple argument as seven to nine scalars
+    through each call and ``prange`` loop, whose code LLVM then optimises, and a kernel
+    taking 124 arrays compiled for minutes (docs/performance.md, "Compiled kernels and
+    the first run on a machine")."""
+    bufs: dict[Any, list] = {np.dtype(np.int64): [], np.dtype(np.float64): [],
+                             np.dtype(np.int8): []}
+    meta = np.zeros((len(arrays), 3), np.int64)
+    for k, a in enumerate(arrays):
+        if a.dtype not in bufs or a.ndim not in (1, 2):
+            raise AssertionError(f"internal error: cannot pack a {a.ndim}-D {a.dtype} array")
+        got = bufs[a.dtype]
+        meta[k] = (sum(b.size for b in got), a.shape[0], a.shape[1] if a.ndim == 2 else 0)
+        got.append(np.ravel(a))
+    return tuple(np.ascontiguousarray(np.concatenate(b) if b else np.zeros(0, t))
+                 for t, b in bufs.items()) + (meta,)
 
 
 def jet(x: np.ndarray, q: float, M: int, nw: int, orders: Sequence[int]) -> Jet:

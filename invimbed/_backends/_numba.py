@@ -27,7 +27,7 @@ How it works
   index tables) serves the others. ``JET_CODE = False`` runs the generic one for all.
 * The kernels (`invimbed._backends._numba_kernels`) run every sample's sweep in a
   ``prange`` loop, write into preallocated outputs and are cached on disk
-  (``cache=True``): the first call on a machine compiles them (about a minute of CPU),
+  (``cache=True``): the first call on a machine compiles them (about 40 s of CPU),
   saying so on stderr first (`compile_loop`, `invimbed._core.runtime.compile_cost.compiling`);
   later processes load them. ``python -m invimbed compile`` compiles them ahead of time.
 * ``memory_budget``: the sweep's outputs and the kernel's fields at every depth are
@@ -85,6 +85,29 @@ def _jet_tables(N: int, K: int) -> tuple:
             *ptrs, c(zd), c(vd))
 
 
+#: The kind of each of the 18 tables of `_jet_tables` (``"i1"``: a 1-D int64 array, ``"i2"``
+#: 2-D int64, ``"f2"`` 2-D float64), as `_packed.order_tables` rebuilds them.
+TABLE_KINDS = ("i2", "f2", "i1", "i1", "i1", "i2", "f2", "i1", "i1", "i1", "i1", "i1", "i1",
+               "i1", "i1", "i1", "i2", "i2")
+
+
+@lru_cache(maxsize=None)
+def packed_tables(N: int, orders: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The `_jet_tables` of the jets of ``orders`` in ``N`` variables `bundles.pack`ed into
+    three arrays ``(ti, tf, tm)``: every int64 table flat in ``ti``, every float64 one in
+    ``tf``, and ``tm[o, k] = (start, rows, columns)`` of table ``k`` of ``orders[o]``
+    (`_packed.order_tables` returns views of them): a kernel takes three arrays
+    where it took 18 per order, and compiles minutes faster."""
+    tables = [a for K in orders for a in _jet_tables(N, K)]
+    for k, a in enumerate(tables):
+        kind = TABLE_KINDS[k % len(TABLE_KINDS)]
+        if a.dtype != (np.float64 if kind[0] == "f" else np.int64) or a.ndim != int(kind[1]):
+            raise AssertionError(f"internal error: jet table {k} is a {a.ndim}-D {a.dtype} "
+                                 f"array, not {kind}")
+    ti, tf, _, meta = bundles.pack(tables)
+    return ti, tf, meta.reshape(len(orders), len(TABLE_KINDS), 3)
+
+
 def _dense_pairs(table: tuple, N: int) -> tuple[tuple, np.ndarray]:
     """``table`` (a `product_table`) without its pairs of two coefficients of degree 1,
     and those pairs' output indices as an N x N array ``D[j, k]`` (the product of the
@@ -125,44 +148,75 @@ def _kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]:
 
 def eval_signature(args: tuple) -> tuple[tuple, Any, Any]:
     """The numba types of a kernel's arguments ``args`` (user functions first, the plan
-    second) and the signature and first-class type of `eval_request` for them."""
+    second; a function value of numba's wrapper-address protocol is typed by its
+    signature) and the signature and first-class type of `eval_request` for them."""
     st = _types()
-    numba = st["numba"]
     from numba import types
 
-    argtypes = tuple(st["ftypes"] if i == 0 else numba.typeof(a) for i, a in enumerate(args))
+    argtypes = tuple(st["ftypes"] if i == 0 else _typeof(a) for i, a in enumerate(args))
     f8, i8 = types.float64, types.int64
     C1, C2 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C")
     ev_sig = types.void(st["ftypes"], argtypes[1], i8, f8, C1, C1, C2, C2, C1, C2, C1)
     return argtypes, ev_sig, types.FunctionType(ev_sig)
 
 
+def _typeof(a: Any) -> Any:
+    """numba's type of the kernel argument ``a``; a function value of numba's
+    wrapper-address protocol, or a tuple of them, is typed by its signature."""
+    from numba import typeof, types
+
+    if hasattr(a, "__wrapper_address__"):
+        return types.FunctionType(a.signature())
+    if isinstance(a, tuple) and a and all(hasattr(x, "__wrapper_address__") for x in a):
+        return types.Tuple(tuple(_typeof(x) for x in a))
+    return typeof(a)
+
+
+def jet_rhs_signature() -> Any:
+    """The numba signature of `_numba_kernels.jet_rhs` as the kernels call it (the
+    tables of one order, `TABLE_KINDS`; the scratch of `_numba_kernels.jet_scratch`):
+    the kernels call it as a function value of this signature, so that numba does not
+    link and optimise its code again into each of their functions that call it."""
+    from numba import types
+
+    f8, i8 = types.float64, types.int64
+    v, m, iv, im = f8[::1], f8[:, ::1], i8[::1], i8[:, ::1]
+    tab = types.Tuple(tuple({"i1": iv, "i2": im, "f2": m}[k] for k in TABLE_KINDS))
+    ops = types.Tuple((iv, iv, v, im, iv, iv, iv, iv, v, v, v))
+    return types.void(i8, i8, i8, i8, tab, m, v, f8[:, :, ::1], m, v, i8, v, ops, i8, m, m,
+                      iv, im, v)
+
+
 def _build_kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]:
     from numba import types
 
     from ._numba_calls import eval_request, request_rows
-    from ._numba_kernels import _jet_sweep_one, jet_sweep
+    from ._numba_kernels import _jet_sweep_one, jet_rhs, jet_sweep
 
     if name == "request_rows":
         argtypes, ev_sig, ev_type = eval_signature(args)
         entry = compile_loop("values", request_rows, None, None, ev_sig, argtypes)
         return entry, None, eval_request
-    argtypes, ev_sig, ev_type = eval_signature(args[:-2])   # then the jet code, and a flag
-    argtypes += (types.FunctionType(code_signature()), types.boolean)
+    # then the jet code, a flag, and `jet_rhs`
+    argtypes, ev_sig, ev_type = eval_signature(args[:-3])
+    argtypes += (types.FunctionType(code_signature()), types.boolean,
+                 types.FunctionType(jet_rhs_signature()))
     one_sig = types.void(types.int64, ev_type, *argtypes)
-    entry = compile_loop("sweep_fixed", jet_sweep, _jet_sweep_one, one_sig, ev_sig, argtypes)
+    entry = compile_loop("sweep_fixed", jet_sweep, _jet_sweep_one, one_sig, ev_sig, argtypes,
+                         first=[(jet_rhs, jet_rhs_signature())])
     return entry, _jet_sweep_one, eval_request
 
 
 def compile_loop(name: str, py_loop: Callable, one: Any, one_sig: Any, ev_sig: Any,
-                 argtypes: tuple) -> Callable:
+                 argtypes: tuple, first: Any = ()) -> Callable:
     """The compiled entry point of the ``prange`` loop ``py_loop`` (cached on disk), which
     takes the per-item function ``one`` (signature ``one_sig``; None: none) and
     `eval_request` (``ev_sig``, `eval_signature`) as function values, then arguments of
     the types ``argtypes``; compiled with ``one`` and `eval_request`, announced as the
-    kernel ``name`` (`invimbed._core.runtime.compile_cost.compiling`). Calling the entry point
-    skips the dispatcher's typing of the arguments (milliseconds for the tuple of
-    function values)."""
+    kernel ``name`` (`invimbed._core.runtime.compile_cost.compiling`), after the
+    ``(dispatcher, signature)`` pairs of ``first`` (callees passed to it as function
+    values). Calling the entry point skips the dispatcher's typing of the arguments
+    (milliseconds for the tuple of function values)."""
     numba = _types()["numba"]
     from numba import types
 
@@ -170,7 +224,8 @@ def compile_loop(name: str, py_loop: Callable, one: Any, one_sig: Any, ev_sig: A
 
     head = () if one is None else (types.FunctionType(one_sig),)
     loop = numba.njit(cache=True, parallel=True)(py_loop)
-    pending = ([(eval_request, ev_sig.args)] + ([] if one is None else [(one, one_sig.args)])
+    pending = ([(d, sig.args) for d, sig in first] + [(eval_request, ev_sig.args)]
+               + ([] if one is None else [(one, one_sig.args)])
                + [(loop, types.void(*head, types.FunctionType(ev_sig), *argtypes))])
     with compiling(name, pending):
         for dispatcher, sig in pending:
@@ -322,18 +377,19 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
     # uncalled (it calls T's plan only, for the initial state)
     fns = function_tuple(setup, plan.used)
     code = jet_code(setup, orders)
+    from ._numba_kernels import jet_rhs
     coded = code is not None
     if not coded:
         from ._numba_kernels import no_code as code     # the stand-in: never called
 
         code.compile(code_signature().args)
 
-    args = (fns, plan.arrays(), jet, _jet_tables(N, orders[0]), _jet_tables(N, orders[-1]),
+    args = (fns, plan.arrays(), jet, *packed_tables(N, (orders[0], orders[-1])),
             bundles.Fixed(sched.stage_p, sched.h, sched.theta, sched.jac, sched.A,
                           sched.weights, sched.record, int(sched.record_initial),
                           bool(sched.disc)),
             bundles.FixedOut(*fields.values(), *errs, fail_pos, fail_p),
-            code, coded)
+            code, coded, jet_rhs)
     _run("jet_sweep", args)
     values = (CompiledValues(setup, prov) if setup.problem.derivative_provider is None else None)
     return finish(setup, sched, fields, error, fail_pos, fail_p, "jet", method, "numba",

@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit, prange
 
 from ._numba_calls import _IDS, _plan_scratch
+from ._packed import order_tables
 
 
 @njit(cache=True)
@@ -290,10 +291,10 @@ def _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, x, th, J, pz, pt, hs, 
                 Rw[w, c] = s
 
 
-def jet_sweep(one, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, coded):
+def jet_sweep(one, ev, fns, plan, jet, ti, tf, tm, fixed, res, code, coded, jr):
     """Jet sweep of every sample (see the module docstring and JetClosure)."""
     for b in prange(jet.x.shape[0]):
-        one(np.int64(b), ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, coded)
+        one(np.int64(b), ev, fns, plan, jet, ti, tf, tm, fixed, res, code, coded, jr)
 
 
 @njit(cache=True)
@@ -302,16 +303,19 @@ def no_code(t, x, th, J, y, dy, offs, n):
 
 
 @njit(cache=True)
-def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, coded):
+def _jet_sweep_one(b, ev, fns, plan, jet, ti, tf, tm, fixed, res, code, coded, jr):
     """The jet sweep of sample ``b`` (see JetClosure): Z, V, W of each carried order (1,
-    and 2 with the error estimate: ``jet``, a `invimbed._backends._bundles.Jet`;
-    ``tab_lo``, ``tab_hi`` the tables of the first and the last), stepped by the tableau
-    of the schedule ``fixed`` (`Fixed`) or by the paper's layer recursion (its
-    ``disc``), into ``res`` (`FixedOut`). Each right-hand side is the problem's generated
-    jet code (``code``, `invimbed._core.derivatives._jet_code`) where it has one
-    (``coded``), else its Taylor coefficients (`_jet_coefficients`) contracted by
-    `jet_rhs`."""
+    and 2 with the error estimate: ``jet``, a `invimbed._backends._bundles.Jet`; the
+    tables of the first and the last packed in ``ti``, ``tf``, ``tm``, `order_tables`),
+    stepped by the tableau of the schedule ``fixed`` (`Fixed`) or by the paper's layer
+    recursion (its ``disc``), into ``res`` (`FixedOut`). Each right-hand side is the
+    problem's generated jet code (``code``, `invimbed._core.derivatives._jet_code`) where
+    it has one (``coded``), else its Taylor coefficients (`_jet_coefficients`)
+    contracted by `jet_rhs`, called as the function value ``jr`` (numba then does not
+    link and optimise its code into this function again)."""
     x, q, N, M, nw, CF, CW, cZs, cVs, offs, size = jet
+    tab_lo = order_tables(ti, tf, tm, _IDS[0])
+    tab_hi = order_tables(ti, tf, tm, _IDS[1])
     stage_p, step_h, thetas, jacs, A, Wts, record, rec0, disc = fixed
     out_z, out_v, out_a, out_w, err_z, err_v, err_a, err_w, fail_pos, fail_p = res
     n_orders = cZs.shape[0]
@@ -373,8 +377,8 @@ def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, code
                                   jacs[k, 0], pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi,
                                   Rc, G, Rw)
                 meta[:, 4] = 0                          # Phi is new
-                jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, y, off, Ks[0], ops, 0, Lam,
-                        Sw, act, lens, ubuf)
+                jr(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, y, off, Ks[0], ops, _IDS[0], Lam,
+                   Sw, act, lens, ubuf)
             for i in range(size):
                 Ks[1, i] = y[i] + h * Ks[0, i]          # upd
                 ys[i] = y[i]                            # mixed
@@ -389,8 +393,8 @@ def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, code
             if coded:                                   # the same coefficients again
                 code(p, xb, thetas[k, 0], jacs[k, 0], ys, Ks[2], offs, _IDS[1])
             else:
-                jet_rhs(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, ys, off, Ks[2], ops, 0, Lam,
-                        Sw, act, lens, ubuf)
+                jr(N, nw, cZ, cV, tab_lo, Phi, Rc, G, Rw, ys, off, Ks[2], ops, _IDS[0], Lam,
+                   Sw, act, lens, ubuf)
             for c in range(1, 1 + N):
                 Ks[1, oV + c] = y[oV + c] + h * Ks[2, oV + c]
             for w in range(nw):
@@ -417,8 +421,8 @@ def _jet_sweep_one(b, ev, fns, plan, jet, tab_lo, tab_hi, fixed, res, code, code
                     meta[:, 4] = 0                      # Phi is new
                     for o in range(n_orders):
                         tab = tab_lo if o == 0 else tab_hi
-                        jet_rhs(N, nw, cZs[o], cVs[o], tab, Phi, Rc, G, Rw, ys, offs[o], Ks[s],
-                                ops, o, Lam, Sw, act, lens, ubuf)
+                        jr(N, nw, cZs[o], cVs[o], tab, Phi, Rc, G, Rw, ys, offs[o], Ks[s],
+                           ops, o, Lam, Sw, act, lens, ubuf)
                 if _blew_up(Ks[s], fail_pos, fail_p, b, 2 * (k * (S + 1) + s) + 1, p):
                     failed = True
                     break

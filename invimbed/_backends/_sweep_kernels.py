@@ -41,13 +41,14 @@ from __future__ import annotations
 import numpy as np
 from numba import get_thread_id, njit, prange
 
-from .._core.derivatives._taylor_numba import lengths, run_row, uses_time
+from .._core.derivatives._taylor_numba import lengths, uses_time
 from .._core.results.status import RowCode
 from ._ensemble_parts import (_finite, _fmin, _rms, dense_coefficient, grow_factor,
                               initial_step, initial_step_h0, scaled_error, shrink_factor,
                               stage_state, weighted_step)
 from ._numba_calls import _IDS, _plan_scratch
-from ._numba_kernels import _jet_coefficients, jet_rhs, jet_scratch, operator_size
+from ._numba_kernels import _jet_coefficients, jet_scratch, operator_size
+from ._packed import order_tables, tape_arrays, tape_plan
 
 _jit = njit(cache=True, error_model="numpy")
 
@@ -59,19 +60,23 @@ S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = (
 
 
 @_jit
-def _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
+def _tape_coefficients(cf, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
     """Taylor coefficients of ``f`` and ``R`` (with the ``w``-gradients ``G``, ``Rw``) by
-    the tapes, at ``xin = [x, theta]``; the layout of `JetClosure.coefficients_at`.
-    Returns whether they were computed (False: the control piece's, kept)."""
-    ptr, ib, io = tplan
+    the tapes of ``tape`` (`Tapes`, run by ``cf[0]``: `run_row`), at ``xin = [x, theta]``;
+    the layout of
+    `JetClosure.coefficients_at`. Returns whether they were computed (False: the control
+    piece's, kept)."""
     Wf, Tf, fo, Wr, Tr, ro, Lf, Lr, memo = W
     if memo[0] and memo[1]:
         return False    # an autonomous problem: this control piece's coefficients are in
     memo[1] = 1
-    ft = tapes[0]
-    rt = tapes[1]
-    run_row(ft[0], ft[1], ft[2], ft[3], t, xin, F, Df, ptr, ib, io, Wf, Tf, fo, Lf)
-    run_row(rt[0], rt[1], rt[2], rt[3], t, xin, F, Df, ptr, ib, io, Wr, Tr, ro, Lr)
+    ptr, ib, io = tape_plan(tape)
+    F, Df = tape.F, tape.Df
+    rr = cf[0]
+    ft = tape_arrays(tape, _IDS[0])
+    rt = tape_arrays(tape, _IDS[1])
+    rr(ft[0], ft[1], ft[2], ft[3], t, xin, F, Df, ptr, ib, io, Wf, Tf, fo, Lf)
+    rr(rt[0], rt[1], rt[2], rt[3], t, xin, F, Df, ptr, ib, io, Wr, Tr, ro, Lr)
     fout = ft[3]
     rout = rt[3][0]
     for i in range(N):          # zero from the tape's bounds (`lengths`) on
@@ -96,26 +101,27 @@ def _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc,
 
 
 @_jit
-def _rhs(t, y, dy, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, CW, xin,
-         J, cZs, cVs, offs, tabs, sc, W):
+def _rhs(t, y, dy, ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, ti, tf,
+         tm, sc, W):
     """``dy/dp`` of every carried jet at depth ``t``; False where ``y`` or ``dy`` is not
-    finite (where `CountingRHS` raises)."""
+    finite (where `CountingRHS` raises). ``cf`` holds `run_row` and `jet_rhs` as function
+    values (`invimbed._backends._function_values._calls`)."""
     if not _finite(y):
         return False
+    jr = cf[1]
     (pz, pt, hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw, ops, Lam, Sw, act, lens,
      u) = sc
     new = True
-    if use_tape:
-        new = _tape_coefficients(tapes, tplan, F, Df, N, M, nw, CF, t, xin, J, W, Phi, Rc, G,
-                                 Rw)
+    if tape.use:
+        new = _tape_coefficients(cf, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw)
     else:
         _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, xin[:N], xin[N:], J, pz, pt,
                           hs, vals, fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw)
     if new:             # the transports' products are listed afresh (`jet_rhs`)
         ops[3][:, 4] = 0
     for o in range(cZs.shape[0]):
-        jet_rhs(N, nw, cZs[o], cVs[o], tabs[o], Phi, Rc, G, Rw, y, offs[o], dy, ops, o, Lam,
-                Sw, act, lens, u)
+        jr(N, nw, cZs[o], cVs[o], order_tables(ti, tf, tm, o), Phi, Rc, G, Rw, y, offs[o], dy,
+           ops, o, Lam, Sw, act, lens, u)
     return _finite(dy)
 
 
@@ -173,30 +179,28 @@ def _record_dense(Qr, y_old, idx, t_old, h, p, out, d, b):
         out[d, b, k // width, k % width] = h * acc + y_old[idx[k]]
 
 
-def sweep_rows(one, ev, fns, plan, tape, jet, tab0, tab1, tab2, tab3, grid, step, res, ws):
+def sweep_rows(one, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res, ws):
     """Every input's sweep in a ``prange`` loop (compiled by
     `invimbed._backends.sweep_adaptive`); each thread's inputs share its slice of the
     tapes' node storage ``ws = (ws_f, ws_r, ws_t)``."""
     for b in prange(jet.x.shape[0]):
-        one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, tape, jet, tab0, tab1, tab2,
-            tab3, grid, step, res, ws)
+        one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, cf, tape, jet, ti, tf,
+            tm, grid, step, res, ws)
 
 
 @_jit
-def sweep_one(b, tid, ev, fns, plan, tape, jet, tab0, tab1, tab2, tab3, grid, step, res, ws):
+def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res, ws):
     """The sweep of input ``b`` on thread ``tid`` (see the module docstring), with the
     bundles of `invimbed._backends._bundles`: ``tape`` (`Tapes`: the tapes of ``f``,
     ``R``, ``T``), ``jet`` (`Jet`), ``grid`` (`Grid`), ``step`` (`Stepper`), ``res``
-    (`SweepOut`); ``tab0`` ... ``tab3`` are the tables of the carried orders
-    (`invimbed._backends._numba._jet_tables`, the last repeated); ``ws[k][tid]`` is the
+    (`SweepOut`); ``ti``, ``tf``, ``tm`` hold the tables of the carried orders
+    (`invimbed._backends._numba.packed_tables`: four, the last repeated; unpacked by
+    `invimbed._backends._packed.order_tables`); ``ws[k][tid]`` is the
     node storage of tape ``k`` (zero where the tapes' `lengths` bound it, as `run_row`
     leaves it for the same tapes)."""
-    tabs = (tab0, tab1, tab2, tab3)
     use_tape = tape.use
-    tapes = ((tape.f_ops, tape.f_par, tape.f_kind, tape.f_out),
-             (tape.r_ops, tape.r_par, tape.r_kind, tape.r_out),
-             (tape.t_ops, tape.t_par, tape.t_kind, tape.t_out))
-    tplan = (tape.ptr, tape.ib, tape.io)
+    tapes = (tape_arrays(tape, _IDS[0]), tape_arrays(tape, _IDS[1]), tape_arrays(tape, _IDS[2]))
+    tplan = tape_plan(tape)
     F, Df = tape.F, tape.Df
     x, q, N, M, nw, CF, CW, cZs, cVs, offs, size = jet
     seg, seg_th, seg_J, depths, dep_seg = grid
@@ -217,7 +221,7 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, tab0, tab1, tab2, tab3, grid, st
     cmax = cVs[n_o - 1]
     sizes = np.empty(n_o, np.int64)
     for o in range(n_o):
-        sizes[o] = operator_size(N, tabs[o])
+        sizes[o] = operator_size(N, order_tables(ti, tf, tm, o))
     ops = jet_scratch(N, nw, cmax, sizes)
     sc = (pz, pt, hs, vals, np.empty(N * CF), np.empty(CF), np.empty(N * M * CW),
           np.empty(M * CW), np.zeros((N, CF)), np.zeros(CF), np.zeros((N, nw, CF)),
@@ -258,7 +262,7 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, tab0, tab1, tab2, tab3, grid, st
         tt = tapes[2]
         Wt = ws_t[tid]
         to = np.zeros((1, 1, CF))
-        run_row(tt[0], tt[1], tt[2], tt[3], q, xin, F, 1, tplan[0], tplan[1], tplan[2], Wt,
+        cf[0](tt[0], tt[1], tt[2], tt[3], q, xin, F, 1, tplan[0], tplan[1], tplan[2], Wt,
                 np.zeros((6, CF + 2)), to, lengths(tt[0], tt[2], F, N))
         for c in range(CF):
             tbuf[c] = to[0, 0, c]
@@ -293,8 +297,8 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, tab0, tab1, tab2, tab3, grid, st
         W[8][1] = 0         # new piece: its coefficients are computed afresh
         t = a
         evals += 1
-        if not _rhs(t, y, f, ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M, nw, CF, CW,
-                    xin, J, cZs, cVs, offs, tabs, sc, W):
+        if not _rhs(t, y, f, ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs,
+                    ti, tf, tm, sc, W):
             code = S_FIRST if (a == q and evals <= 1) else S_NONFINITE
             where = t
             break
@@ -311,8 +315,8 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, tab0, tab1, tab2, tab3, grid, st
             for i in range(size):
                 ys[i] = y[i] + (h0 * -1.0) * f[i]
             evals += 1
-            if not _rhs(t - h0, ys, K[1], ev, fns, plan, use_tape, tapes, tplan, F, Df, N, M,
-                        nw, CF, CW, xin, J, cZs, cVs, offs, tabs, sc, W):
+            if not _rhs(t - h0, ys, K[1], ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J,
+                        cZs, cVs, offs, ti, tf, tm, sc, W):
                 code = S_NONFINITE
                 where = t - h0
                 break
@@ -345,9 +349,8 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, tab0, tab1, tab2, tab3, grid, st
                 for st in range(1, ns):
                     stage_state(y, K, A, st, h, size, ys)
                     evals += 1
-                    if not _rhs(t + C[st] * h, ys, K[st], ev, fns, plan, use_tape, tapes,
-                                tplan, F, Df, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, tabs,
-                                sc, W):
+                    if not _rhs(t + C[st] * h, ys, K[st], ev, fns, plan, cf, tape, N, M, nw, CF,
+                                CW, xin, J, cZs, cVs, offs, ti, tf, tm, sc, W):
                         code = S_NONFINITE
                         where = t + C[st] * h
                         break
@@ -355,8 +358,8 @@ def sweep_one(b, tid, ev, fns, plan, tape, jet, tab0, tab1, tab2, tab3, grid, st
                     break
                 weighted_step(y, K, Bw, ns, h, size, y_new)
                 evals += 1
-                if not _rhs(t + h, y_new, K[ns], ev, fns, plan, use_tape, tapes, tplan, F,
-                            Df, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, tabs, sc, W):
+                if not _rhs(t + h, y_new, K[ns], ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin,
+                            J, cZs, cVs, offs, ti, tf, tm, sc, W):
                     code = S_NONFINITE
                     where = t + h
                     break

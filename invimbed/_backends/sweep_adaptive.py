@@ -23,7 +23,8 @@ fixed-step numba sweep, tracing failed) on a derivative plan
 (`invimbed._backends._plans`: the user's derivatives, finite differences beyond them)
 as far as it serves the order. Controls: ``None``, `Constant`, `PiecewiseConstant`.
 ``nfev``: the most right-hand-side evaluations of any input. ``memory_budget`` bounds the
-kernel's arrays (`memory_bytes`). Compiled once per machine (minutes), announced first.
+kernel's arrays (`memory_bytes`). Compiled once per machine (about a minute of CPU),
+announced first.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from .._core.results.failures import (below_min_step, budget_exhausted, first_ev
 from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, segments
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
 from .._core.sweep.memory import check_compiled
-from ._numba import _jet_tables, compile_loop, eval_signature
+from ._function_values import _Address, _addressed, _callees, _calls
+from ._numba import compile_loop, eval_signature, packed_tables
 from ._numba_functions import _types, function_tuple, import_numba
 from ._plans import Request, build_plan
 from . import _bundles as bundles
@@ -172,40 +174,6 @@ def _tapes(setup: Setup, nw: int) -> tuple | None:
 _JETS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
-class _Address:
-    """A compiled function passed to a kernel as a first-class function value, its address
-    looked up once (numba's wrapper-address protocol): numba otherwise looks up every
-    dispatcher's address at every call, about a millisecond for the 22 function values
-    of this kernel."""
-
-    def __init__(self, dispatcher: Any, sig: Any) -> None:
-        from numba.experimental.function_type import _get_wrapper_address
-
-        self.dispatcher, self.sig = dispatcher, sig
-        self.address = _get_wrapper_address(dispatcher, sig)
-
-    def __wrapper_address__(self) -> int:
-        return self.address
-
-    def signature(self) -> Any:
-        return self.sig
-
-
-_ADDRESSES: dict[tuple, tuple] = {}
-
-
-def _addressed(fns: tuple) -> tuple:
-    """`_Address` of every function of ``fns`` (`function_tuple`), cached."""
-    key = tuple(id(f) for f in fns)
-    hit = _ADDRESSES.get(key)
-    if hit is None or any(a.dispatcher is not f for a, f in zip(hit, fns)):
-        from ._plans import BASE_KEYS
-
-        sigs = _types()["sigs"]
-        hit = _ADDRESSES[key] = tuple(_Address(f, sigs[k]) for f, k in zip(fns, BASE_KEYS))
-    return hit
-
-
 _KERNELS: dict[tuple, Any] = {}
 #: The tapes' node storage of the last sweep of each Python thread, kept up to this
 #: many bytes: `run_row` writes the same entries at every run of the same tapes, so a
@@ -255,7 +223,7 @@ def _kernel(args: tuple) -> Any:
             argtypes, ev_sig, ev_type = eval_signature(args)
             one_sig = types.void(types.int64, types.int64, ev_type, *argtypes)
             entry = compile_loop("sweep_adaptive", kern.sweep_rows, kern.sweep_one, one_sig,
-                                 ev_sig, argtypes)
+                                 ev_sig, argtypes, first=_callees())
         hit = _KERNELS[key] = (entry, _Address(kern.sweep_one, one_sig),
                                _Address(eval_request, ev_sig))
     return hit
@@ -304,8 +272,9 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
 
     tplan = tape_plan(N, F)
     Df = 1 + M if (use_tape and nw) else 1
-    tabs = [_jet_tables(N, K) for K in orders]
-    tabs = tuple(tabs + [tabs[-1]] * (4 - len(tabs)))
+    tabs = packed_tables(N, tuple(orders + [orders[-1]] * (4 - len(orders))))
+    tape = bundles.Tapes(use_tape, *bundles.pack(tapes[0] + tapes[1] + tapes[2] + tplan), F,
+                         Df)
     jet = bundles.jet(setup.x, setup.q, M, nw, orders)
     cZs, cVs, offs, size = jet.cZs, jet.cVs, jet.offs, jet.size
     seg, seg_th, seg_J, dep_seg = _segments(setup)
@@ -331,8 +300,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
         where = np.full((B, 2), np.nan)
         d_t, d_h = np.zeros((B, cap)), np.zeros((B, cap))
         d_y, d_Q = np.zeros((B, cap, size)), np.zeros((B, cap, size, kq))
-        args = (_addressed(fns), plan.arrays(),
-                bundles.Tapes(use_tape, *tapes[0], *tapes[1], *tapes[2], *tplan, F, Df), jet,
+        args = (_addressed(fns), plan.arrays(), _calls(), tape, jet,
                 *tabs, bundles.Grid(seg, seg_th, seg_J, depths, dep_seg),
                 bundles.Stepper(*rk, *num, budget, int(tab.error_order), cap, int(q_same)),
                 bundles.SweepOut(out, fr, info, where, d_t, d_h, d_y, d_Q),
