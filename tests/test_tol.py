@@ -319,20 +319,30 @@ def _count_coefficients(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("control", ["none", "piecewise"])
+@pytest.mark.parametrize("control", ["none", "piecewise", "given derivatives"])
 def test_a_time_free_problem_takes_the_jet_coefficients_once_per_control_piece(
         control, monkeypatch):
     """f and R without t, a control constant on its pieces: the coefficients at ``x`` are
     the same at every p of a piece, taken once per piece (RK45 evaluates at many p), and
-    the fields are bit for bit those of taking them at every p."""
+    the fields are bit for bit those of taking them at every p. Also where the problem
+    gives derivatives (the user's callables, the rest traced: `CompletedProvider`)."""
     from invimbed._core.sweep import imbedding
 
     if control == "none":
         pb, x, ctrl, pieces = lorenz(), [1.0, 1.0, 20.0], None, 1
+    elif control == "given derivatives":
+        from problems import lq_problem
+
+        rng = np.random.default_rng(3)
+        pb = lq_problem(A=-np.eye(2) + 0.3 * rng.normal(size=(2, 2)), B=rng.normal(size=(2, 1)),
+                        Q=np.eye(2), Rth=np.eye(1), S=0.1 * rng.normal(size=(2, 1)),
+                        PT=2 * np.eye(2))
+        x, pieces = [0.8, -0.3], 2
+        ctrl = invimbed.PiecewiseConstant([-0.6, -0.25, 0.0], [[0.3], [-0.2]])
     else:
         pb, x, pieces = pendulum(), [0.8, -0.3], 2
         ctrl = invimbed.PiecewiseConstant([-0.6, -0.25, 0.0], [[0.3], [-0.2]])
-    depths = [-0.1, -0.4] if control == "piecewise" else [-0.02]
+    depths = [-0.02] if control == "none" else [-0.1, -0.4]
     seen = _count_coefficients(monkeypatch)
     res = solve_imbedding(pb, x, depths, control=ctrl, method="RK45", order=2)
     once = len(seen)
@@ -347,10 +357,20 @@ def test_a_time_free_problem_takes_the_jet_coefficients_once_per_control_piece(
     np.testing.assert_array_equal(res.error_estimate["value"], ref.error_estimate["value"])
 
 
-def test_a_problem_that_reads_t_takes_the_jet_coefficients_at_every_p(monkeypatch):
-    """``f`` with ``sin(t)``: the coefficients change with p and are taken at each."""
+@pytest.mark.parametrize("given", [False, True], ids=["sympy", "given derivatives"])
+def test_a_problem_that_reads_t_takes_the_jet_coefficients_at_every_p(given, monkeypatch):
+    """``f`` with ``sin(t)``: the coefficients change with p and are taken at each; also
+    where the problem gives its derivatives (and the rest is traced)."""
     t, z = sp.symbols("t z")
-    pb = invimbed.from_sympy(t, [z], [], [-z + 0.5 * sp.sin(3 * t) * z], z**2 / 2, z**2 / 2)
+    if given:
+        pb = invimbed.BolzaProblem(
+            lambda t, z, th: (-1 + 0.5 * np.sin(3 * t)) * z,
+            lambda t, z, th: 0.5 * z[..., 0] ** 2, lambda z: 0.5 * z[..., 0] ** 2,
+            vectorized=True,
+            derivatives={"f_z": lambda t, z, th: np.full((len(z), 1, 1),
+                                                         -1 + 0.5 * np.sin(3 * t))})
+    else:
+        pb = invimbed.from_sympy(t, [z], [], [-z + 0.5 * sp.sin(3 * t) * z], z**2 / 2, z**2 / 2)
     seen = _count_coefficients(monkeypatch)
     res = solve_imbedding(pb, [0.7], [-0.5], method="RK45", order=2)
     assert res.success, res.message
