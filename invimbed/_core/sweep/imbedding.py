@@ -402,7 +402,7 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
                          time_free=time_free(setup.problem, prov))
     else:
         clo = StencilClosure(prov, setup.control, setup.x, setup.q, difference=difference,
-                             delta=delta)
+                             delta=delta, time_free=time_free(setup.problem, prov))
 
     def per_depth(p: float, y: np.ndarray):
         fl = clo.fields(y)                 # depth_grad: by collect_results, all at once
