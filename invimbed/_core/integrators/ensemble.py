@@ -33,6 +33,7 @@ Dense output: with ``record=True`` the accepted steps are kept as scipy's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -287,6 +288,10 @@ def _initial_step(evaluate, t, y, f, direction, span, rows, piece, order, rtol, 
     return np.minimum(np.minimum(100 * h0, h1), span)
 
 
+#: The key of a step in `DenseRows`: its row, then its time times the row's direction.
+_STEP_KEY = np.dtype([("row", np.int64), ("s", np.float64)])
+
+
 @dataclass
 class DenseRows:
     """Dense output of the accepted steps of every row (scipy's ``RkDenseOutput``).
@@ -316,20 +321,25 @@ class DenseRows:
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.t_old, self.h, self.y_old, self.Q, self.start))
 
+    @cached_property
+    def _keys(self) -> np.ndarray:
+        """``(row, direction * t_old)`` of every step: sorted (rows in order, each row's
+        steps in its direction of integration), for `numpy.searchsorted`."""
+        keys = np.empty(self.t_old.size, _STEP_KEY)
+        keys["row"] = np.repeat(np.arange(self.start.size - 1), np.diff(self.start))
+        keys["s"] = self.t_old * np.sign(self.h)
+        return keys
+
     def __call__(self, t: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``y(t[j])`` of row ``rows[j]``, shape (len(rows), S)."""
-        lo, hi = self.start[rows], self.start[rows + 1] - 1
-        # the step whose interval holds t: steps of a row are monotone in time, so the
-        # index is found by bisection on (t - t_old) * direction, vectorised over rows
-        a, b = lo.copy(), hi.copy()
-        while True:
-            open_ = a < b
-            if not np.any(open_):
-                break
-            mid = (a + b + 1) // 2
-            past = (t - self.t_old[mid]) * np.sign(self.h[mid]) >= 0
-            a = np.where(open_ & past, mid, a)
-            b = np.where(open_ & ~past, mid - 1, b)
+        lo = self.start[rows]
+        # the step whose interval holds t: the last step of the row with
+        # (t - t_old) * direction >= 0 (its first where none is), by one binary search
+        # over the steps of every row, keyed by (row, direction * time)
+        query = np.empty(np.size(rows), _STEP_KEY)
+        query["row"] = rows
+        query["s"] = t * np.sign(self.h[np.minimum(lo, self.h.size - 1)])
+        a = np.maximum(lo, np.searchsorted(self._keys, query, side="right") - 1)
         x = (t - self.t_old[a]) / self.h[a]
         powers = np.cumprod(np.repeat(x[:, None], self.Q.shape[2], axis=1), axis=1)
         return self.y_old[a] + self.h[a][:, None] * np.einsum("msk,mk->ms", self.Q[a], powers)
