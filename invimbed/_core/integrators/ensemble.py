@@ -288,10 +288,6 @@ def _initial_step(evaluate, t, y, f, direction, span, rows, piece, order, rtol, 
     return np.minimum(np.minimum(100 * h0, h1), span)
 
 
-#: The key of a step in `DenseRows`: its row, then its time times the row's direction.
-_STEP_KEY = np.dtype([("row", np.int64), ("s", np.float64)])
-
-
 @dataclass
 class DenseRows:
     """Dense output of the accepted steps of every row (scipy's ``RkDenseOutput``).
@@ -322,24 +318,27 @@ class DenseRows:
         return sum(a.nbytes for a in (self.t_old, self.h, self.y_old, self.Q, self.start))
 
     @cached_property
-    def _keys(self) -> np.ndarray:
-        """``(row, direction * t_old)`` of every step: sorted (rows in order, each row's
-        steps in its direction of integration), for `numpy.searchsorted`."""
-        keys = np.empty(self.t_old.size, _STEP_KEY)
-        keys["row"] = np.repeat(np.arange(self.start.size - 1), np.diff(self.start))
-        keys["s"] = self.t_old * np.sign(self.h)
-        return keys
+    def _search(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct values of ``direction * t_old`` over every step, sorted, and each
+        step's key ``row * (U + 1) + rank``, where ``rank`` counts the distinct values up
+        to its own: sorted, since the rows are in order and each row's steps go in its
+        direction of integration."""
+        s = self.t_old * np.sign(self.h)
+        values = np.unique(s)
+        rows = np.repeat(np.arange(self.start.size - 1), np.diff(self.start))
+        keys = rows * (values.size + 1) + np.searchsorted(values, s, side="right")
+        return values, keys
 
     def __call__(self, t: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``y(t[j])`` of row ``rows[j]``, shape (len(rows), S)."""
         lo = self.start[rows]
         # the step whose interval holds t: the last step of the row with
         # (t - t_old) * direction >= 0 (its first where none is), by one binary search
-        # over the steps of every row, keyed by (row, direction * time)
-        query = np.empty(np.size(rows), _STEP_KEY)
-        query["row"] = rows
-        query["s"] = t * np.sign(self.h[np.minimum(lo, self.h.size - 1)])
-        a = np.maximum(lo, np.searchsorted(self._keys, query, side="right") - 1)
+        # over the steps of every row with t's key (`_search`): exact comparisons
+        values, keys = self._search
+        s = t * np.sign(self.h[np.minimum(lo, self.h.size - 1)])
+        query = rows * (values.size + 1) + np.searchsorted(values, s, side="right")
+        a = np.maximum(lo, np.searchsorted(keys, query, side="right") - 1)
         x = (t - self.t_old[a]) / self.h[a]
         powers = np.cumprod(np.repeat(x[:, None], self.Q.shape[2], axis=1), axis=1)
         return self.y_old[a] + self.h[a][:, None] * np.einsum("msk,mk->ms", self.Q[a], powers)
