@@ -282,3 +282,23 @@ def test_rk23_is_exact_too():
     b = invimbed.solve_adjoint(prob, PEND_X[0], depths, control=PEND_CONTROL, **TIGHT)
     for k in FIELDS:
         assert rel_err(a[k], b[k]) < 1e-6, k
+
+
+def test_dense_output_takes_the_step_that_holds_t():
+    """Rows integrated forwards and backwards, one with no step: at each step's start the
+    dense output gives that step's start value (the step found is the one that begins
+    there, not the one that ends there), and between steps the solution ``e^t``."""
+    out = integrate_rows(lambda t, y, rows, piece: y, np.array([0.0, 1.0, 0.3, -0.2]),
+                         np.array([1.0, -0.5, 0.3, -1.1]), np.ones((4, 1)),
+                         tableau=TABLEAUX["RK45"], rtol=1e-10, atol=1e-12, max_steps=1000,
+                         record=True)
+    dense = out.dense
+    assert np.all(out.status == DONE) and dense.start[3] == dense.start[2]   # row 2: none
+    for r in (0, 1, 3):
+        steps = np.arange(dense.start[r], dense.start[r + 1])
+        assert steps.size > 3
+        rows = np.full(steps.size, r)
+        np.testing.assert_array_equal(dense(dense.t_old[steps], rows), dense.y_old[steps])
+        mid = dense.t_old[steps] + 0.5 * dense.h[steps]
+        start = np.exp(-np.array([0.0, 1.0, 0.3, -0.2]))[r]
+        np.testing.assert_allclose(dense(mid, rows)[:, 0], start * np.exp(mid), rtol=1e-8)

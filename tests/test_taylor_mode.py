@@ -11,6 +11,8 @@ from the kinks; functions without a numpy equivalent are refused by name.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pytest
 
@@ -49,6 +51,13 @@ def chain_args():
     return (t, [p, q, v, w], [u], f, R, T)
 
 
+@lru_cache(maxsize=None)
+def symbolic(args):
+    """The symbolic reference (``taylor_mode=False``) of ``args``: one per problem, so that
+    the tests of both engines share its sympy derivatives and their generated code."""
+    return SympyProvider(*args(), taylor_mode=False)
+
+
 def points(n, m, B=3, seed=0):
     rng = np.random.default_rng(seed)
     return rng.uniform(-0.7, 0.7, (B, n)), rng.uniform(-0.7, 0.7, (B, m))
@@ -58,7 +67,7 @@ def points(n, m, B=3, seed=0):
 @pytest.mark.parametrize("args,orders", [(elementary_args, range(1, 7)),
                                          (chain_args, range(1, 6))])
 def test_taylor_mode_equals_symbolic_derivatives(args, orders, engine):
-    sym = SympyProvider(*args(), taylor_mode=False)
+    sym = symbolic(args)
     tm = SympyProvider(*args(), taylor_mode=True)
     tm._jets.engine = engine
     N, M = sym.n_state, sym.n_theta
@@ -78,7 +87,7 @@ def test_taylor_mode_equals_symbolic_derivatives(args, orders, engine):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_joint_coefficients_equal_the_tensor_route(engine):
     args = chain_args()
-    sym = SympyProvider(*args, taylor_mode=False)
+    sym = symbolic(chain_args)
     tm = SympyProvider(*args, taylor_mode=True)
     tm._jets.engine = engine
     z, th = points(4, 1, B=2, seed=3)

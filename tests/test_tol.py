@@ -308,49 +308,77 @@ def _count_coefficients(monkeypatch):
     """The depths ``p`` at which the jet closure takes the Taylor coefficients of ``f``
     and ``R`` (`JetClosure.coefficients_at`), recorded."""
     from invimbed._core.closures.jet import JetClosure
+    from invimbed._core.closures.stencil import StencilClosure
 
-    real, seen = JetClosure.coefficients_at, []
+    seen = []
 
-    def coefficients_at(self, p, theta, jac):
-        seen.append(float(p))
-        return real(self, p, theta, jac)
+    def counted(real):
+        def coefficients_at(self, p, theta, jac):
+            seen.append(float(p))
+            return real(self, p, theta, jac)
+        return coefficients_at
 
-    monkeypatch.setattr(JetClosure, "coefficients_at", coefficients_at)
+    for cls in (JetClosure, StencilClosure):
+        monkeypatch.setattr(cls, "coefficients_at", counted(cls.coefficients_at))
     return seen
 
 
-@pytest.mark.parametrize("control", ["none", "piecewise"])
+@pytest.mark.parametrize("control", ["none", "piecewise", "given derivatives", "stencil"])
 def test_a_time_free_problem_takes_the_jet_coefficients_once_per_control_piece(
         control, monkeypatch):
     """f and R without t, a control constant on its pieces: the coefficients at ``x`` are
     the same at every p of a piece, taken once per piece (RK45 evaluates at many p), and
-    the fields are bit for bit those of taking them at every p."""
+    the fields are bit for bit those of taking them at every p. Also where the problem
+    gives derivatives (the user's callables, the rest traced: `CompletedProvider`), and
+    for the stencil closure's values of f and R at its points."""
     from invimbed._core.sweep import imbedding
 
+    kw = dict(closure="stencil") if control == "stencil" else dict(order=2)
     if control == "none":
         pb, x, ctrl, pieces = lorenz(), [1.0, 1.0, 20.0], None, 1
+    elif control == "given derivatives":
+        from problems import lq_problem
+
+        rng = np.random.default_rng(3)
+        pb = lq_problem(A=-np.eye(2) + 0.3 * rng.normal(size=(2, 2)), B=rng.normal(size=(2, 1)),
+                        Q=np.eye(2), Rth=np.eye(1), S=0.1 * rng.normal(size=(2, 1)),
+                        PT=2 * np.eye(2))
+        x, pieces = [0.8, -0.3], 2
+        ctrl = invimbed.PiecewiseConstant([-0.6, -0.25, 0.0], [[0.3], [-0.2]])
     else:
         pb, x, pieces = pendulum(), [0.8, -0.3], 2
         ctrl = invimbed.PiecewiseConstant([-0.6, -0.25, 0.0], [[0.3], [-0.2]])
-    depths = [-0.1, -0.4] if control == "piecewise" else [-0.02]
+    depths = [-0.02] if control == "none" else [-0.1, -0.4]
     seen = _count_coefficients(monkeypatch)
-    res = solve_imbedding(pb, x, depths, control=ctrl, method="RK45", order=2)
+    res = solve_imbedding(pb, x, depths, control=ctrl, method="RK45", **kw)
     once = len(seen)
     monkeypatch.setattr(imbedding, "time_free", lambda problem, prov: False)
     seen.clear()
-    ref = solve_imbedding(pb, x, depths, control=ctrl, method="RK45", order=2)
+    ref = solve_imbedding(pb, x, depths, control=ctrl, method="RK45", **kw)
     assert res.success and ref.success, (res.message, ref.message)
     assert once == pieces < res.nfev / 4
     assert len(set(seen)) > res.nfev / 4       # at every p without it
     for k in ("z", "value", "adjoint", "param_grad", "depth_grad"):
         np.testing.assert_array_equal(res[k], ref[k], err_msg=k)
-    np.testing.assert_array_equal(res.error_estimate["value"], ref.error_estimate["value"])
+    if control != "stencil":     # the stencil has no estimate
+        np.testing.assert_array_equal(res.error_estimate["value"],
+                                      ref.error_estimate["value"])
 
 
-def test_a_problem_that_reads_t_takes_the_jet_coefficients_at_every_p(monkeypatch):
-    """``f`` with ``sin(t)``: the coefficients change with p and are taken at each."""
+@pytest.mark.parametrize("given", [False, True], ids=["sympy", "given derivatives"])
+def test_a_problem_that_reads_t_takes_the_jet_coefficients_at_every_p(given, monkeypatch):
+    """``f`` with ``sin(t)``: the coefficients change with p and are taken at each; also
+    where the problem gives its derivatives (and the rest is traced)."""
     t, z = sp.symbols("t z")
-    pb = invimbed.from_sympy(t, [z], [], [-z + 0.5 * sp.sin(3 * t) * z], z**2 / 2, z**2 / 2)
+    if given:
+        pb = invimbed.BolzaProblem(
+            lambda t, z, th: (-1 + 0.5 * np.sin(3 * t)) * z,
+            lambda t, z, th: 0.5 * z[..., 0] ** 2, lambda z: 0.5 * z[..., 0] ** 2,
+            vectorized=True,
+            derivatives={"f_z": lambda t, z, th: np.full((len(z), 1, 1),
+                                                         -1 + 0.5 * np.sin(3 * t))})
+    else:
+        pb = invimbed.from_sympy(t, [z], [], [-z + 0.5 * sp.sin(3 * t) * z], z**2 / 2, z**2 / 2)
     seen = _count_coefficients(monkeypatch)
     res = solve_imbedding(pb, [0.7], [-0.5], method="RK45", order=2)
     assert res.success, res.message

@@ -67,7 +67,10 @@ class Closure:
     has_error_estimate = False
 
     def __init__(self, provider: DerivativeProvider, control: OpenLoopControl, x: np.ndarray,
-                 q: float) -> None:
+                 q: float, time_free: bool = False) -> None:
+        # ``time_free``: f and R do not depend on t (see `coefficients`)
+        self.time_free = bool(time_free)
+        self._last_coefficients: tuple | None = None     # (p, piece, coefficients)
         self.provider = provider
         self.control = control
         self.x = x
@@ -98,6 +101,38 @@ class Closure:
                          f"recursion (method='disc'); use closure='jet' or 'crop'")
 
     # Helpers shared by closures --------------------------------------------------------
+    def coefficients_at(self, p: float, theta: Any, jac: Any) -> dict[str, Any]:
+        """What the right-hand side reads of ``f`` and ``R`` at depth ``p`` for given
+        ``theta(p)`` and ``d theta / d w``: values at fixed points, never at the state."""
+        raise NotImplementedError   # pragma: no cover - by the closures that use it
+
+    def coefficients(self, p: float, piece: Any = None) -> dict[str, Any]:
+        """`coefficients_at` under the control at ``p`` (on ``piece``), kept.
+
+        They do not depend on the state, so the last ones are kept and served again at the
+        same ``p`` and control ``piece``: the implicit methods evaluate the right-hand side
+        at one ``p`` for each Newton iteration and each column group of their Jacobian.
+        Where f and R do not depend on t (``time_free``) and the control is constant on
+        the piece (`_constant_theta`), they are the same at every ``p`` of the piece, and
+        are served for all of them (the same numbers, computed once per piece, as the
+        numba kernels do). The arrays served are not written to."""
+        last = self._last_coefficients
+        if (last is not None and last[1] is piece
+                and (last[0] == p or self._constant_theta(piece))):
+            return last[2]
+        th = self.control.theta(p, piece)
+        coef = self.coefficients_at(p, th, self._param_jacobian(p, piece) if self.nw else None)
+        self._last_coefficients = (p, piece, coef)
+        return coef
+
+    def _constant_theta(self, piece: Any) -> bool:
+        """Whether f and R are time free and ``theta`` (and ``d theta / d w``) is the same
+        at every ``p`` of ``piece``: a control constant on its pieces
+        (`OpenLoopControl.constant_on_pieces`), with the piece named where it has several."""
+        ctrl = self.control
+        return (self.time_free and getattr(ctrl, "constant_on_pieces", False)
+                and (piece is not None or np.size(ctrl.breakpoints) == 0))
+
     def _theta(self, p: float, piece: Any, rows: int) -> np.ndarray:
         th = self.control.theta(p, piece)
         return np.broadcast_to(th, (rows, self.M))

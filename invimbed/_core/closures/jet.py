@@ -210,9 +210,7 @@ class JetClosure(Closure):
     def __init__(self, provider, control, x, q, order: int = 1, estimate_error: bool = True,
                  crop: bool = False, ratio_test: bool = False, look_ahead: bool = False,
                  time_free: bool = False) -> None:
-        super().__init__(provider, control, x, q)
-        # ``time_free``: f and R do not depend on t (see `coefficients`)
-        self.time_free = bool(time_free)
+        super().__init__(provider, control, x, q, time_free=time_free)
         self.order = int(order)
         self.crop = crop
         if crop:
@@ -225,7 +223,6 @@ class JetClosure(Closure):
         # the ratio test then sees the next difference, ``|F_(K+2) - F_(K+1)|``
         self.has_look_ahead = bool(self.has_ratio_test and look_ahead)
         self.has_error_estimate = est
-        self._last_coefficients: tuple | None = None     # (p, piece, coefficients)
         self.orders = self.carried_orders()
         B, N, nw = self.B, self.N, self.nw
         shapes: dict[str, tuple[int, ...]] = {}
@@ -304,38 +301,12 @@ class JetClosure(Closure):
                 blocks[f"W{K}"] = xp.zeros((B, self.nw, n_coefficients(N, K + 1)))
         return self.layout.pack(blocks)
 
-    def coefficients(self, p: float, piece: Any = None) -> dict[str, np.ndarray]:
-        """Taylor coefficients of ``f``, ``R`` (and their ``w`` gradients) at ``(p, x)``.
-
-        They do not depend on the state, so the last ones are kept and served again at the
-        same ``p`` and control ``piece``: the implicit methods evaluate the right-hand side
-        at one ``p`` for each Newton iteration and each column group of their Jacobian,
-        and at a high order these coefficients are most of an evaluation's cost (order 5 on
-        Robertson's kinetics: 47 of 70 s). Where f and R do not depend on t
-        (``time_free``) and the control is constant on the piece (`_constant_theta`), they
-        are the same at every ``p`` of the piece, and are served for all of them (the same
-        numbers, computed once per piece, as the numba kernels do). The arrays served are
-        not written to."""
-        last = self._last_coefficients
-        if (last is not None and last[1] is piece
-                and (last[0] == p or self._constant_theta(piece))):
-            return last[2]
-        th = self._theta(p, piece, self.B)
-        coef = self.coefficients_at(p, th, self._param_jacobian(p, piece) if self.nw else None)
-        self._last_coefficients = (p, piece, coef)
-        return coef
-
-    def _constant_theta(self, piece: Any) -> bool:
-        """Whether f and R are time free and ``theta`` (and ``d theta / d w``) is the same
-        at every ``p`` of ``piece``: a control constant on its pieces
-        (`OpenLoopControl.constant_on_pieces`), with the piece named where it has several."""
-        ctrl = self.control
-        return (self.time_free and getattr(ctrl, "constant_on_pieces", False)
-                and (piece is not None or np.size(ctrl.breakpoints) == 0))
-
     def coefficients_at(self, p: float, theta: Any, jac: Any) -> dict[str, Any]:
-        """`coefficients` for given ``theta(p)`` (M,) or (B, M) and ``d theta / d w``
-        (M, nw): what the array-namespace sweep passes, on the device."""
+        """Taylor coefficients of ``f``, ``R`` (and their ``w`` gradients) at ``(p, x)``
+        for given ``theta(p)`` (M,) or (B, M) and ``d theta / d w`` (M, nw): what the
+        array-namespace sweep passes, on the device; `coefficients` keeps them (at a
+        high order most of an evaluation's cost: order 5 on Robertson's kinetics, 47 of
+        70 s)."""
         prov, xp = self.provider, self.xp
         th = xp.broadcast_to(theta, (self.B, self.M))
         coef = {"Phi": prov.taylor("f", p, self.x, th, self.f_order),

@@ -101,8 +101,8 @@ class StencilClosure(Closure):
     name = "stencil"
 
     def __init__(self, provider, control, x, q, difference: str = "central",
-                 delta: float | np.ndarray | None = None) -> None:
-        super().__init__(provider, control, x, q)
+                 delta: float | np.ndarray | None = None, time_free: bool = False) -> None:
+        super().__init__(provider, control, x, q, time_free=time_free)
         B, N = self.B, self.N
         self.difference = difference
         if delta is None:
@@ -139,27 +139,34 @@ class StencilClosure(Closure):
         return self.layout.pack(blocks)
 
     def rhs(self, p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
-        theta = self.control.theta(p, piece)
-        return self.rhs_at(p, y, theta, self._param_jacobian(p, piece) if self.nw else None)
+        return self._rhs_from(self.coefficients(p, piece), y)
 
     def rhs_at(self, p: float, y: Any, theta: Any, jac: Any) -> Any:
         """`rhs` for given ``theta(p)`` (M,) and ``d theta / d w`` (M, nw): what the
         array-namespace sweep passes, on the device."""
+        return self._rhs_from(self.coefficients_at(p, theta, jac), y)
+
+    def coefficients_at(self, p: float, theta: Any, jac: Any) -> dict[str, Any]:
+        """``f``, its Jacobian and the running loss's gradient at the stencil points, the
+        running loss at the centre (and the parameter sources) at depth ``p``: the
+        arguments of `stencil_rhs` that do not depend on the state (`coefficients` keeps
+        them)."""
         B, P, N = self.B, self.P, self.N
         prov = self.provider
-        blk = self.layout.unpack(y)
         pts = self.points.reshape(B * P, N)
         th = self.xp.broadcast_to(theta, (B * P, self.M))
-        Phi = prov.derivative("f", p, pts, th).reshape(B, P, N)
-        A = prov.derivative("f", p, pts, th, dz=1).reshape(B, P, N, N)
-        rz = prov.derivative("R", p, pts, th, dz=1).reshape(B, P, N)
-        r0 = prov.derivative("R", p, self.x, th[:B])
-        G = rw = None
+        coef = {"Phi": prov.derivative("f", p, pts, th).reshape(B, P, N),
+                "A": prov.derivative("f", p, pts, th, dz=1).reshape(B, P, N, N),
+                "rz": prov.derivative("R", p, pts, th, dz=1).reshape(B, P, N),
+                "r0": prov.derivative("R", p, self.x, th[:B]), "G": None, "rw": None}
         if self.nw:
-            G, rw = control_sources(
+            coef["G"], coef["rw"] = control_sources(
                 prov.derivative("f", p, pts, th, dz=0, dth=1).reshape(B, P, N, self.M),
                 prov.derivative("R", p, pts, th, dz=0, dth=1).reshape(B, P, self.M), jac)
-        out = stencil_rhs(blk, self._jacobian, Phi, A, rz, r0, G, rw)
+        return coef
+
+    def _rhs_from(self, coef: dict, y: Any) -> Any:
+        out = stencil_rhs(self.layout.unpack(y), self._jacobian, **coef)
         return self.layout.pack(out)
 
     def fields(self, y: np.ndarray) -> dict[str, np.ndarray]:

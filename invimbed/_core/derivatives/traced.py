@@ -232,6 +232,13 @@ class CompletedProvider(DerivativeProvider):
     def still_matches(self) -> bool:
         return self.traced_part.still_matches()
 
+    def time_free(self) -> bool:
+        """Whether the traced ``f`` and ``R`` have no ``t`` (`SympyProvider.time_free`):
+        the trace is of the problem's own functions (verified at two times), and the
+        derivatives given are derivatives of those (checked at the first point), so
+        none of them depends on ``t`` either."""
+        return self.traced_part.time_free()
+
     def trace_agrees(self) -> bool:
         """Whether every derivative the problem gives equals the traced one, to
         `GIVEN_AGREEMENT` relative to ``max(1, |value|)``, at the points of

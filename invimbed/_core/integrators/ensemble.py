@@ -33,6 +33,7 @@ Dense output: with ``record=True`` the accepted steps are kept as scipy's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -316,20 +317,28 @@ class DenseRows:
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.t_old, self.h, self.y_old, self.Q, self.start))
 
+    @cached_property
+    def _search(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct values of ``direction * t_old`` over every step, sorted, and each
+        step's key ``row * (U + 1) + rank``, where ``rank`` counts the distinct values up
+        to its own: sorted, since the rows are in order and each row's steps go in its
+        direction of integration."""
+        s = self.t_old * np.sign(self.h)
+        values = np.unique(s)
+        rows = np.repeat(np.arange(self.start.size - 1), np.diff(self.start))
+        keys = rows * (values.size + 1) + np.searchsorted(values, s, side="right")
+        return values, keys
+
     def __call__(self, t: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``y(t[j])`` of row ``rows[j]``, shape (len(rows), S)."""
-        lo, hi = self.start[rows], self.start[rows + 1] - 1
-        # the step whose interval holds t: steps of a row are monotone in time, so the
-        # index is found by bisection on (t - t_old) * direction, vectorised over rows
-        a, b = lo.copy(), hi.copy()
-        while True:
-            open_ = a < b
-            if not np.any(open_):
-                break
-            mid = (a + b + 1) // 2
-            past = (t - self.t_old[mid]) * np.sign(self.h[mid]) >= 0
-            a = np.where(open_ & past, mid, a)
-            b = np.where(open_ & ~past, mid - 1, b)
+        lo = self.start[rows]
+        # the step whose interval holds t: the last step of the row with
+        # (t - t_old) * direction >= 0 (its first where none is), by one binary search
+        # over the steps of every row with t's key (`_search`): exact comparisons
+        values, keys = self._search
+        s = t * np.sign(self.h[np.minimum(lo, self.h.size - 1)])
+        query = rows * (values.size + 1) + np.searchsorted(values, s, side="right")
+        a = np.maximum(lo, np.searchsorted(keys, query, side="right") - 1)
         x = (t - self.t_old[a]) / self.h[a]
         powers = np.cumprod(np.repeat(x[:, None], self.Q.shape[2], axis=1), axis=1)
         return self.y_old[a] + self.h[a][:, None] * np.einsum("msk,mk->ms", self.Q[a], powers)

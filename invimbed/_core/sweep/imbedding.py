@@ -11,6 +11,7 @@ import numpy as np
 from ..closures import JetClosure, StencilClosure
 from ..derivatives import DerivativeOrderError
 from ..derivatives.symbolic import SympyProvider
+from ..derivatives.traced import CompletedProvider
 from .fallback import exact_options, exact_probe, fallback_adjoint
 from ..integrators import SCIPY_METHODS, integrate
 from ..problem.bolza import BolzaProblem
@@ -325,10 +326,11 @@ def _finite_difference_floor(prov: Any, closure: str, order: int, est: bool, set
 
 def time_free(problem: Any, prov: Any) -> bool:
     """Whether f and R are known not to depend on t: declared (``autonomous=True``,
-    checked by `BolzaProblem`), or the symbolic provider's expressions have no t."""
+    checked by `BolzaProblem`), or the symbolic provider's expressions have no t (also
+    the trace behind derivatives a problem gives, `CompletedProvider.time_free`)."""
     if getattr(problem, "autonomous", False):
         return True
-    return isinstance(prov, SympyProvider) and prov.time_free()
+    return isinstance(prov, (SympyProvider, CompletedProvider)) and prov.time_free()
 
 
 def _serves(prov: Any, K: int, est: bool, nw: int) -> bool:
@@ -400,7 +402,7 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
                          time_free=time_free(setup.problem, prov))
     else:
         clo = StencilClosure(prov, setup.control, setup.x, setup.q, difference=difference,
-                             delta=delta)
+                             delta=delta, time_free=time_free(setup.problem, prov))
 
     def per_depth(p: float, y: np.ndarray):
         fl = clo.fields(y)                 # depth_grad: by collect_results, all at once
