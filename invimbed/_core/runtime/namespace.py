@@ -45,10 +45,7 @@ def array_namespace(*arrays: Any) -> Any:
     True
     """
     for a in arrays:
-        if type(a) is np.ndarray:           # the common case, first
-            if a.dtype.kind != "O" or not a.size:
-                continue
-        elif is_cupy_array(a):
+        if is_cupy_array(a):
             return sys.modules["cupy"]
         if isinstance(a, np.ndarray) and a.dtype == object and a.size:
             # traced values (invimbed._core.derivatives.tracing): its numpy for traces
