@@ -53,7 +53,7 @@ from scipy import sparse
 from ..derivatives.multiindex import (degree_slices, n_coefficients, poly_derivatives,
                                        product_table)
 from ..runtime.namespace import array_namespace, on_device
-from ..runtime.ordered import scatter_sum, sum_table
+from ..runtime.ordered import SumPlan, scatter_sum, sum_plan
 from .base import Closure, Layout
 
 
@@ -62,7 +62,7 @@ def _product_plan(n: int, order_a: int, order_b: int, order_out: int):
     ia, ib, io = product_table(n, order_a, order_b, order_out)
     n_out = n_coefficients(n, order_out)
     if io.size * n_out <= 2_000_000:  # small: sums in a fixed order (not BLAS: see
-        scatter = sum_table(io, n_out)  # invimbed._core.runtime.ordered.scatter_sum)
+        scatter = sum_plan(io, n_out)   # invimbed._core.runtime.ordered.scatter_sum)
     else:                               # large: a sparse 0/1 matrix (n_out, pairs)
         scatter = sparse.csr_matrix((np.ones(io.size), (io, np.arange(io.size))),
                                     shape=(n_out, io.size))
@@ -94,9 +94,9 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
     b2 = b.reshape(B, I, -1, b.shape[-1])[..., on_device(ib, xp)]   # (B, I, q, pairs)
     prod = xp.einsum("bpin,biqn->bpqn", a2, b2)                      # (B, p, q, pairs)
     flat = prod.reshape(-1, ia.size)
-    if isinstance(scatter, np.ndarray):
-        out = scatter_sum(flat, on_device(scatter, xp), xp)
-        return out.reshape((B,) + P + Q + (scatter.shape[0],))
+    if isinstance(scatter, SumPlan):
+        out = scatter_sum(flat, scatter, xp)
+        return out.reshape((B,) + P + Q + (scatter.n_out,))
     if xp is np:
         out = (scatter @ flat.T).T
     else:  # a large scatter, on the device: cupy's sparse matrices

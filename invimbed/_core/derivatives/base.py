@@ -96,6 +96,10 @@ class DerivativeProvider:
         B = z.shape[0]
         if theta is None or which == "T":
             theta = xp.zeros((B, self.n_theta))
+        elif (type(theta) is np.ndarray and theta.dtype == np.float64
+              and theta.shape == (B, self.n_theta)):   # as broadcast_to gives it, faster
+            theta = theta.view()
+            theta.flags.writeable = False
         else:
             theta = xp.broadcast_to(xp.asarray(theta, dtype=xp.float64), (B, self.n_theta))
         t = _row_times(t, B)
@@ -181,6 +185,8 @@ class DerivativeProvider:
 
 def _row_times(t: Any, B: int) -> float | np.ndarray:
     """``t`` as a float, or as an array of ``B`` per-row times where they differ."""
+    if type(t) is float:
+        return t
     if np.ndim(t) == 0:
         return float(t)
     arr = np.asarray(t, dtype=float).reshape(-1)

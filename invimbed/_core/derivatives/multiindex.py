@@ -20,7 +20,7 @@ from math import comb, factorial
 import numpy as np
 
 from ..runtime.namespace import array_namespace, on_device
-from ..runtime.ordered import scatter_sum, sum_table
+from ..runtime.ordered import SumPlan, scatter_sum, sum_plan
 
 
 @lru_cache(maxsize=None)
@@ -144,18 +144,17 @@ def poly_derivatives(u: np.ndarray, n: int, order: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=None)
-def _mul_plan(n: int, order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _mul_plan(n: int, order: int) -> tuple[np.ndarray, np.ndarray, SumPlan]:
     ia, ib, io = product_table(n, order, order, order)
-    return ia, ib, sum_table(io, n_coefficients(n, order))
+    return ia, ib, sum_plan(io, n_coefficients(n, order))
 
 
 def poly_mul(a: np.ndarray, b: np.ndarray, n: int, order: int) -> np.ndarray:
     """Truncated product of polynomials with coefficients on the last axis (broadcast
     over the leading axes), both and the result of degree <= ``order``."""
-    ia, ib, table = _mul_plan(n, order)
+    ia, ib, plan = _mul_plan(n, order)
     xp = array_namespace(a, b)
-    return scatter_sum(a[..., on_device(ia, xp)] * b[..., on_device(ib, xp)],
-                       on_device(table, xp), xp)
+    return scatter_sum(a[..., on_device(ia, xp)] * b[..., on_device(ib, xp)], plan, xp)
 
 
 @lru_cache(maxsize=None)

@@ -11,7 +11,11 @@ numba backend keeps").
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy as np
+
+from .namespace import on_device
 
 
 def sum_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -43,13 +47,63 @@ def sum_table(targets: np.ndarray, n_out: int) -> np.ndarray:
     return table
 
 
-def scatter_sum(values: np.ndarray, table: np.ndarray, xp: object = np) -> np.ndarray:
+class SumPlan(NamedTuple):
+    """How `scatter_sum` adds terms into ``n_out`` sums (`sum_plan`): rank-major.
+
+    The outputs are ranked by their number of terms, most first (``rank[k]``: output
+    ``k``'s place). Block ``r`` of ``order`` lists the positions of the ``r``-th term of
+    the first ``sizes[r]`` ranked outputs (those that have one), so that the terms taken
+    in ``order`` are contiguous slices added to the first ``sizes[r]`` running sums:
+    each output's terms are added in the order their positions increase, with views
+    instead of one gathered copy per term.
+    """
+
+    order: np.ndarray
+    sizes: tuple[int, ...]
+    rank: np.ndarray
+    n_out: int
+
+
+def sum_plan(targets: np.ndarray, n_out: int) -> SumPlan:
+    """The `SumPlan` of ``out[..., k] = sum of values[..., j] over targets[j] == k``."""
+    targets = np.asarray(targets, dtype=np.int64)
+    table = sum_table(targets, n_out)
+    counts = np.bincount(targets, minlength=n_out)
+    ranked = np.argsort(-counts, kind="stable")
+    sizes = tuple(int(np.count_nonzero(counts > r)) for r in range(int(counts.max(initial=0))))
+    order = np.concatenate([table[ranked[:m], r] for r, m in enumerate(sizes)]
+                           + [np.zeros(0, dtype=np.int64)])
+    rank = np.empty(n_out, dtype=np.int64)
+    rank[ranked] = np.arange(n_out)
+    return SumPlan(order, sizes, rank, n_out)
+
+
+def add_in_plan_order(terms: np.ndarray, plan: SumPlan, xp: Any = np) -> np.ndarray:
+    """The sums of `scatter_sum` from ``terms`` already taken in ``plan.order`` (a caller
+    that gathers its terms anyway gathers them in that order: `contract_product`)."""
+    first = plan.sizes[0] if plan.sizes else 0
+    if first == plan.n_out:
+        acc = terms[..., :first].copy()
+    else:                                   # outputs without a term are 0
+        acc = xp.zeros(terms.shape[:-1] + (plan.n_out,))
+        acc[..., :first] = terms[..., :first]
+    start = first
+    for m in plan.sizes[1:]:
+        acc[..., :m] += terms[..., start:start + m]
+        start += m
+    return acc[..., on_device(plan.rank, xp)]
+
+
+def scatter_sum(values: np.ndarray, table: np.ndarray | SumPlan, xp: Any = np) -> np.ndarray:
     """``out[..., k] = sum of values[..., j] over targets[j] == k`` (``table`` from
-    `sum_table`), added in the order ``j`` increases, whatever the leading shape: a row's
-    sum does not depend on how many rows are computed with it, as a BLAS product with a
-    0/1 matrix does (its kernels treat leftover rows in another order)."""
-    ext = xp.concatenate([values, xp.zeros(values.shape[:-1] + (1,))], axis=-1)
-    out = ext[..., table[:, 0]]
-    for k in range(1, table.shape[1]):
-        out = out + ext[..., table[:, k]]
-    return out
+    `sum_table`, or its `sum_plan`), added in the order ``j`` increases, whatever the
+    leading shape: a row's sum does not depend on how many rows are computed with it, as
+    a BLAS product with a 0/1 matrix does (its kernels treat leftover rows in another
+    order)."""
+    if not isinstance(table, SumPlan):
+        n_terms = values.shape[-1]
+        targets = np.empty(n_terms, dtype=np.int64)
+        for k, row in enumerate(np.asarray(table)):
+            targets[row[row < n_terms]] = k
+        table = sum_plan(targets, np.shape(table)[0])
+    return add_in_plan_order(values[..., on_device(table.order, xp)], table, xp)
