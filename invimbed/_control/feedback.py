@@ -180,12 +180,15 @@ class FeedbackJetClosure(JetClosure):
         x = self.x
         return _gradient(self._code("R", 1)(p, x, theta), self._code("f", 1)(p, x, theta), lam)
 
-    def hamiltonian_terms(self, p: float, theta: np.ndarray, lam: np.ndarray):
-        """``H``, ``H_theta`` (B, M) and ``H_thetatheta`` (B, M, M) at ``(p, x, theta)``."""
+    def hamiltonian_terms(self, p: float, theta: np.ndarray, lam: np.ndarray,
+                          H: np.ndarray | None = None):
+        """``H``, ``H_theta`` (B, M) and ``H_thetatheta`` (B, M, M) at ``(p, x, theta)``
+        (``H`` itself as given, where it is known there)."""
         x = self.x
         Hm = self._code("R", 2)(p, x, theta) + np.einsum(
             "bi,bimn->bmn", lam, self._code("f", 2)(p, x, theta))
-        return (self.hamiltonian(p, theta, lam), self.hamiltonian_gradient(p, theta, lam), Hm)
+        return (self.hamiltonian(p, theta, lam) if H is None else H,
+                self.hamiltonian_gradient(p, theta, lam), Hm)
 
     def _free(self, theta: np.ndarray, g: np.ndarray) -> np.ndarray:
         if self.bounds is None:
@@ -235,8 +238,9 @@ class FeedbackJetClosure(JetClosure):
         derivatives cannot be met (docs/optimal-control.md, "The HJB sweep")."""
         theta = self._warm[K].copy()
         noise = None
+        H = None         # H at theta where the line search computed it
         for it in range(self.max_newton):
-            H, g, Hm = self.hamiltonian_terms(p, theta, lam)
+            H, g, Hm = self.hamiltonian_terms(p, theta, lam, H)
             eigs = np.linalg.eigvalsh(0.5 * (Hm + np.swapaxes(Hm, 1, 2)))
             eig = eigs.min(axis=1)
             if not np.all(eig > 0):
@@ -255,7 +259,7 @@ class FeedbackJetClosure(JetClosure):
                                       free):
                         theta = new
                         break
-                    theta = new
+                    theta, H = new, None
                     continue
                 theta = new
                 break
@@ -271,7 +275,7 @@ class FeedbackJetClosure(JetClosure):
                     break
                 alpha = np.where(ok[:, None], alpha, 0.5 * alpha)
             moved = np.abs(trial - theta).max()
-            theta = trial
+            theta, H = trial, Ht
             if moved <= self.newton_tol * max(1.0, np.abs(theta).max()):
                 break
             if noise is None:
