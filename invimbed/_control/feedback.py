@@ -201,6 +201,8 @@ class FeedbackJetClosure(JetClosure):
 
     def _restricted_solve(self, Hm: np.ndarray, g: np.ndarray, free: np.ndarray) -> np.ndarray:
         """Newton direction on the free components (zero on the active ones)."""
+        if self.bounds is None:        # every component free
+            return -np.linalg.solve(Hm, g[..., None])[..., 0]
         B, M = g.shape
         eye = np.eye(M)
         Hf = np.where(free[:, :, None] & free[:, None, :], Hm, eye[None])
@@ -349,11 +351,14 @@ class FeedbackJetClosure(JetClosure):
         L = K + 1
         idx1, idx2, fact2 = _theta_indices(N, M, Lj)
         lam0 = lam[..., 0]
-        g = Rj[:, idx1] + np.einsum("bi,bim->bm", lam0, Fj[:, :, idx1])
         Hm = (Rj[:, idx2] + np.einsum("bi,bimn->bmn", lam0, Fj[:, :, idx2])) * fact2
-        free = self._free(psi0, g)
-        pair = free[:, :, None] & free[:, None, :]
-        Hinv = np.linalg.inv(np.where(pair, Hm, np.eye(M)[None])) * pair
+        if self.bounds is None:        # every component free
+            Hinv = np.linalg.inv(Hm)
+        else:
+            g = Rj[:, idx1] + np.einsum("bi,bim->bm", lam0, Fj[:, :, idx1])
+            free = self._free(psi0, g)
+            pair = free[:, :, None] & free[:, None, :]
+            Hinv = np.linalg.inv(np.where(pair, Hm, np.eye(M)[None])) * pair
         nJ = n_coefficients(N + M, L)
         Fth = poly_derivatives(Fj[..., :nJ], N + M, L)[:, :, N:]   # (B, N, M, nJ(K))
         Rth = poly_derivatives(Rj[..., :nJ], N + M, L)[:, N:]      # (B, M, nJ(K))
