@@ -62,8 +62,13 @@ def optimality_gradient(prov, p: float, x: np.ndarray, theta: np.ndarray,
                         lam: np.ndarray) -> np.ndarray:
     """``H_theta = grad_theta R + [grad_theta f]^T Lam`` at ``(p, x, theta)``, (B, M): the
     left-hand side of eq. (13), zero at an optimal control."""
-    return prov.derivative("R", p, x, theta, dth=1) + np.einsum(
-        "bi,bim->bm", lam, prov.derivative("f", p, x, theta, dth=1))
+    return _gradient(prov.derivative("R", p, x, theta, dth=1),
+                     prov.derivative("f", p, x, theta, dth=1), lam)
+
+
+def _gradient(R_theta: np.ndarray, f_theta: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """``R_theta + f_theta^T Lam`` (B, M), from ``R_theta`` (B, M), ``f_theta`` (B, N, M)."""
+    return R_theta + np.einsum("bi,bim->bm", lam, f_theta)
 
 
 class _Applied(OpenLoopControl):
@@ -120,6 +125,7 @@ class FeedbackJetClosure(JetClosure):
         if bounds is not None:
             start = np.clip(start, bounds[:, 0], bounds[:, 1])
         self._warm = {K: start.copy() for K in self.orders}
+        self._codes: dict[tuple[str, int], Callable] = {}
 
     # -- what differs from the open-loop jet ----------------------------------------------
     def carried_orders(self) -> list[int]:
@@ -154,15 +160,35 @@ class FeedbackJetClosure(JetClosure):
         return Closure.disc_step(self, p_new, p_old, y, piece)
 
     # -- the feedback --------------------------------------------------------------------
-    def hamiltonian_terms(self, p: float, theta: np.ndarray, lam: np.ndarray):
-        """``H``, ``H_theta`` (B, M) and ``H_thetatheta`` (B, M, M) at ``(p, x, theta)``."""
-        prov, x = self.provider, self.x
-        f = prov.derivative("f", p, x, theta)
-        R = prov.derivative("R", p, x, theta)
-        g = optimality_gradient(prov, p, x, theta, lam)
-        Hm = prov.derivative("R", p, x, theta, dth=2) + np.einsum(
-            "bi,bimn->bmn", lam, prov.derivative("f", p, x, theta, dth=2))
-        return R + np.einsum("bi,bi->b", lam, f), g, Hm
+    def _code(self, which: str, dth: int = 0) -> Callable:
+        """The provider's code of ``d^dth which / d theta^dth`` (`evaluator`): the Newton
+        iteration calls it on the well-formed ``(p, x, theta)`` it builds itself, so the
+        per-call checks of `derivative` are left out (the same values)."""
+        code = self._codes.get((which, dth))
+        if code is None:
+            code = self._codes[which, dth] = self.provider.evaluator(which, 0, dth)
+        return code
+
+    def hamiltonian(self, p: float, theta: np.ndarray, lam: np.ndarray) -> np.ndarray:
+        """``H = R + Lam . f`` (B,) at ``(p, x, theta)``."""
+        x = self.x
+        return self._code("R")(p, x, theta) + np.einsum("bi,bi->b", lam,
+                                                         self._code("f")(p, x, theta))
+
+    def hamiltonian_gradient(self, p: float, theta: np.ndarray, lam: np.ndarray) -> np.ndarray:
+        """``H_theta`` (B, M) at ``(p, x, theta)`` (`optimality_gradient`)."""
+        x = self.x
+        return _gradient(self._code("R", 1)(p, x, theta), self._code("f", 1)(p, x, theta), lam)
+
+    def hamiltonian_terms(self, p: float, theta: np.ndarray, lam: np.ndarray,
+                          H: np.ndarray | None = None):
+        """``H``, ``H_theta`` (B, M) and ``H_thetatheta`` (B, M, M) at ``(p, x, theta)``
+        (``H`` itself as given, where it is known there)."""
+        x = self.x
+        Hm = self._code("R", 2)(p, x, theta) + np.einsum(
+            "bi,bimn->bmn", lam, self._code("f", 2)(p, x, theta))
+        return (self.hamiltonian(p, theta, lam) if H is None else H,
+                self.hamiltonian_gradient(p, theta, lam), Hm)
 
     def _free(self, theta: np.ndarray, g: np.ndarray) -> np.ndarray:
         if self.bounds is None:
@@ -175,6 +201,8 @@ class FeedbackJetClosure(JetClosure):
 
     def _restricted_solve(self, Hm: np.ndarray, g: np.ndarray, free: np.ndarray) -> np.ndarray:
         """Newton direction on the free components (zero on the active ones)."""
+        if self.bounds is None:        # every component free
+            return -np.linalg.solve(Hm, g[..., None])[..., 0]
         B, M = g.shape
         eye = np.eye(M)
         Hf = np.where(free[:, :, None] & free[:, None, :], Hm, eye[None])
@@ -212,8 +240,9 @@ class FeedbackJetClosure(JetClosure):
         derivatives cannot be met (docs/optimal-control.md, "The HJB sweep")."""
         theta = self._warm[K].copy()
         noise = None
+        H = None         # H at theta where the line search computed it
         for it in range(self.max_newton):
-            H, g, Hm = self.hamiltonian_terms(p, theta, lam)
+            H, g, Hm = self.hamiltonian_terms(p, theta, lam, H)
             eigs = np.linalg.eigvalsh(0.5 * (Hm + np.swapaxes(Hm, 1, 2)))
             eig = eigs.min(axis=1)
             if not np.all(eig > 0):
@@ -228,10 +257,11 @@ class FeedbackJetClosure(JetClosure):
                 if self.bounds is not None:
                     new = np.clip(new, self.bounds[:, 0], self.bounds[:, 1])
                     # active set changes: iterate the (exact) quadratic step
-                    if np.array_equal(self._free(new, self.hamiltonian_terms(p, new, lam)[1]), free):
+                    if np.array_equal(self._free(new, self.hamiltonian_gradient(p, new, lam)),
+                                      free):
                         theta = new
                         break
-                    theta = new
+                    theta, H = new, None
                     continue
                 theta = new
                 break
@@ -241,13 +271,13 @@ class FeedbackJetClosure(JetClosure):
                 trial = theta + alpha * step
                 if self.bounds is not None:
                     trial = np.clip(trial, self.bounds[:, 0], self.bounds[:, 1])
-                Ht = self.hamiltonian_terms(p, trial, lam)[0]
+                Ht = self.hamiltonian(p, trial, lam)
                 ok = Ht <= H + 1e-4 * np.einsum("bm,bm->b", g, trial - theta) + 1e-14 * np.abs(H)
                 if np.all(ok):
                     break
                 alpha = np.where(ok[:, None], alpha, 0.5 * alpha)
             moved = np.abs(trial - theta).max()
-            theta = trial
+            theta, H = trial, Ht
             if moved <= self.newton_tol * max(1.0, np.abs(theta).max()):
                 break
             if noise is None:
@@ -309,10 +339,10 @@ class FeedbackJetClosure(JetClosure):
             Fj, Rj = Fj[..., :nJ], Rj[..., :nJ]
         psi_L = np.zeros((B, M, n_coefficients(N, L)))
         psi_L[..., :psi.shape[-1]] = psi
-        mon = monomials(psi_L, N, L)
-        Phi = compose_split(Fj, mon, N, M, L)
-        R = compose_split(Rj, mon, N, M, L)
-        return Phi, R, psi0, psi
+        # f and R composed in one call (each row's sums are those of two calls)
+        both = compose_split(np.concatenate([Fj, Rj[:, None]], axis=1),
+                             monomials(psi_L, N, L), N, M, L)
+        return both[:, :N], both[:, N], psi0, psi
 
     def _feedback_jet(self, Fj, Rj, lam, psi0, K, Lj):
         """The implicit-function-theorem jet of ``Psi`` from eq. (13) (module docstring);
@@ -321,19 +351,26 @@ class FeedbackJetClosure(JetClosure):
         L = K + 1
         idx1, idx2, fact2 = _theta_indices(N, M, Lj)
         lam0 = lam[..., 0]
-        g = Rj[:, idx1] + np.einsum("bi,bim->bm", lam0, Fj[:, :, idx1])
         Hm = (Rj[:, idx2] + np.einsum("bi,bimn->bmn", lam0, Fj[:, :, idx2])) * fact2
-        free = self._free(psi0, g)
-        pair = free[:, :, None] & free[:, None, :]
-        Hinv = np.linalg.inv(np.where(pair, Hm, np.eye(M)[None])) * pair
+        if self.bounds is None:        # every component free
+            Hinv = np.linalg.inv(Hm)
+        else:
+            g = Rj[:, idx1] + np.einsum("bi,bim->bm", lam0, Fj[:, :, idx1])
+            free = self._free(psi0, g)
+            pair = free[:, :, None] & free[:, None, :]
+            Hinv = np.linalg.inv(np.where(pair, Hm, np.eye(M)[None])) * pair
         nJ = n_coefficients(N + M, L)
         Fth = poly_derivatives(Fj[..., :nJ], N + M, L)[:, :, N:]   # (B, N, M, nJ(K))
         Rth = poly_derivatives(Rj[..., :nJ], N + M, L)[:, N:]      # (B, M, nJ(K))
+        # R_theta and f_theta composed in one call: (B, M + N M, c)
+        coef = np.concatenate([Rth, Fth.reshape(B, N * M, -1)], axis=1)
         psi = np.zeros((B, M, n_coefficients(N, K)))
-        for _ in range(K):
-            mon = monomials(psi, N, K)
-            Ht = compose_split(Rth, mon, N, M, K) + _dot_poly(
-                compose_split(Fth, mon, N, M, K), lam, N, K)
+        for k in range(K):
+            # the first pass composes with psi = 0: the coefficients without theta (the
+            # products with the zero monomials add exact zeros)
+            both = (coef[..., _z_part(N, M, K)] if k == 0 else
+                    compose_split(coef, monomials(psi, N, K), N, M, K))
+            Ht = both[:, :M] + _dot_poly(both[:, M:].reshape(B, N, M, -1), lam, N, K)
             psi = psi - np.einsum("bmk,bkc->bmc", Hinv, Ht)
             psi[..., 0] = 0.0
         return psi
@@ -357,6 +394,15 @@ def _theta_indices(n: int, m: int, order: int):
             idx2[a, b] = look[tuple(e2)]
             fact[a, b] = 2.0 if a == b else 1.0
     return idx1, idx2, fact
+
+
+@lru_cache(maxsize=None)
+def _z_part(n: int, m: int, order: int) -> np.ndarray:
+    """The joint indices (``n`` then ``m`` variables) of ``(alpha, 0)`` for each ``alpha``
+    of ``multi_indices(n, order)``: ``g(x + delta, theta_0)``'s coefficients."""
+    look = {tuple(int(v) for v in e): i for i, e in enumerate(multi_indices(n + m, order))}
+    return np.array([look[tuple(int(v) for v in a) + (0,) * m]
+                     for a in multi_indices(n, order)], dtype=np.int64)
 
 
 def _dot_poly(F: np.ndarray, lam: np.ndarray, n: int, order: int) -> np.ndarray:

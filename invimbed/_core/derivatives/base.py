@@ -32,6 +32,7 @@ Contract for implementers of a provider
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -155,20 +156,23 @@ class DerivativeProvider:
         ``multi_indices(N + M, order)`` (``z`` variables first). Used where the control
         depends on the state (optimal feedback, Theorem 3).
         """
-        rows = joint_positions(self.n_state, self.n_theta, order)
-        tensors: dict[tuple[int, int], np.ndarray] = {}
-        B = np.shape(z)[0]
+        blocks = _joint_blocks(self.n_state, self.n_theta, order)
+        # the first block, the values, through `derivative` (every check); the others on
+        # its checked inputs through the provider's `evaluator` (the same values)
+        value = self.derivative(which, t, z, theta)
+        z = np.asarray(z, dtype=np.float64)
+        B = z.shape[0]
         lead = (B,) + self.out_shape(which)
-        out = np.empty(lead + (len(rows),))
-        for i, (dz, dth, pos, fact) in enumerate(rows):
-            if (dz, dth) not in tensors:
-                if which == "T" and dth:
-                    tensors[(dz, dth)] = np.zeros(lead + (1,))
-                else:
-                    tensors[(dz, dth)] = self.derivative(which, t, z, theta, dz=dz,
-                                                         dth=dth).reshape(lead + (-1,))
-            tk = tensors[(dz, dth)]
-            out[..., i] = tk[..., pos] / fact if tk.shape[-1] > pos else 0.0
+        theta = (np.zeros((B, self.n_theta)) if theta is None or which == "T" else
+                 np.broadcast_to(np.asarray(theta, dtype=np.float64), (B, self.n_theta)))
+        t = _row_times(t, B)
+        out = np.empty(lead + (sum(b[2].size for b in blocks),))
+        for dz, dth, cols, pos, fact in blocks:
+            if which == "T" and dth:
+                out[..., cols] = 0.0
+                continue
+            tk = value if dz + dth == 0 else self.evaluator(which, dz, dth)(t, z, theta)
+            out[..., cols] = tk.reshape(lead + (-1,))[..., pos] / fact
         return out
 
     def order_limit(self, which: str) -> int | None:
@@ -181,6 +185,17 @@ class DerivativeProvider:
 
     def __repr__(self) -> str:
         return f"<{self.name}: N={self.n_state}, M={self.n_theta}, max_order={self.max_order}>"
+
+
+@lru_cache(maxsize=None)
+def _joint_blocks(n: int, m: int, order: int) -> tuple:
+    """`joint_positions` grouped by derivative tensor: ``(dz, dth, columns, flat positions
+    in the tensor, alpha!)`` per ``(dz, dth)``, in the order the columns first meet it."""
+    groups: dict[tuple[int, int], list] = {}
+    for i, (dz, dth, pos, fact) in enumerate(joint_positions(n, m, order)):
+        groups.setdefault((dz, dth), []).append((i, pos, fact))
+    return tuple((dz, dth, np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+                  np.array([r[2] for r in rows])) for (dz, dth), rows in groups.items())
 
 
 def _row_times(t: Any, B: int) -> float | np.ndarray:

@@ -45,6 +45,8 @@ def array_namespace(*arrays: Any) -> Any:
     True
     """
     for a in arrays:
+        if type(a) is np.ndarray and a.dtype.kind != "O":
+            continue           # the common case first: a numpy array of numbers
         if is_cupy_array(a):
             return sys.modules["cupy"]
         if isinstance(a, np.ndarray) and a.dtype == object and a.size:
