@@ -46,7 +46,7 @@ How it runs
 * Speed: the user's functions that are exact derivatives are called directly (see
   `direct_codes`); each allocates its result, which is most of the time per step for
   small problems. The kernel is compiled once per machine and cached on disk
-  (``cache=True``; 31 s of CPU from an empty cache, announced on stderr,
+  (``cache=True``; 21 s of CPU from an empty cache, announced on stderr,
   `invimbed._core.runtime.compile_cost.compiling`); a new process loads it in about a second.
 """
 
