@@ -316,22 +316,20 @@ def row_out(r, zq, yb, value, N, nw, out_z, out_a, out_w, out_v):
     out_v[r] = value
 
 
-def ensemble_rows(one, ev, fns, plan, how, perm, rows, step, res, ig):
+def ensemble_rows(one, ev, fns, plan, how, perm, rows, step, res):
     """Every row in a ``prange`` loop (``perm``: the order that spreads long and short
     rows over the threads' chunks); compiled by `invimbed._backends.ensemble_numba`."""
     for j in prange(perm.shape[0]):
-        one(perm[j], ev, fns, plan, how, rows, step, res, ig)
+        one(perm[j], ev, fns, plan, how, rows, step, res)
 
 
 @_jit
-def _row(r, ev, fns, plan, how, rows, step, res, ig):
+def _row(r, ev, fns, plan, how, rows, step, res):
     """Row ``r = i B + b`` (depth ``depths[i]``, input ``X[b]``; ``rows``, a
     `invimbed._backends._bundles.Rows`): forward pass with dense output, terminal
     conditions, backward pass, stepped as ``step`` (`RowSteps`) says, into ``res``
     (`RowsOut`). Failed rows keep their NaN fields; ``out_status[r]`` holds the status
-    of both passes. ``ig`` is `_integrate` as a first-class function value
-    (`invimbed._backends.ensemble_numba.integrate_signature`): called directly, numba
-    would link and optimise its code again into this function, at both call sites.
+    of both passes.
 
     Memory: the dense output starts with room for 32 steps and doubles when full,
     ``2 + S + S kq`` floats per step (``S = N + 1``); it is freed when the row ends."""
@@ -358,7 +356,7 @@ def _row(r, ev, fns, plan, how, rows, step, res, ig):
           np.empty(S))
     ptr = np.zeros(1, dtype=np.int64)
     ctx = (fns, how, N, M, nw, kq, fd, wk)
-    st, t_end, nst, nfe, hl, dense, nd = ig(
+    st, t_end, nst, nfe, hl, dense, nd = _integrate(
         _IDS[0], p, q, y, step, rk, dense, _IDS[0], ptr, ctx)
     pass_out(r, _IDS[0], st, nst, nfe, t_end, hl, out_status, out_steps, out_nfev, out_t,
              out_hl)
@@ -376,7 +374,7 @@ def _row(r, ev, fns, plan, how, rows, step, res, ig):
         yb[i] = tz[1 + i]
     rk = (np.empty((ns + 1, Sb)), np.empty(Sb), np.empty(Sb), np.empty(Sb), np.empty(Sb),
           np.empty(Sb))
-    st, t_end, nst, nfe, hl, dense, nd = ig(
+    st, t_end, nst, nfe, hl, dense, nd = _integrate(
         _IDS[1], q, p, yb, step, rk, dense, nd, ptr, ctx)
     pass_out(r, _IDS[1], st, nst, nfe, t_end, hl, out_status, out_steps, out_nfev, out_t,
              out_hl)

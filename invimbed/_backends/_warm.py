@@ -139,21 +139,19 @@ WARMERS: dict[str, Callable[[], None]] = {
 
 #: The kernels in two lines of compilation, for compiling them in two processes at once
 #: (the test suite's warm-up, tests/conftest.py) without compiling the same functions
-#: twice, and of about the same CPU time, so that both finish together. Numba compiles a
-#: kernel's callees as functions of their own and keeps them in its on-disk cache, where
-#: any later compilation finds them: the generated jet code's and the depth gradient's
-#: warm-ups run the fixed-step sweep (first line, after it); the adaptive sweep calls the
-#: tape interpreter and the ensemble's step helpers (`_ensemble_parts`), compiled before
-#: it in the second line, and the fixed-step sweep's jet right-hand side, which the first
-#: line compiles first of all (within seconds, long before the second line reaches the
-#: adaptive sweep); the compiled shooting rows are the ensemble's per-row loop rebound,
-#: on those step helpers too, which the second line has compiled by the time the first
-#: reaches them. Measured (2026-11-29, empty caches, the two lines side by side): about
-#: 56 and 67 s of CPU; with the adaptive sweep in the first line and the shooting rows
-#: in the second, 90 and 38.
-LINES: tuple[tuple[str, ...], ...] = (("sweep_fixed", "jet_code", "values", "ocp_rows",
-                                       "contract"),
-                                      ("taylor", "ensemble", "sweep_adaptive"))
+#: twice. Numba compiles a kernel's callees as functions of their own and keeps them in
+#: its on-disk cache, where any later compilation finds them: the first line's kernels
+#: reuse each other's (the depth gradient's warm-up runs the fixed-step sweep; the
+#: adaptive sweep calls its jet right-hand side), and the adaptive sweep also calls the
+#: second line's tape interpreter and the ensemble's step helpers
+#: (`_ensemble_parts`), which that line
+#: compiles first, while the first line compiles the fixed-step sweep. The generated jet
+#: code's warm-up runs the fixed-step sweep (first line); the compiled shooting rows are
+#: the ensemble's per-row loop rebound (second line, after the ensemble). Split otherwise
+#: (the adaptive sweep alone against the rest), the shared functions were compiled in
+#: both processes.
+LINES: tuple[tuple[str, ...], ...] = (("sweep_fixed", "jet_code", "values", "sweep_adaptive"),
+                                      ("taylor", "ensemble", "ocp_rows", "contract"))
 
 
 def warm(name: str) -> tuple[float, float, bool]:

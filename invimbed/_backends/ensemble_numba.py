@@ -46,7 +46,7 @@ How it runs
 * Speed: the user's functions that are exact derivatives are called directly (see
   `direct_codes`); each allocates its result, which is most of the time per step for
   small problems. The kernel is compiled once per machine and cached on disk
-  (``cache=True``; 21 s of CPU from an empty cache, announced on stderr,
+  (``cache=True``; 31 s of CPU from an empty cache, announced on stderr,
   `invimbed._core.runtime.compile_cost.compiling`); a new process loads it in about a second.
 """
 
@@ -195,35 +195,16 @@ def row_cost(setup: Setup) -> RowCost:
 
 
 def _run(args: tuple) -> None:
-    loop, one, ev, ig = _kernel(args)
+    loop, one, ev = _kernel(args)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
-        loop(one, ev, *args, ig)
+        loop(one, ev, *args)
 
 
-def integrate_signature(argtypes: tuple, ev_type: Any) -> Any:
-    """The numba signature of `_ensemble_kernels._integrate` as `_ensemble_kernels._row`
-    calls it, for the kernel's argument types ``argtypes`` (`eval_signature`: functions,
-    plan, ``how``, order, `Rows`, `RowSteps`, `RowsOut`) and the derivative evaluator's
-    type ``ev_type``: ``(mode, t0, t1, y, step, rk, dense, nd, ptr, ctx)``, ``ctx`` the
-    row's ``(fns, how, N, M, nw, kq, fd, wk)`` with ``fd`` the evaluator, the plan and
-    its scratch (`_numba_calls._plan_scratch`) and a buffer."""
-    from numba import types
-
-    f8, i8 = types.float64, types.int64
-    C1, C2, I1 = types.Array(f8, 1, "C"), types.Array(f8, 2, "C"), types.Array(i8, 1, "C")
-    fd = types.Tuple((ev_type, argtypes[1], C2, C2, C1, C2, C1))
-    ctx = types.Tuple((argtypes[0], argtypes[2], i8, i8, i8, i8, fd, C1))
-    rk = types.Tuple((C2, C1, C1, C1, C1, C1))
-    return types.Tuple((i8, f8, i8, i8, f8, C2, i8))(i8, f8, f8, C1, argtypes[5], rk, C2, i8,
-                                                      I1, ctx)
-
-
-def _kernel(args: tuple) -> tuple[Any, Any, Any, Any]:
+def _kernel(args: tuple) -> tuple[Any, Any, Any]:
     """The compiled loop (cached on disk) for the types of ``args``, and the per-row
-    function, the derivative evaluator and the per-row loop `_integrate` it receives as
-    function values (as `invimbed._backends._numba._build_kernel` does for the
-    sweeps)."""
+    function and the derivative evaluator it receives as function values (as
+    `invimbed._backends._numba._build_kernel` does for the sweeps)."""
     key = _fingerprint(args[1:])
     if key not in _KERNELS:
         with warnings.catch_warnings():
@@ -232,25 +213,20 @@ def _kernel(args: tuple) -> tuple[Any, Any, Any, Any]:
     return _KERNELS[key]
 
 
-def _build(args: tuple) -> tuple[Any, Any, Any, Any]:
+def _build(args: tuple) -> tuple[Any, Any, Any]:
     from numba import types
 
-    from ._ensemble_kernels import SLOTS, _integrate, _row, ensemble_rows
-    from ._function_values import _Address, check_returns
+    from ._ensemble_kernels import SLOTS, _row, ensemble_rows
     from ._numba_calls import eval_request
 
     argtypes, ev_sig, ev_type = eval_signature(args)
-    ig_sig = integrate_signature(argtypes, ev_type)
-    ig_type = types.FunctionType(ig_sig)
     i8 = types.int64
     # _row takes the loop's arguments without the row order: (r, ev, fns, plan, how, rows,
-    # step, res, ig)
-    one_sig = types.void(i8, ev_type, *argtypes[:3], *argtypes[4:], ig_type)
+    # step, res)
+    one_sig = types.void(i8, ev_type, *argtypes[:3], *argtypes[4:])
     for key, slot in SLOTS.items():   # the kernel calls these functions by position
         if BASE_KEYS[slot] != key:
             raise RuntimeError(f"internal error: _ensemble_kernels.SLOTS[{key}] = {slot} "
                                f"disagrees with _plans.BASE_KEYS")
-    loop = compile_loop("ensemble", ensemble_rows, _row, one_sig, ev_sig, argtypes + (ig_type,),
-                        first=[(_integrate, ig_sig)])
-    check_returns(_integrate, ig_sig)
-    return loop, _row, eval_request, _Address(_integrate, ig_sig)
+    return compile_loop("ensemble", ensemble_rows, _row, one_sig, ev_sig, argtypes), _row, \
+        eval_request

@@ -63,9 +63,9 @@ def ready(kernel: Any) -> bool:
 #: compile time in seconds of CPU on the reference machine, the shared 2-core container
 #: (``python -m invimbed compile`` from an empty cache, one process, 2026-11-29: at a
 #: load average of 5 to 7 the wall times were 218 and 16 s for ``sweep_fixed`` and
-#: ``values``; ``sweep_adaptive``, ``ensemble``, ``ocp_rows`` from a later run of the
-#: same day at a load average of about 4, wall 101, 37 and 22 s; the Taylor-mode kernel
-#: alone, the contraction and the generated jet code as measured before:
+#: ``values``, 109 s for ``ensemble``; ``sweep_adaptive`` and ``ocp_rows`` from a later
+#: run of the same day at a load average of about 4, wall 101 and 22 s; the Taylor-mode
+#: kernel alone, the contraction and the generated jet code as measured before:
 #: docs/performance.md, "Compiled kernels and the first run on a machine").
 #: `expected_seconds` scales them to the machine it runs on.
 KERNELS: dict[str, tuple[str, float]] = {
@@ -75,7 +75,7 @@ KERNELS: dict[str, tuple[str, float]] = {
                "backend='numba')", 2.6),
     "sweep_adaptive": ("the compiled adaptive sweep (backend='numba', method='RK45' or "
                        "'RK23')", 44.0),
-    "ensemble": ("the numba ensemble of solve_adjoint(backend='numba')", 21.0),
+    "ensemble": ("the numba ensemble of solve_adjoint(backend='numba')", 22.0),
     "taylor": ("the Taylor-mode tape kernel (from_sympy problems, jets of degree 4 and "
                "more)", 42.0),
     "contract": ("the jet closure's compiled contraction (jets of high order)", 1.5),
