@@ -84,3 +84,36 @@ def _calls() -> tuple:
     if hit is None:
         hit = _ADDRESSES[("callees",)] = tuple(_Address(d, sig) for d, sig in _callees())
     return hit
+
+
+def rhs_signature(argtypes: tuple, ev_type: Any) -> Any:
+    """The numba signature of `invimbed._backends._sweep_kernels._rhs` as
+    `invimbed._backends._sweep_kernels.sweep_one` calls it (as a function value), for
+    the kernel's argument types ``argtypes`` (`eval_signature`: functions, plan, ``cf``,
+    `Tapes`, `Jet`, the three packed tables, `Grid`, ...) and the derivative evaluator's
+    type ``ev_type``: ``(t, y, dy, ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J,
+    cZs, cVs, offs, ti, tf, tm, sc, W)``, the scratch ``sc`` and ``W`` as `sweep_one`
+    builds them (the plan's scratch, the coefficients, `jet_scratch`'s ``ops``; the
+    tapes' node storage and bounds)."""
+    from numba import types
+
+    f8, i8 = types.float64, types.int64
+    C1, C2, C3 = f8[::1], f8[:, ::1], f8[:, :, ::1]
+    I1, I2 = i8[::1], i8[:, ::1]
+    fns, plan, cf, tape, jet, ti, tf, tm, grid = argtypes[:9]
+    ops = jet_rhs_signature().args[12]
+    sc = types.Tuple((C2, C2, C1, C2, C1, C1, C1, C1, C2, C1, C3, C2, ops, C2, C2, I1, I2, C1))
+    W = types.Tuple((C3, C2, C3, C3, C2, C3, I2, I2, I1))
+    jac = grid.types[2]
+    return types.boolean(f8, C1, C1, ev_type, fns, plan, cf, tape, *jet.types[2:7], C1,
+                         jac.copy(ndim=jac.ndim - 1), *jet.types[7:10], ti, tf, tm, sc, W)
+
+
+def check_returns(dispatcher: Any, sig: Any) -> None:
+    """Raise where ``dispatcher``, compiled for ``sig``'s arguments, returns another type
+    than ``sig`` says: a kernel calling it as a function value of ``sig`` would read
+    another layout (so it is never called)."""
+    got = dispatcher.overloads[sig.args].signature.return_type
+    if got != sig.return_type:
+        raise RuntimeError(f"internal error: {dispatcher.py_func.__name__} returns {got}, "
+                           f"its function type says {sig.return_type}")

@@ -197,7 +197,13 @@ def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res,
     (`invimbed._backends._numba.packed_tables`: four, the last repeated; unpacked by
     `invimbed._backends._packed.order_tables`); ``ws[k][tid]`` is the
     node storage of tape ``k`` (zero where the tapes' `lengths` bound it, as `run_row`
-    leaves it for the same tapes)."""
+    leaves it for the same tapes); ``cf`` holds `run_row`, `jet_rhs` and `_rhs` as
+    function values (`_rhs`'s: `invimbed._backends._function_values.rhs_signature`;
+    called directly at its four call sites, numba would link and optimise its code again
+    into this function and pass its 23 arguments, the scratch ``sc`` and ``W`` of 40
+    arrays among them, as some 300 scalars at each)."""
+    rh = cf[2]
+    c2 = (cf[0], cf[1])
     use_tape = tape.use
     tapes = (tape_arrays(tape, _IDS[0]), tape_arrays(tape, _IDS[1]), tape_arrays(tape, _IDS[2]))
     tplan = tape_plan(tape)
@@ -297,8 +303,8 @@ def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res,
         W[8][1] = 0         # new piece: its coefficients are computed afresh
         t = a
         evals += 1
-        if not _rhs(t, y, f, ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs,
-                    ti, tf, tm, sc, W):
+        if not rh(t, y, f, ev, fns, plan, c2, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs,
+                  ti, tf, tm, sc, W):
             code = S_FIRST if (a == q and evals <= 1) else S_NONFINITE
             where = t
             break
@@ -315,8 +321,8 @@ def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res,
             for i in range(size):
                 ys[i] = y[i] + (h0 * -1.0) * f[i]
             evals += 1
-            if not _rhs(t - h0, ys, K[1], ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J,
-                        cZs, cVs, offs, ti, tf, tm, sc, W):
+            if not rh(t - h0, ys, K[1], ev, fns, plan, c2, tape, N, M, nw, CF, CW, xin, J,
+                      cZs, cVs, offs, ti, tf, tm, sc, W):
                 code = S_NONFINITE
                 where = t - h0
                 break
@@ -349,8 +355,8 @@ def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res,
                 for st in range(1, ns):
                     stage_state(y, K, A, st, h, size, ys)
                     evals += 1
-                    if not _rhs(t + C[st] * h, ys, K[st], ev, fns, plan, cf, tape, N, M, nw, CF,
-                                CW, xin, J, cZs, cVs, offs, ti, tf, tm, sc, W):
+                    if not rh(t + C[st] * h, ys, K[st], ev, fns, plan, c2, tape, N, M, nw, CF,
+                              CW, xin, J, cZs, cVs, offs, ti, tf, tm, sc, W):
                         code = S_NONFINITE
                         where = t + C[st] * h
                         break
@@ -358,8 +364,8 @@ def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res,
                     break
                 weighted_step(y, K, Bw, ns, h, size, y_new)
                 evals += 1
-                if not _rhs(t + h, y_new, K[ns], ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin,
-                            J, cZs, cVs, offs, ti, tf, tm, sc, W):
+                if not rh(t + h, y_new, K[ns], ev, fns, plan, c2, tape, N, M, nw, CF, CW, xin,
+                          J, cZs, cVs, offs, ti, tf, tm, sc, W):
                     code = S_NONFINITE
                     where = t + h
                     break

@@ -45,8 +45,9 @@ from .._core.results.failures import (below_min_step, budget_exhausted, first_ev
 from .._core.integrators.common import DEFAULT_MAX_STEPS, NonFiniteError, Outcome, segments
 from .._core.integrators.ensemble import ENSEMBLE_METHODS, MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
 from .._core.sweep.memory import check_compiled
-from ._function_values import _Address, _addressed, _callees, _calls
-from ._numba import compile_loop, eval_signature, packed_tables
+from ._function_values import (_Address, _addressed, _callees, _calls, check_returns,
+                               rhs_signature)
+from ._numba import _typeof, compile_loop, eval_signature, packed_tables
 from ._numba_functions import _types, function_tuple, import_numba
 from ._plans import Request, build_plan
 from . import _bundles as bundles
@@ -221,11 +222,15 @@ def _kernel(args: tuple) -> Any:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
             argtypes, ev_sig, ev_type = eval_signature(args)
+            rh_sig = rhs_signature(argtypes, ev_type)
+            cf = args[2] + (_Address(kern._rhs, rh_sig),)     # `_calls` and `_rhs`
+            argtypes = argtypes[:2] + (_typeof(cf),) + argtypes[3:]
             one_sig = types.void(types.int64, types.int64, ev_type, *argtypes)
             entry = compile_loop("sweep_adaptive", kern.sweep_rows, kern.sweep_one, one_sig,
-                                 ev_sig, argtypes, first=_callees())
+                                 ev_sig, argtypes, first=_callees() + [(kern._rhs, rh_sig)])
+            check_returns(kern._rhs, rh_sig)
         hit = _KERNELS[key] = (entry, _Address(kern.sweep_one, one_sig),
-                               _Address(eval_request, ev_sig))
+                               _Address(eval_request, ev_sig), cf)
     return hit
 
 
@@ -305,8 +310,8 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
                 bundles.Stepper(*rk, *num, budget, int(tab.error_order), cap, int(q_same)),
                 bundles.SweepOut(out, fr, info, where, d_t, d_h, d_y, d_Q),
                 _workspace(tapes, F, Df, CF))
-        loop, one, ev = _kernel(args)
-        _run_loop(loop, one, ev, args, B)
+        loop, one, ev, cf = _kernel(args)
+        _run_loop(loop, one, ev, args[:2] + (cf,) + args[3:], B)
         if not cap or int(info[:, 2].max()) <= cap:
             break
         cap = int(info[:, 2].max())
