@@ -88,7 +88,7 @@ def test_step_rules_have_one_source():
     from invimbed._core.integrators import ensemble, rules
 
     for name in ("grow_factor", "shrink_factor", "error_scale", "first_guess",
-                 "second_guess"):
+                 "second_guess", "stiff_run", "stiff_stops"):
         assert getattr(parts, name).py_func is getattr(rules, name), name
     assert ensemble.grow_factor is rules.grow_factor
     assert ensemble.shrink_factor is rules.shrink_factor
@@ -121,6 +121,34 @@ def test_step_factors_compiled_equal_numpy(name):
     _, shrink = step_factors(np.array([np.nan, 3.0]), np.array([False, False]),
                              np.zeros(2, bool), exponent)
     np.testing.assert_array_equal(shrink, [MIN_FACTOR, MIN_FACTOR])
+
+
+def test_stiff_stop_compiled_equals_numpy():
+    """The early stop of a stiff row on scalars (compiled, the kernels') and on arrays
+    (the numpy ensemble's), against the sweep's own words: ``STIFF_WINDOW`` steps in a
+    row above the limit, and ``steps + ceil(distance / h) > max_steps`` with ``h`` the
+    larger of the next and the last step."""
+    from invimbed._core.integrators import rules
+
+    runs = np.array([0, 3, 24, 24, 25, 40, 25, 25])
+    hl = np.array([0.5, 2.5, 2.5, 1.9, 2.0, 3.3, 3.3, 3.3])
+    steps = np.array([10, 10, 10, 10, 10, 90, 60, 60])
+    dist = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 0.25, 0.625, 0.625])
+    h_next = np.array([1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-2, 1e-2])
+    h_last = np.array([-2e-3, -2e-3, -2e-3, -2e-3, -2e-3, 5e-3, -2.0 ** -6, 1e-2])
+    max_steps = 100
+    run = rules.stiff_run(runs, hl, 2.0)
+    np.testing.assert_array_equal(run, np.where(hl > 2.0, runs + 1, 0))
+    stop = rules.stiff_stops(run, 25, steps, dist, h_next, h_last, max_steps)
+    h = np.maximum(h_next, np.abs(h_last))
+    want = (run >= 25) & (steps + np.ceil(dist / h) > max_steps)
+    np.testing.assert_array_equal(stop, want)
+    assert want.any() and not want.all()
+    assert not want[6] and want[7]     # 60 + 40 steps fit in 100; 60 + 63 do not
+    for k in range(runs.size):
+        assert parts.stiff_run(runs[k], hl[k], 2.0) == run[k]
+        assert parts.stiff_stops(run[k], 25, steps[k], dist[k], h_next[k], h_last[k],
+                                 max_steps) == stop[k]
 
 
 def test_pairwise_norm_is_numpys():
@@ -180,7 +208,8 @@ def _device_signatures():
         "initial_step": (v, v, v, f8, f8, f8, f8, i8, f8, v),
         "stage_state": (v, m, m, i8, f8, i8, v), "weighted_step": (v, m, v, i8, f8, i8, v),
         "scaled_error": (v, v, m, v, i8, f8, f8, f8, i8, v),
-        "dense_coefficient": (m, m, i8, i8, i8)})]
+        "dense_coefficient": (m, m, i8, i8, i8), "stiff_run": (i8, f8, f8),
+        "stiff_stops": (i8, i8, i8, f8, f8, f8, i8)})]
     N, nw = 2, 2
     tab = _jet_tables(N, 1)
     ops = kern.jet_scratch(N, nw, 10, np.array([kern.operator_size(N, tab)]))

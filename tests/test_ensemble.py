@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
 import invimbed
-from invimbed._core.integrators.ensemble import DONE, TABLEAUX, integrate_rows
+from invimbed._core.integrators.ensemble import DONE, MAX_STEPS, TABLEAUX, integrate_rows
 from problems import (brute_force, lq_closed_form, lq_matrices, lq_problem, pendulum_functions,
                       piecewise_theta)
 
@@ -225,6 +225,69 @@ def test_non_finite_dynamics_fail_fast_instead_of_hanging():
         assert time.perf_counter() - start < 10.0
         assert not res.success
         assert "not finite" in res.message and "depth p = -1" in res.message
+
+
+STIFF = invimbed.BolzaProblem(lambda t, z, th: -1e6 * z,
+                              terminal_loss=lambda z: 0.5 * np.sum(z * z, axis=-1),
+                              vectorized=True, autonomous=True)
+
+
+@pytest.mark.parametrize("method, strategy", [("RK45", "ensemble"), ("RK23", "ensemble"),
+                                              ("RK45", "per_depth"), ("DOP853", "per_depth")])
+def test_a_stiff_problem_on_an_explicit_method_stops_early(method, strategy):
+    """dz/dt = -1e6 z from p = -1: at its stability limit (h |lambda| about 3.3 for
+    RK45) the explicit method would need about 3e5 steps. The row stops once 25
+    accepted steps in a row sat at the limit and the steps left exceed the budget (the
+    sweep's rule, `rules.stiff_stops`), after a few dozen steps (RK23, whose estimate
+    hovers about the threshold: under 300), not ``max_steps = 10000``; the message says
+    so and names the implicit methods."""
+    res = invimbed.solve_adjoint(STIFF, [1.0], [-1.0], method=method, strategy=strategy)
+    assert not res.success and res.status == -1
+    assert "looks stiff" in res.message and "max_steps = 10000" in res.message
+    assert "Radau" in res.message and "BDF" in res.message
+    assert "forward solve failed for depth p = -1" in res.message
+    assert 25 <= np.max(res.nsteps) < 400, res.nsteps      # before: 10000
+
+
+def test_a_row_stopped_as_stiff_leaves_its_neighbours_bit_for_bit():
+    """The rule only stops rows: a stiff row (lambda = -1e6) among non-stiff ones stops
+    early with `MAX_STEPS`, and the others take the steps they take alone."""
+    lam = np.array([-1.0, -1e6, -30.0])
+
+    def rhs(t, y, rows, piece):
+        return lam[rows][:, None] * y
+
+    kw = dict(tableau=TABLEAUX["RK45"], rtol=1e-8, atol=1e-10, max_steps=10_000)
+    both = integrate_rows(rhs, np.zeros(3), np.ones(3), np.ones((3, 2)), **kw)
+    assert both.status[1] == MAX_STEPS and both.nsteps[1] < 200
+    assert both.h_lambda[1] > 2.0 and 0.0 < both.t[1] < 1e-3
+    for r in (0, 2):
+        alone = integrate_rows(lambda t, y, rows, piece: lam[r] * y, np.zeros(1), np.ones(1),
+                               np.ones((1, 2)), **kw)
+        assert both.status[r] == alone.status[0] == DONE
+        assert both.nsteps[r] == alone.nsteps[0]
+        np.testing.assert_array_equal(both.y[r], alone.y[0])
+
+
+def test_a_mildly_stiff_problem_within_the_budget_is_not_stopped():
+    """dz/dt = -1e3 z from p = -1: RK45 spends some 300 steps per pass at its stability
+    limit. With room in the budget it is not stopped (the projected-steps half of the
+    rule) and gets the closed form; with a budget the steps left at that size cannot
+    fit in, it stops as soon as the rule sees it, before the budget is spent."""
+    mild = invimbed.BolzaProblem(lambda t, z, th: -1e3 * z,
+                                 terminal_loss=lambda z: 0.5 * np.sum(z * z, axis=-1),
+                                 vectorized=True, autonomous=True)
+    for strategy in ("ensemble", "per_depth"):
+        res = invimbed.solve_adjoint(mild, [1.0], [-1.0, -0.01], strategy=strategy,
+                                     max_steps=1000)
+        assert res.success, res.message
+        assert np.max(res.nsteps) > 400            # hundreds of steps at the limit
+        np.testing.assert_allclose(res.z[:, 0], np.exp(-1e3 * np.array([1.0, 0.01])),
+                                   rtol=1e-5, atol=1e-9)
+        short = invimbed.solve_adjoint(mild, [1.0], [-1.0], strategy=strategy,
+                                       max_steps=250)
+        assert not short.success and "looks stiff" in short.message
+        assert np.max(short.nsteps) < 250, short.nsteps      # before: the whole 250
 
 
 def test_stiff_problem_runs_out_of_steps_and_names_the_remedy():

@@ -163,18 +163,25 @@ def stiff_f(t, z, th):
     return -1e6 * z
 
 
-def test_stiff_problem_exhausts_max_steps_and_suggests_implicit_methods():
+@pytest.mark.parametrize("max_steps", [2000, 10_000])
+def test_stiff_problem_stops_early_and_suggests_implicit_methods(max_steps):
+    """The kernel stops a row whose steps sit at the stability limit as the numpy
+    ensemble does (`rules.stiff_stops`): at the same step, after well under a hundred
+    steps rather than ``max_steps``."""
     problem = BolzaProblem(stiff_f, terminal_loss=half_square)
-    res = solve_adjoint(problem, [1.0], [-1.0, -1e-6], max_steps=2000, backend="numba")
-    ref = solve_adjoint(problem, [1.0], [-1.0, -1e-6], max_steps=2000)
+    res = solve_adjoint(problem, [1.0], [-1.0, -1e-6], max_steps=max_steps, backend="numba")
+    ref = solve_adjoint(problem, [1.0], [-1.0, -1e-6], max_steps=max_steps)
     assert not res.success
-    assert "max_steps = 2000" in res.message and "looks stiff" in res.message
+    assert f"max_steps = {max_steps}" in res.message and "looks stiff" in res.message
     assert "Radau" in res.message and "BDF" in res.message
     # the same row fails at the same step; where (t) only to rounding: the step sizes
     # come from error estimates that cancel, and the backends round them differently
     assert res.message.split(" at t = ")[0] == ref.message.split(" at t = ")[0]
     assert np.isnan(res.value[0]) and np.isfinite(res.value[1])   # the short row succeeds
-    assert res.nsteps[0] == 2000
+    assert res.nsteps[0] == ref.nsteps[0] and 25 <= res.nsteps[0] < 200   # before: max_steps
+    t_res = float(res.message.split(" at t = ")[1].split(":")[0])
+    t_ref = float(ref.message.split(" at t = ")[1].split(":")[0])
+    np.testing.assert_allclose(t_res, t_ref, rtol=1e-6)
     np.testing.assert_allclose(res.z[1], np.exp(-1.0), rtol=1e-5)
 
 

@@ -75,11 +75,12 @@ Rows = namedtuple("Rows", "X depths q N M nw")
 #: The step control of the ensemble's rows (`invimbed._backends._ensemble_kernels._integrate`):
 #: the tableau as in `Stepper`, the control (``knots``, ``values``) and its breakpoints
 #: ``stops``, the tolerances and step bounds (``first_step`` -1: scipy's rule), scipy's
-#: constants, the step budget, the order of the error estimator and the stage of
-#: Shampine's stiffness estimate (-1: none).
+#: constants, the step budget, the order of the error estimator, the stage of
+#: Shampine's stiffness estimate (-1: none) and the early stop of a stiff row
+#: (`invimbed._core.integrators.rules.stiff_stops`: ``STIFF_H_LAMBDA``, ``STIFF_WINDOW``).
 RowSteps = namedtuple("RowSteps", "A B C E P knots values stops rtol atol first_step "
                                   "max_step safety min_factor max_factor max_steps order "
-                                  "stiff")
+                                  "stiff stiff_limit stiff_window")
 
 #: What the ensemble writes per row.
 RowsOut = namedtuple("RowsOut", "z value adjoint param_grad steps nfev status t h_lambda")
@@ -128,14 +129,16 @@ def row_steps(tab: Any, knots: np.ndarray, values: np.ndarray, stops: np.ndarray
     """The `RowSteps` of the tableau ``tab`` (a `ButcherTableau`) with scipy's constants
     of the step control (`invimbed._core.integrators.rules`); ``first_step`` None for
     scipy's first-step rule."""
-    from .._core.integrators.rules import MAX_FACTOR, MIN_FACTOR, SAFETY
+    from .._core.integrators.rules import MAX_FACTOR, MIN_FACTOR, SAFETY, STIFF_WINDOW
+    from .._core.results.failures import STIFF_H_LAMBDA
 
     c = np.ascontiguousarray
     return RowSteps(*tableau_arrays(tab), c(knots, dtype=float), c(values, dtype=float),
                     c(stops, dtype=float), float(rtol), float(atol),
                     -1.0 if first_step is None else float(first_step), float(max_step),
                     SAFETY, MIN_FACTOR, MAX_FACTOR, int(max_steps), int(tab.error_order),
-                    -1 if tab.stiff_stage is None else int(tab.stiff_stage))
+                    -1 if tab.stiff_stage is None else int(tab.stiff_stage),
+                    float(STIFF_H_LAMBDA), int(STIFF_WINDOW))
 
 
 def tableau_arrays(tab: Any) -> tuple:

@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 from numba import cuda, float64, int64
 
-from .._core.integrators.ensemble import MAX_FACTOR, MIN_FACTOR, SAFETY, TABLEAUX
+from .._core.integrators.ensemble import (MAX_FACTOR, MIN_FACTOR, SAFETY, STIFF_H_LAMBDA,
+                                          STIFF_WINDOW, TABLEAUX)
 from . import _ensemble_parts as parts
 from ._cuda_device import device, simulated
 from . import _ensemble_kernels as kern
@@ -195,7 +196,8 @@ def build_kernel(provider: Any, N: int, M: int, nw: int, method: str) -> Any:
             y[i] = X[r % B, i]
         y[N] = 0.0
         step = (A, Bw, C, E, P, knots, values, stops, rtol, atol, first_step, max_step,
-                SAFETY, MIN_FACTOR, MAX_FACTOR, max_steps, ORDER, STIFF)
+                SAFETY, MIN_FACTOR, MAX_FACTOR, max_steps, ORDER, STIFF, STIFF_H_LAMBDA,
+                STIFF_WINDOW)
         ctx = (zb, gacc, vals)
         st, t_end, nst, nfe, hl, dn, nd = integrate(
             0, p, q, y[:S], step, (K[:, :S], f[:S], y_new[:S], ys[:S], y_stiff[:S], a[:S]),

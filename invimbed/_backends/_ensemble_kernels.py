@@ -8,9 +8,9 @@ core's `depth_gradient`). `ensemble_rows` runs the rows in a ``prange``
 loop. `_integrate` is `invimbed._core.integrators.ensemble.integrate_rows` for one row: the
 same decisions in the same order (scipy's first-step rule, step control, ``hit`` of a
 stop and the re-evaluation there, non-finite stages as rejections, the underflow rule,
-the step budget, Shampine's ``h |lambda|``), and numpy's pairwise summation for the
-error norm, so that both agree to rounding (numpy's matmul and einsum round a few of the
-sums differently: BLAS, fused multiply-adds).
+the step budget, Shampine's ``h |lambda|`` and the early stop of a stiff row), and
+numpy's pairwise summation for the error norm, so that both agree to rounding (numpy's
+matmul and einsum round a few of the sums differently: BLAS, fused multiply-adds).
 
 Everything is compiled once per machine (``cache=True``). User functions and the
 derivative evaluator (`invimbed._backends._numba_calls.eval_request`) arrive as
@@ -29,7 +29,7 @@ from .._core.results.status import RowCode
 from ._ensemble_parts import (_dense_z, _finite, _fmax, _fmin, _next_stop, _piece, _rms,
                               _sign, _sum_squares, dense_coefficient, grow_factor, initial_step,
                               initial_step_h0, scaled_error, shrink_factor, stage_state,
-                              weighted_step)
+                              stiff_run, stiff_stops, weighted_step)
 from ._numba_calls import _plan_scratch
 
 _jit = njit(cache=True, error_model="numpy")
@@ -180,7 +180,7 @@ def _integrate(mode, t0, t1, y, step, rk, dense, nd, ptr, ctx):
     (grown by doubling); ``mode`` 1 (backward) reads it (``ptr``: `_dense_z`'s cursor).
     Returns ``(status, t, nsteps, nfev, h_lambda, dense, nd)``."""
     (A, Bw, C, E, P, knots, values, stops, rtol, atol, first_step, max_step, safety,
-     min_factor, max_factor, max_steps, order, stiff) = step
+     min_factor, max_factor, max_steps, order, stiff, stiff_limit, stiff_window) = step
     K, f, y_new, ys, y_stiff, a = rk
     S = y.shape[0]
     ns = Bw.shape[0]
@@ -192,6 +192,7 @@ def _integrate(mode, t0, t1, y, step, rk, dense, nd, ptr, ctx):
     nsteps = 0
     nfev = 0
     h_lambda = 0.0
+    run = 0           # accepted steps in a row at the stability limit (`stiff_run`)
     if direction == 0:
         return K_DONE, t, nsteps, nfev, h_lambda, dense, nd
     stop = _next_stop(t, t1, direction, stops)
@@ -271,6 +272,7 @@ def _integrate(mode, t0, t1, y, step, rk, dense, nd, ptr, ctx):
                 num_ = np.sqrt(_sum_squares(a))
                 den_ = np.sqrt(_sum_squares(ys))
                 h_lambda = abs(hstep) * num_ / den_ if den_ > 0 else 0.0
+                run = stiff_run(run, h_lambda, stiff_limit)
             t = t_new
             for i in range(S):
                 y[i] = y_new[i]
@@ -283,6 +285,9 @@ def _integrate(mode, t0, t1, y, step, rk, dense, nd, ptr, ctx):
                 nfev += 1
                 if not _finite(f):
                     return K_NONFINITE, t, nsteps, nfev, h_lambda, dense, nd
+            if stiff >= 0 and stiff_stops(run, stiff_window, nsteps, abs(t1 - t), h, hstep,
+                                          max_steps):
+                return K_MAX_STEPS, t, nsteps, nfev, h_lambda, dense, nd
         if nsteps >= max_steps:
             return K_MAX_STEPS, t, nsteps, nfev, h_lambda, dense, nd
 

@@ -29,6 +29,8 @@ grow_factor = _jit(rules.grow_factor)
 shrink_factor = _jit(rules.shrink_factor)
 first_guess = _jit(rules.first_guess)
 second_guess = _jit(rules.second_guess)
+stiff_run = _jit(rules.stiff_run)
+stiff_stops = _jit(rules.stiff_stops)
 
 
 @_jit

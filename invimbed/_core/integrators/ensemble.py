@@ -20,9 +20,12 @@ the steps ``scipy.integrate.solve_ivp`` takes:
   and the next step starts from the derivative of the next piece (as a restart would);
 * a non-finite stage counts as a rejection with the smallest factor, so that a row
   whose dynamics blow up ends with a step-size underflow, never a hang;
-* a row that needs more than ``max_steps`` attempted steps fails, with an estimate of
-  ``h |lambda|`` from the last step (Shampine's test, Dormand-Prince only) that tells
-  whether the problem looks stiff.
+* a row that needs more than ``max_steps`` attempted steps fails (`MAX_STEPS`), with
+  an estimate of ``h |lambda|`` from the last accepted step (Shampine's test) that tells
+  whether the problem looks stiff; a row whose last ``STIFF_WINDOW`` accepted steps sat
+  at the stability limit fails so as soon as the distance left at that step size needs
+  more than the steps it has left (`rules.stiff_stops`, the rule of the sweep too): a
+  stiff row ends after a few dozen steps, not ``max_steps``.
 
 Dense output: with ``record=True`` the accepted steps are kept as scipy's
 ``RkDenseOutput`` keeps them, ``(t_old, h, y_old, Q)`` per step and row, i.e.
@@ -38,9 +41,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..results.failures import DONE, MAX_STEPS, NONFINITE, RUNNING, UNDERFLOW
-from .rules import (MAX_FACTOR, MIN_FACTOR, SAFETY, error_scale, grow_factor,  # noqa: F401
-                    shrink_factor)
+from ..results.failures import DONE, MAX_STEPS, NONFINITE, RUNNING, STIFF_H_LAMBDA, UNDERFLOW
+from .rules import (MAX_FACTOR, MIN_FACTOR, SAFETY, STIFF_WINDOW, error_scale,  # noqa: F401
+                    grow_factor, shrink_factor, stiff_run, stiff_stops)
 from .tableau import EMBEDDED, TABLEAUX, ButcherTableau  # noqa: F401 (TABLEAUX re-exported)
 
 
@@ -138,6 +141,7 @@ def integrate_rows(rhs: RowRHS, t0: np.ndarray, t1: np.ndarray, y0: np.ndarray, 
     status = np.where(direction == 0, DONE, RUNNING)
     nsteps = np.zeros(R, dtype=np.int64)
     h_lambda = np.zeros(R)
+    run = np.zeros(R, dtype=np.int64)         # accepted steps in a row at the stability limit
     rejected = np.zeros(R, dtype=bool)
     last_bad = np.zeros(R, dtype=bool)        # the last attempt had a non-finite stage
     rec = _Record() if record else None
@@ -228,6 +232,7 @@ def integrate_rows(rhs: RowRHS, t0: np.ndarray, t1: np.ndarray, y0: np.ndarray, 
                 den = np.linalg.norm(y_new[accept] - y_stiff[accept], axis=1)
                 with np.errstate(divide="ignore", invalid="ignore"):
                     h_lambda[a] = np.where(den > 0, np.abs(hs[accept]) * num / den, 0.0)
+                run[a] = stiff_run(run[a], h_lambda[a], STIFF_H_LAMBDA)
             t[a] = t_new[accept]
             y[a] = y_new[accept]
             f[a] = K[accept, -1]
@@ -240,6 +245,13 @@ def integrate_rows(rhs: RowRHS, t0: np.ndarray, t1: np.ndarray, y0: np.ndarray, 
                 f[crossed] = evaluate(t[crossed], y[crossed], crossed, piece_of(crossed, nxt))
                 bad = crossed[~np.all(np.isfinite(f[crossed]), axis=1)]
                 status[bad] = NONFINITE
+            if y_stiff is not None and np.any(run[a] >= STIFF_WINDOW):
+                going = a[status[a] == RUNNING]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    stiff = stiff_stops(run[going], STIFF_WINDOW, nsteps[going],
+                                        np.abs(t1[going] - t[going]), h[going],
+                                        hs[accept][status[a] == RUNNING], max_steps)
+                status[going[stiff]] = MAX_STEPS
         over = (status[act] == RUNNING) & (nsteps[act] >= max_steps)
         status[act[over]] = MAX_STEPS
     failed = status != DONE

@@ -19,7 +19,12 @@ The rules (scipy's ``RungeKutta._step_impl`` and ``select_initial_step``; Hairer
   not above 1 right after a rejection (`grow_factor`); after a rejected one it shrinks by
   ``max(min_factor, safety norm^(-1/(k+1)))`` (`shrink_factor`);
 * the first step (`first_guess`, `second_guess`) from the norms of ``y``, ``f`` and the
-  difference of ``f`` over a trial step ``h0``, against the same scale at ``y``.
+  difference of ``f`` over a trial step ``h0``, against the same scale at ``y``;
+* an explicit method on a stiff problem stops early (`stiff_run`, `stiff_stops`): once
+  ``STIFF_WINDOW`` consecutive accepted steps sat at its stability limit (Shampine's
+  ``h |lambda|`` above ``STIFF_H_LAMBDA``) and the distance left at that step size
+  needs more steps than the budget has left (docs/method.md, "The classical
+  reference").
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ import numpy as np
 
 #: scipy's constants of the step-size control.
 SAFETY, MIN_FACTOR, MAX_FACTOR = 0.9, 0.2, 10.0
+
+#: Consecutive accepted steps at the stability limit (``h |lambda| > STIFF_H_LAMBDA``,
+#: `invimbed._core.results.failures.STIFF_H_LAMBDA`) after which an explicit method is
+#: judged stiff, and stopped if the budget cannot carry it through (`stiff_stops`).
+STIFF_WINDOW = 25
 
 #: The smallest positive float: a zero error norm raised to the (negative) exponent gives
 #: a finite factor above ``max_factor`` instead of a division by zero.
@@ -81,3 +91,22 @@ def second_guess(d1: float, d2: float, h0: float, order: int, span: float) -> fl
     if not math.isfinite(h1):
         h1 = h0
     return np.minimum(np.minimum(100 * h0, h1), span)
+
+
+def stiff_run(run: Any, h_lambda: Any, limit: float) -> Any:
+    """The consecutive accepted steps at the stability limit after one more accepted
+    step of Shampine's estimate ``h_lambda``: ``run + 1`` where ``h_lambda > limit``,
+    else 0 (integers, or integer arrays)."""
+    return (run + 1) * (h_lambda > limit)
+
+
+def stiff_stops(run: Any, window: int, steps: Any, distance: Any, h_next: Any,
+                h_last: Any, max_steps: int) -> Any:
+    """Whether an explicit method stops as stiff: its last ``window`` accepted steps
+    (``run``, `stiff_run`) sat at the stability limit, and at the size of its steps
+    (the larger of the next step ``h_next`` and the last one ``h_last``) the
+    ``distance`` left needs more steps than the ``max_steps - steps`` the budget has
+    left, i.e. ``steps + ceil(distance / h) > max_steps`` (written without ``ceil``:
+    the same for an integer budget)."""
+    h = np.maximum(h_next, abs(h_last))
+    return (run >= window) & (distance / h > max_steps - steps)

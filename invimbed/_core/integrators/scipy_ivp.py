@@ -27,6 +27,7 @@ from ..results.failures import (STIFF_H_LAMBDA, below_min_step, budget_exhausted
                                 step_collapsed, stiff_stop, sweep_stopped)
 from .common import (DEFAULT_MAX_STEPS, CountingRHS, NonFiniteError, Outcome, SolverSteps,
                      check_max_steps, segments)
+from .rules import STIFF_WINDOW, stiff_run, stiff_stops
 from .tableau import TABLEAUX
 
 #: scipy's solver classes by method name (registered in `invimbed._core.integrators.methods`).
@@ -35,9 +36,6 @@ SOLVERS = {"RK45": RK45, "RK23": RK23, "DOP853": DOP853, "Radau": Radau, "BDF": 
 #: The explicit Runge--Kutta methods (those with a tableau): their step is bounded by
 #: stability on stiff problems.
 EXPLICIT = tuple(name for name in SOLVERS if name in TABLEAUX)
-#: Consecutive steps at the stability limit (``h |lambda| > STIFF_H_LAMBDA``) after which
-#: an explicit method is judged stiff, and stopped if the budget cannot carry it through.
-STIFF_WINDOW = 25
 #: What scipy's linear algebra raises on a non-finite matrix or right-hand side.
 _SCIPY_NONFINITE = "must not contain infs or NaNs"
 
@@ -57,6 +55,19 @@ def h_lambda(solver: Any) -> float:
     den = float(np.linalg.norm(solver.y - y_s))
     num = float(np.linalg.norm(K[-1] - K[s]))
     return abs(h) * num / den if den > 0 and np.isfinite(num) else 0.0
+
+
+def stiff_step(solver: Any, run: int, steps: int, end: float,
+               max_steps: int) -> tuple[int, float, bool]:
+    """After an accepted step of the explicit scipy ``solver`` (``steps`` taken so far,
+    towards ``end``): ``(run, h_lambda, stop)``, the consecutive steps at the stability
+    limit (`rules.stiff_run`), Shampine's estimate of this step (`h_lambda`) and whether
+    the solve stops as stiff (`rules.stiff_stops`, the rule of the ensemble's rows too)."""
+    hl = h_lambda(solver)
+    run = int(stiff_run(run, hl, STIFF_H_LAMBDA))
+    stop = bool(stiff_stops(run, STIFF_WINDOW, steps, abs(float(solver.t) - end),
+                            float(solver.h_abs), float(solver.h_previous), max_steps))
+    return run, hl, stop
 
 
 #: A raised order's sweep (``raise_budget``) is also stopped once `COLLAPSE_WINDOW`
@@ -110,7 +121,7 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
     p_min = float(depths_desc[-1])
     steps = 0
     stiffness = 0.0         # Shampine's h|lambda| of the last step (explicit methods)
-    stiff_run = 0           # consecutive steps at the stability limit
+    run = 0                 # consecutive steps at the stability limit
     collapsed = 0           # consecutive steps projecting far beyond `raise_budget`
     explicit = method in EXPLICIT
     step_ends, interpolants = [float(q)], []
@@ -164,24 +175,21 @@ def integrate_scipy(rhs: Callable, y0: np.ndarray, q: float, depths_desc: np.nda
                                 COLLAPSE if collapsed >= COLLAPSE_WINDOW else 0.0)
                             break
                     if explicit:
-                        hl = h_lambda(solver)
-                        stiffness = hl
-                        stiff_run = stiff_run + 1 if hl > STIFF_H_LAMBDA else 0
-                        if stiff_run >= STIFF_WINDOW:
+                        run, stiffness, stop = stiff_step(solver, run, steps, p_min, max_steps)
+                        if stop:
                             h = max(float(solver.h_abs), abs(float(solver.h_previous)))
                             projected = steps + int(np.ceil(abs(solver.t - p_min) / h))
-                            if projected > max_steps:
-                                out.success = False
-                                out.failed_at = float(solver.t)
-                                out.message = stiff_stop(out.failed_at, max_steps, stiffness,
-                                                         projected)
-                                break
+                            out.success = False
+                            out.failed_at = float(solver.t)
+                            out.message = stiff_stop(out.failed_at, max_steps, stiffness,
+                                                     projected)
+                            break
                 steps = loop.steps
                 if loop.end == "max_steps":
                     out.success = False
                     out.failed_at = float(solver.t)
                     out.message = budget_exhausted(
-                        out.failed_at, max_steps, stiffness if stiff_run >= STIFF_WINDOW else 0.0)
+                        out.failed_at, max_steps, stiffness if run >= STIFF_WINDOW else 0.0)
                 elif loop.end == "failed":
                     out.success = False
                     out.failed_at = float(solver.t)

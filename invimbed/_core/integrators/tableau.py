@@ -147,10 +147,11 @@ class ButcherTableau:
 
     @property
     def stiff_stage(self) -> int | None:
-        """A stage ``s`` with ``C[s] == 1`` (not the first): where Shampine's ``h |lambda|``
-        test compares derivatives; None if there is none."""
-        ones = [s for s in range(1, self.C.size) if self.C[s] == 1.0]
-        return ones[0] if ones else None
+        """The last stage ``s`` (not the first): where Shampine's ``h |lambda|`` test
+        compares the derivative with the one at the step's end (``C[s] == 1`` for RK45
+        and DOP853, where the estimate is Shampine's own; ``3/4`` for RK23), the stage
+        `invimbed._core.integrators.scipy_ivp.h_lambda` takes; None for one stage."""
+        return self.C.size - 1 if self.C.size > 1 else None
 
     @classmethod
     def from_scipy(cls, solver: type, n_stages: int | None = None) -> "ButcherTableau":

@@ -32,7 +32,7 @@ from scipy.integrate import OdeSolution
 from ..results.failures import empty_fields, row_failure_reason
 from ..integrators import SCIPY_METHODS
 from ..integrators.common import DEFAULT_MAX_STEPS, SolverSteps, segments
-from ..integrators.scipy_ivp import SOLVERS as _SCIPY_SOLVERS
+from ..integrators.scipy_ivp import EXPLICIT, SOLVERS as _SCIPY_SOLVERS, stiff_step
 from ..integrators.ensemble import DONE, ENSEMBLE_METHODS, MAX_STEPS, NONFINITE, integrate_rows
 from ..integrators.tableau import TABLEAUX
 from ..problem.bolza import BolzaProblem
@@ -105,6 +105,9 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
     **options
         ``first_step``, ``max_step`` (as in `scipy.integrate.solve_ivp`) and ``max_steps``
         (default 10,000: attempted steps per row, or per solve with ``"per_depth"``).
+        An explicit method whose steps sit at its stability limit stops earlier, where
+        the steps left at that size exceed the budget: the message says the problem
+        looks stiff and names Radau and BDF (docs/method.md, "The classical reference").
 
     Returns
     -------
@@ -311,17 +314,23 @@ def _solve(fun, t0: float, t1: float, y0: np.ndarray, method: str, rtol: float,
         return row_failure_reason(NONFINITE, 0, 0.0), exc.t, y0, None, 1, 0
     ts, parts = [t0], []
     loop = SolverSteps(solver, opts["max_steps"])
+    run, h_lambda, stiff = 0, 0.0, False     # an explicit method's early stop, as the sweep's
     try:
         for _ in loop:
             if dense:
                 parts.append(solver.dense_output())
                 ts.append(solver.t)
+            if method in EXPLICIT:
+                run, h_lambda, stiff = stiff_step(solver, run, loop.steps, t1,
+                                                  opts["max_steps"])
+                if stiff:
+                    break
     except _NonFinite as exc:
         return (row_failure_reason(NONFINITE, 0, 0.0), exc.t, solver.y, None, solver.nfev,
                 loop.steps)
-    if loop.end == "max_steps":
-        return (row_failure_reason(MAX_STEPS, opts["max_steps"], 0.0), solver.t, solver.y,
-                None, solver.nfev, loop.steps)
+    if loop.end == "max_steps" or stiff:
+        return (row_failure_reason(MAX_STEPS, opts["max_steps"], h_lambda), solver.t,
+                solver.y, None, solver.nfev, loop.steps)
     if loop.end == "failed":
         return f"{loop.message}", solver.t, solver.y, None, solver.nfev, loop.steps
     sol = OdeSolution(ts, parts) if dense else None

@@ -56,11 +56,16 @@ def stiff_stop(p: float, max_steps: int, h_lambda: float, projected: int) -> str
     """The message of an explicit adaptive sweep stopped early at depth ``p``: its last
     steps sat at the stability limit (``h |lambda|``), and at that step size it would need
     about ``projected`` steps in all, more than ``max_steps``."""
-    return (f"Integration stopped at depth p = {p:.10g}: the problem looks stiff (h|lambda| "
-            f"= {h_lambda:.2g} on the last steps, the explicit method's stability limit, so "
-            f"the step size cannot grow); at this step size the sweep needs about "
-            f"{projected} steps, more than max_steps = {max_steps}: use method='Radau' or "
-            f"'BDF'.")
+    return (f"Integration stopped at depth p = {p:.10g}: {looks_stiff(h_lambda)}; at this "
+            f"step size the sweep needs about {projected} steps, more than max_steps = "
+            f"{max_steps}: {IMPLICIT_REMEDY}.")
+
+
+def looks_stiff(h_lambda: float) -> str:
+    """What an explicit method's steps at the stability limit say (Shampine's estimate
+    ``h_lambda`` above `STIFF_H_LAMBDA`): the words of every stiff failure."""
+    return (f"the problem looks stiff (h|lambda| = {h_lambda:.2g} on the last steps, the "
+            f"explicit method's stability limit, so the step size cannot grow)")
 
 
 def raised_budget(p: float, budget: int, collapsed: float = 0.0) -> str:
@@ -115,9 +120,8 @@ def row_failure_reason(code: int, max_steps: int, h_lambda: float,
     without the implicit methods (`solve_ocp`) names its own ``stiff_remedy``."""
     if code == MAX_STEPS:
         if h_lambda > STIFF_H_LAMBDA:
-            return (f"more than max_steps = {max_steps} steps; the problem looks stiff "
-                    f"(h|lambda| = {h_lambda:.2g} at the last step, the explicit method's "
-                    f"stability limit): {stiff_remedy}")
+            return (f"more than max_steps = {max_steps} steps at this step size; "
+                    f"{looks_stiff(h_lambda)}: {stiff_remedy}")
         return f"more than max_steps = {max_steps} steps; increase `max_steps`"
     if code == NONFINITE:
         return "the dynamics or the running loss is not finite there"
