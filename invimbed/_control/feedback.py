@@ -44,7 +44,8 @@ from .._core.sweep.dense import attach_dense
 from .._core.closures.base import Closure
 from .._core.closures.jet import JetClosure
 from .._core.problem.open_loop import OpenLoopControl
-from .._core.derivatives.multiindex import (compose_split, monomials, multi_indices,
+from .._core.derivatives.multiindex import (compose_split, index_lookup, monomials,
+                                            multi_indices,
                                             n_coefficients, poly_derivatives, poly_mul)
 from .._core.results.results import Draft, SolverWarning, feedback_result
 from .._core.setup.settings import Accuracy
@@ -400,7 +401,7 @@ def _theta_indices(n: int, m: int, order: int):
 def _z_part(n: int, m: int, order: int) -> np.ndarray:
     """The joint indices (``n`` then ``m`` variables) of ``(alpha, 0)`` for each ``alpha``
     of ``multi_indices(n, order)``: ``g(x + delta, theta_0)``'s coefficients."""
-    look = {tuple(int(v) for v in e): i for i, e in enumerate(multi_indices(n + m, order))}
+    look = index_lookup(n + m, order)
     return np.array([look[tuple(int(v) for v in a) + (0,) * m]
                      for a in multi_indices(n, order)], dtype=np.int64)
 

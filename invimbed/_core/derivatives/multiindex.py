@@ -45,7 +45,8 @@ def n_coefficients(n: int, order: int) -> int:
 
 
 @lru_cache(maxsize=None)
-def _lookup(n: int, order: int) -> dict[tuple[int, ...], int]:
+def index_lookup(n: int, order: int) -> dict[tuple[int, ...], int]:
+    """The position of each multi-index of degree <= ``order`` in the graded order."""
     return {tuple(int(v) for v in e): i for i, e in enumerate(multi_indices(n, order))}
 
 
@@ -123,7 +124,7 @@ def derivative_table(n: int, order: int) -> tuple[np.ndarray, np.ndarray, np.nda
     if order == 0:
         return (np.zeros((n, 1), np.int64), np.zeros((n, 1), np.int64), np.zeros((n, 1)))
     tgt = multi_indices(n, order - 1)
-    look = _lookup(n, order)
+    look = index_lookup(n, order)
     src = np.zeros((n, len(tgt)), dtype=np.int64)
     fac = np.zeros((n, len(tgt)))
     for i in range(n):
@@ -162,7 +163,7 @@ def _monomial_plan(n_vars: int, order: int) -> tuple[np.ndarray, np.ndarray]:
     """For each multi-index of degree >= 1 (graded order): the index of
     ``alpha - e_j`` and ``j``, with ``j`` its first non-zero variable."""
     E = multi_indices(n_vars, order)
-    look = _lookup(n_vars, order)
+    look = index_lookup(n_vars, order)
     parent = np.zeros(len(E), dtype=np.int64)
     var = np.zeros(len(E), dtype=np.int64)
     for i, e in enumerate(E[1:], start=1):
@@ -191,7 +192,7 @@ def _split_plan(n: int, m: int, order: int) -> tuple[np.ndarray, np.ndarray]:
     """Joint multi-index (``n`` then ``m`` variables) -> (index of its ``theta`` part among
     ``multi_indices(m, order)``, index of its ``z`` part among ``multi_indices(n, order)``)."""
     E = multi_indices(n + m, order)
-    lz, lt = _lookup(n, order), _lookup(m, order)
+    lz, lt = index_lookup(n, order), index_lookup(m, order)
     it = np.array([lt[tuple(int(v) for v in e[n:])] for e in E], dtype=np.int64)
     iz = np.array([lz[tuple(int(v) for v in e[:n])] for e in E], dtype=np.int64)
     return it, iz
