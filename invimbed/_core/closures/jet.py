@@ -114,6 +114,8 @@ _COMPILED_FROM = 400
 #: of CPU, more under load) did not repay within a sweep of the pendulum of
 #: benchmarks/bench_tol.py (order 4, degree 7: 2.2 s of CPU without it, 4.0 s with it)
 _COMPILE_FROM = 10_000
+#: the most state entries `JetClosure.rhs_columns` evaluates at once (2**21: 16 MB)
+COLUMN_ENTRIES = 2 ** 21
 
 
 def _compiled(pairs: int) -> Any:
@@ -319,7 +321,40 @@ class JetClosure(Closure):
         return coef
 
     def rhs(self, p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
-        return self._rhs_from(self.coefficients(p, piece), y)
+        """``dy/dp`` of a state ``y`` (size,), or of the states in the columns of ``y``
+        (size, k): scipy's ``vectorized`` form (`rhs_columns`)."""
+        coef = self.coefficients(p, piece)
+        if y.ndim == 1:
+            return self._rhs_from(coef, y)
+        return self.rhs_columns(coef, y)
+
+    def rhs_columns(self, coef: dict, Y: np.ndarray) -> np.ndarray:
+        """`rhs` of the states in the columns of ``Y`` (size, k), in one evaluation.
+
+        scipy's implicit methods difference their Jacobian by groups of columns
+        (``jac_sparsity``): with the ``vectorized`` right-hand side they pass every group
+        in one call, where they would otherwise call once per group (on Robertson's
+        kinetics at order 6, over a hundred calls per Jacobian, two thirds of the sweep's
+        evaluations). The columns are stacked on the batch axis, ``k * B`` rows that share
+        the coefficients of ``f`` and ``R``: each row's arithmetic is that of one state's
+        `rhs`, so the numbers are the same. At most `COLUMN_ENTRIES` entries are stacked
+        at once (the temporaries of an evaluation are a few times that)."""
+        size, k = Y.shape
+        if k == 1:
+            return self._rhs_from(coef, Y[:, 0])[:, None]
+        out = np.empty_like(Y)
+        chunk = max(1, COLUMN_ENTRIES // max(size, 1))
+        for j in range(0, k, chunk):
+            c = min(chunk, k - j)
+            blocks = {n: b.reshape((c * self.B,) + b.shape[2:])
+                      for n, b in self.layout.unpack(Y[:, j:j + c].T).items()}
+            rows = {n: np.broadcast_to(v, (c,) + v.shape).reshape((c * v.shape[0],)
+                                                                  + v.shape[1:])
+                    for n, v in coef.items()}
+            for K in self.orders:
+                for n, v in self._rhs_jet(K, blocks, rows).items():
+                    out[self.layout.slices[n], j:j + c] = v.reshape(c, -1).T
+        return out
 
     def rhs_at(self, p: float, y: Any, theta: Any, jac: Any) -> Any:
         """`rhs` for given ``theta(p)`` and ``d theta / d w`` (see `coefficients_at`)."""
