@@ -312,7 +312,7 @@ def test_the_jet_rhs_of_columns_is_the_rhs_of_each_column(control, entries, monk
 def test_the_implicit_methods_difference_the_jet_jacobian_in_one_call(monkeypatch):
     """BDF and Radau get the jet's right-hand side in scipy's ``vectorized`` form: each
     finite-difference Jacobian is one call with every column group (it was one call per
-    group, two thirds of the evaluations of a deep Robertson sweep); ``nfev`` still counts
+    group: 4 of the 10 s of a deep Robertson sweep); ``nfev`` still counts
     states, one per column, and the result is the per-column one's within rounding."""
     from invimbed._core.closures import jet
 

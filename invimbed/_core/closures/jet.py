@@ -114,8 +114,10 @@ _COMPILED_FROM = 400
 #: of CPU, more under load) did not repay within a sweep of the pendulum of
 #: benchmarks/bench_tol.py (order 4, degree 7: 2.2 s of CPU without it, 4.0 s with it)
 _COMPILE_FROM = 10_000
-#: the most state entries `JetClosure.rhs_columns` evaluates at once (2**21: 16 MB)
-COLUMN_ENTRIES = 2 ** 21
+#: the most state entries `JetClosure.rhs_columns` evaluates at once: its temporaries are
+#: about 36 times the states it stacks (order 6 on Robertson's kinetics, tracemalloc), so
+#: 2**16 entries keep them near 20 MB
+COLUMN_ENTRIES = 2 ** 16
 
 
 def _compiled(pairs: int) -> Any:
@@ -334,11 +336,12 @@ class JetClosure(Closure):
         scipy's implicit methods difference their Jacobian by groups of columns
         (``jac_sparsity``): with the ``vectorized`` right-hand side they pass every group
         in one call, where they would otherwise call once per group (on Robertson's
-        kinetics at order 6, over a hundred calls per Jacobian, two thirds of the sweep's
-        evaluations). The columns are stacked on the batch axis, ``k * B`` rows that share
-        the coefficients of ``f`` and ``R``: each row's arithmetic is that of one state's
-        `rhs`, so the numbers are the same. At most `COLUMN_ENTRIES` entries are stacked
-        at once (the temporaries of an evaluation are a few times that)."""
+        kinetics at order 6, over a hundred calls per Jacobian: 4 of the 10 s of the deep
+        sweep, cProfile). The columns are stacked on the batch axis, ``k * B`` rows that
+        share the coefficients of ``f`` and ``R``: each row's arithmetic is that of one
+        state's `rhs`, up to the order in which numpy's ``einsum`` adds for a taller batch
+        (equal to rounding, not bit for bit; docs/accuracy.md). At most `COLUMN_ENTRIES`
+        entries are stacked at once (the temporaries of an evaluation are ~36 times that)."""
         size, k = Y.shape
         if k == 1:
             return self._rhs_from(coef, Y[:, 0])[:, None]
