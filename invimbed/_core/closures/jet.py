@@ -52,6 +52,7 @@ from scipy import sparse
 
 from ..derivatives.multiindex import (degree_slices, n_coefficients, poly_derivatives,
                                        product_table)
+from ..runtime import compile_cost
 from ..runtime.namespace import array_namespace, on_device
 from ..runtime.ordered import SumPlan, scatter_sum, sum_plan
 from .base import Closure, Layout
@@ -127,21 +128,18 @@ def _compiled(pairs: int) -> Any:
     kernel = _kernel()
     if kernel is None or pairs >= _COMPILE_FROM:
         return kernel
-    from ..runtime.compile_cost import ready
-
-    return kernel if ready(kernel) else None
+    return kernel if compile_cost.ready(kernel) else None
 
 
 def run_contraction(kernel: Any, *args: Any) -> np.ndarray:
     """``kernel(*args)`` (`_contract_numba.contract`), announced where that compiles it
-    (`invimbed._core.runtime.compile_cost.compiling`)."""
-    if kernel.signatures:
+    (`invimbed._core.runtime.compile_cost.compiling`): `ready` remembers a kernel found
+    compiled or cached, where the dispatcher lists its signatures anew on every call."""
+    if compile_cost.ready(kernel):
         return kernel(*args)
     from numba import typeof
 
-    from ..runtime.compile_cost import compiling
-
-    with compiling("contract", [(kernel, tuple(typeof(v) for v in args))]):
+    with compile_cost.compiling("contract", [(kernel, tuple(typeof(v) for v in args))]):
         return kernel(*args)
 
 
