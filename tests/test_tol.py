@@ -323,12 +323,13 @@ def test_the_implicit_methods_difference_the_jet_jacobian_in_one_call(monkeypatc
         return real(self, coef, Y)
 
     monkeypatch.setattr(jet.JetClosure, "rhs_columns", record)
+    pb = lorenz()
+    ref = solve_adjoint(pb, [1.0, 1.0, 20.0], [-0.02], rtol=1e-11, atol=1e-12)
     for method in ("BDF", "Radau"):
         widths.clear()
-        res = solve_imbedding(lorenz(), [1.0, 1.0, 20.0], [-0.02], method=method, order=2)
+        res = solve_imbedding(pb, [1.0, 1.0, 20.0], [-0.02], method=method, order=2)
         assert res.success, res.message
         assert max(widths) > 1 and res.nfev == sum(widths)
-        ref = solve_adjoint(lorenz(), [1.0, 1.0, 20.0], [-0.02], rtol=1e-11, atol=1e-12)
         for k in ("z", "value", "adjoint"):
             np.testing.assert_allclose(res[k], ref[k], rtol=1e-4, atol=1e-6)
 
