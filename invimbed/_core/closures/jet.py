@@ -337,7 +337,7 @@ class JetClosure(Closure):
         kinetics at order 6, over a hundred calls per Jacobian: 4 of the 10 s of the deep
         sweep, cProfile). The columns are stacked on the batch axis, ``k * B`` rows that
         share the coefficients of ``f`` and ``R``: each row's arithmetic is that of one
-        state's `rhs`, up to the order in which numpy's ``einsum`` adds for a taller batch
+        state's `rhs`, up to the order in which numpy's reductions add for a taller batch
         (equal to rounding, not bit for bit; docs/accuracy.md). At most `COLUMN_ENTRIES`
         entries are stacked at once (the temporaries of an evaluation are ~36 times that)."""
         size, k = Y.shape
