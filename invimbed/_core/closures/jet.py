@@ -52,6 +52,7 @@ from scipy import sparse
 
 from ..derivatives.multiindex import (degree_slices, n_coefficients, poly_derivatives,
                                        product_table)
+from ..runtime import compile_cost
 from ..runtime.namespace import array_namespace, on_device
 from ..runtime.ordered import SumPlan, scatter_sum, sum_plan
 from .base import Closure, Layout
@@ -114,6 +115,10 @@ _COMPILED_FROM = 400
 #: of CPU, more under load) did not repay within a sweep of the pendulum of
 #: benchmarks/bench_tol.py (order 4, degree 7: 2.2 s of CPU without it, 4.0 s with it)
 _COMPILE_FROM = 10_000
+#: the most state entries `JetClosure.rhs_columns` evaluates at once: its temporaries are
+#: about 36 times the states it stacks (order 6 on Robertson's kinetics, tracemalloc), so
+#: 2**16 entries keep them near 20 MB
+COLUMN_ENTRIES = 2 ** 16
 
 
 def _compiled(pairs: int) -> Any:
@@ -123,21 +128,18 @@ def _compiled(pairs: int) -> Any:
     kernel = _kernel()
     if kernel is None or pairs >= _COMPILE_FROM:
         return kernel
-    from ..runtime.compile_cost import ready
-
-    return kernel if ready(kernel) else None
+    return kernel if compile_cost.ready(kernel) else None
 
 
 def run_contraction(kernel: Any, *args: Any) -> np.ndarray:
     """``kernel(*args)`` (`_contract_numba.contract`), announced where that compiles it
-    (`invimbed._core.runtime.compile_cost.compiling`)."""
-    if kernel.signatures:
+    (`invimbed._core.runtime.compile_cost.compiling`): `ready` remembers a kernel found
+    compiled or cached, where the dispatcher lists its signatures anew on every call."""
+    if compile_cost.ready(kernel):
         return kernel(*args)
     from numba import typeof
 
-    from ..runtime.compile_cost import compiling
-
-    with compiling("contract", [(kernel, tuple(typeof(v) for v in args))]):
+    with compile_cost.compiling("contract", [(kernel, tuple(typeof(v) for v in args))]):
         return kernel(*args)
 
 
@@ -319,7 +321,41 @@ class JetClosure(Closure):
         return coef
 
     def rhs(self, p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
-        return self._rhs_from(self.coefficients(p, piece), y)
+        """``dy/dp`` of a state ``y`` (size,), or of the states in the columns of ``y``
+        (size, k): scipy's ``vectorized`` form (`rhs_columns`)."""
+        coef = self.coefficients(p, piece)
+        if y.ndim == 1:
+            return self._rhs_from(coef, y)
+        return self.rhs_columns(coef, y)
+
+    def rhs_columns(self, coef: dict, Y: np.ndarray) -> np.ndarray:
+        """`rhs` of the states in the columns of ``Y`` (size, k), in one evaluation.
+
+        scipy's implicit methods difference their Jacobian by groups of columns
+        (``jac_sparsity``): with the ``vectorized`` right-hand side they pass every group
+        in one call, where they would otherwise call once per group (on Robertson's
+        kinetics at order 6, over a hundred calls per Jacobian: 4 of the 10 s of the deep
+        sweep, cProfile). The columns are stacked on the batch axis, ``k * B`` rows that
+        share the coefficients of ``f`` and ``R``: each row's arithmetic is that of one
+        state's `rhs`, up to the order in which numpy's reductions add for a taller batch
+        (equal to rounding, not bit for bit; docs/accuracy.md). At most `COLUMN_ENTRIES`
+        entries are stacked at once (the temporaries of an evaluation are ~36 times that)."""
+        size, k = Y.shape
+        if k == 1:
+            return self._rhs_from(coef, Y[:, 0])[:, None]
+        out = np.empty_like(Y)
+        chunk = max(1, COLUMN_ENTRIES // max(size, 1))
+        for j in range(0, k, chunk):
+            c = min(chunk, k - j)
+            blocks = {n: b.reshape((c * self.B,) + b.shape[2:])
+                      for n, b in self.layout.unpack(Y[:, j:j + c].T).items()}
+            rows = {n: np.broadcast_to(v, (c,) + v.shape).reshape((c * v.shape[0],)
+                                                                  + v.shape[1:])
+                    for n, v in coef.items()}
+            for K in self.orders:
+                for n, v in self._rhs_jet(K, blocks, rows).items():
+                    out[self.layout.slices[n], j:j + c] = v.reshape(c, -1).T
+        return out
 
     def rhs_at(self, p: float, y: Any, theta: Any, jac: Any) -> Any:
         """`rhs` for given ``theta(p)`` and ``d theta / d w`` (see `coefficients_at`)."""

@@ -58,7 +58,8 @@ class CountingRHS:
         self.nfev = 0
 
     def __call__(self, p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
-        self.nfev += 1
+        # a vectorized right-hand side (scipy's ``vectorized=True``): one per column
+        self.nfev += 1 if y.ndim == 1 else y.shape[1]
         if not np.all(np.isfinite(y)):
             raise NonFiniteError(p, "imbedded fields")
         dy = self.rhs(p, y, piece)

@@ -414,7 +414,8 @@ def _sweep(setup: Any, *, closure: str, order: int, method: str, rtol: float, at
         # the implicit methods difference and factorise the Jacobian of the whole jet
         # state otherwise: at order 5 with its estimate and ratio test, over a thousand
         # columns per input (docs/accuracy.md, "When a higher order fails")
-        options = {**options, "jac_sparsity": clo.jacobian_sparsity()}
+        # differenced in one vectorized call per Jacobian (`JetClosure.rhs_columns`)
+        options = {**options, "jac_sparsity": clo.jacobian_sparsity(), "vectorized": True}
     sink = memory_plan(setup, clo, method, budget, per_depth, held)   # None: states kept
     y0 = clo.initial_state()
     breakpoints = setup.control.breakpoints
