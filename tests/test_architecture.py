@@ -275,7 +275,8 @@ def _heavy_imports_at_import(package: Path = PACKAGE) -> list[str]:
 
 def test_import_invimbed_loads_no_optional_dependency():
     """`import invimbed` (about 1.2 s, nearly all of it numpy and scipy, which the results
-    and the scipy tableaux need) loads none of `NOT_AT_IMPORT` (docs/performance.md)."""
+    and the scipy tableaux need) loads none of `NOT_AT_IMPORT` (docs/performance.md,
+    "Importing the package")."""
     assert _heavy_imports_at_import() == []
     assert {"invimbed", "invimbed._core.sweep.imbedding",
             "invimbed._control.policy"} <= _loaded_at_import()
