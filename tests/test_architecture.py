@@ -236,6 +236,64 @@ def test_modules_are_small_or_say_why():
     assert too_long == []
 
 
+#: What ``import invimbed`` must not load: the optional dependencies (each imported where
+#: a feature first needs it, so that the package imports without them) and the parts of
+#: scipy that only one feature uses (imported there: every process that imports the
+#: package, the test suite's workers and subprocesses included, would pay for them).
+NOT_AT_IMPORT = ("numba", "sympy", "torch", "dask", "distributed", "matplotlib", "casadi",
+                 "cyipopt", "cupy", "tqdm", "scipy.interpolate")
+
+
+def _loaded_at_import(package: Path = PACKAGE) -> set[str]:
+    """The package's modules that ``import invimbed`` runs: the module-level imports of
+    its ``__init__``, followed, with the packages (``__init__``) above each module."""
+    modules = _modules(package)
+    seen, todo = set(), [package.name]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        todo += _imports(name, top_level_only=True, modules=modules)
+    return seen
+
+
+def _heavy_imports_at_import(package: Path = PACKAGE) -> list[str]:
+    hits = []
+    for name in sorted(_loaded_at_import(package)):
+        path = _modules(package)[name]
+        for node in ast.parse(path.read_text()).body:
+            targets = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                       [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                       else [])
+            hits += [f"{name}:{node.lineno} imports {t}" for t in targets
+                     if any(t == h or t.startswith(h + ".") for h in NOT_AT_IMPORT)]
+    return hits
+
+
+def test_import_invimbed_loads_no_optional_dependency():
+    """`import invimbed` (about 1.2 s, nearly all of it numpy and scipy, which the results
+    and the scipy tableaux need) loads none of `NOT_AT_IMPORT` (docs/performance.md,
+    "Importing the package")."""
+    assert _heavy_imports_at_import() == []
+    assert {"invimbed", "invimbed._core.sweep.imbedding",
+            "invimbed._control.policy"} <= _loaded_at_import()
+
+
+def test_the_import_check_sees_a_module_level_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .sub import mod\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "mod.py").write_text("import numpy\n\ndef f():\n    import torch\n")
+    (pkg / "sub" / "late.py").write_text("import matplotlib\n")   # not imported by pkg
+    assert _heavy_imports_at_import(pkg) == []
+    (pkg / "sub" / "__init__.py").write_text("from scipy.interpolate import CubicSpline\n")
+    assert _heavy_imports_at_import(pkg) == ["pkg.sub:1 imports scipy.interpolate"]
+
+
 # Files of the product: the package, its docs, examples, benchmarks, README, CHANGELOG.
 PRODUCT = ([*PACKAGE.rglob("*.py"), *(ROOT / "docs").rglob("*.md"), *(ROOT / "examples").glob("*.py"),
             *(ROOT / "benchmarks").glob("*.py"), ROOT / "README.md"])

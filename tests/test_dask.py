@@ -8,18 +8,32 @@ fails is reported with its rows, and the other chunks' rows are kept.
 from __future__ import annotations
 
 import sys
+from importlib.util import find_spec
 
 import numpy as np
 import pytest
 
 import invimbed
+import invimbed.dask as idask
 from invimbed._core.results.status import status_table
 from invimbed import BolzaProblem, Constant, solve_imbedding
 
-distributed = pytest.importorskip("distributed")
-da = pytest.importorskip("dask.array")
+# dask and distributed are imported by the fixtures below, where a test needs them, not
+# as this module is collected: every xdist worker collects it, and the import (about
+# 1.6 s of CPU) is then paid only by the worker that runs these tests.
+pytestmark = pytest.mark.skipif(find_spec("dask") is None or find_spec("distributed") is None,
+                                reason="needs dask and distributed: pip install invimbed[dask]")
 
-import invimbed.dask as idask  # noqa: E402
+
+@pytest.fixture(scope="module")
+def distributed():
+    return pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def da():
+    return pytest.importorskip("dask.array")
+
 
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
 
@@ -54,7 +68,7 @@ KW = dict(control=Constant([0.2]), method="rk4", step=0.1)
 
 
 @pytest.fixture(scope="module")
-def client():
+def client(distributed):
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                                        dashboard_address=None)
     cl = distributed.Client(cluster)
@@ -83,7 +97,7 @@ def test_default_chunking_uses_the_workers(client):
     np.testing.assert_array_equal(res.z, solve_imbedding(PROBLEM, X, DEPTHS, **KW).z)
 
 
-def test_dask_arrays_out_and_in(client):
+def test_dask_arrays_out_and_in(client, da):
     ref = solve_imbedding(PROBLEM, X, DEPTHS, **KW)
     res = idask.solve_batch(PROBLEM, X, DEPTHS, client=client, chunk_size=6, as_dask=True, **KW)
     assert isinstance(res.z, da.Array) and res.z.shape == ref.z.shape
@@ -227,7 +241,7 @@ def test_invalid_arguments_raise(client):
                           method="nope")
 
 
-def test_local_scheduler_without_a_client(monkeypatch):
+def test_local_scheduler_without_a_client(monkeypatch, distributed):
     def no_client():
         raise ValueError("No global client found")
 
@@ -277,7 +291,7 @@ def test_adjoint_chunks_of_inputs_match_one_solve(client):
     np.testing.assert_array_equal(res.depths, depths)
 
 
-def test_adjoint_single_input_is_cut_along_its_depths(client):
+def test_adjoint_single_input_is_cut_along_its_depths(client, da):
     depths = np.linspace(-1.0, 0.0, 7)          # ascending: the user's order is kept
     x = X[3:4]
     ref = invimbed.solve_adjoint(PROBLEM, x, depths, **ADJ_KW)
