@@ -44,8 +44,13 @@ def _history(doc: dict) -> dict:
 def every(tmp_path_factory, cache):
     """The quick run scored on the test set after every epoch: one run for the tests
     that compare with it (it is deterministic: seed 0, eval mode draws nothing)."""
-    return run("rotating-mnist", out=str(tmp_path_factory.mktemp("every")), cache_dir=cache,
-               eval_every=1, **QUICK)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)          # as the tests' own runs (`_threads`): the same sums
+    try:
+        return run("rotating-mnist", out=str(tmp_path_factory.mktemp("every")),
+                   cache_dir=cache, eval_every=1, **QUICK)
+    finally:
+        torch.set_num_threads(n)
 
 
 def test_eval_every_scores_the_test_set_without_changing_the_training(tmp_path, cache, every):
