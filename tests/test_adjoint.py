@@ -19,6 +19,8 @@ the pendulum and Van der Pol ~5e-11. The whole file runs in ~13 s.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -399,8 +401,15 @@ CONV_DEPTHS = np.array([-1.5, -0.6, 0.1, 0.5])      # increasing, last one at q
 CONV_X = np.array([[0.2, -0.4, 1.0], [1.1, 0.3, -0.7]])
 
 
+@lru_cache(maxsize=None)
+def _conv_problem():
+    # one problem for the conventions' solves (traced and checked once): what they test
+    # is the layout of the result, not the first solve of a new problem
+    return CONV_FNS.problem()
+
+
 def _conv(x, depths, **kw):
-    return invimbed.solve_adjoint(CONV_FNS.problem(), x, depths,
+    return invimbed.solve_adjoint(_conv_problem(), x, depths,
                                   control=invimbed.Constant(CONV_W), rtol=1e-10, atol=1e-12, **kw)
 
 

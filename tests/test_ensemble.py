@@ -80,7 +80,12 @@ def test_rows_are_independent_of_each_other():
 # ---------------------------------------------------------------------------------------
 # 2. Exact answers: closed forms and the per-depth reference
 # ---------------------------------------------------------------------------------------
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+# 5 examples, not 15: the same property on the same code path (solve_adjoint's default
+# ensemble, RK45, against lq_closed_form, every field to 1e-7) is drawn 40 times, over
+# larger sizes, q, depth orders and p = q, by
+# test_adjoint::test_lq_all_fields_match_closed_form; this one adds the solver's finer
+# rtol=1e-11, atol=1e-14 and the strategy reported
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow],
           derandomize=True)
 @given(mats=lq_matrices(max_n=4, max_m=2, min_m=1), batch=st.integers(1, 3),
        data=st.data())

@@ -40,9 +40,20 @@ def _history(doc: dict) -> dict:
     return doc["runs"][0]["history"]
 
 
-def test_eval_every_scores_the_test_set_without_changing_the_training(tmp_path, cache):
-    every = run("rotating-mnist", out=str(tmp_path / "a"), cache_dir=cache, eval_every=1,
-                **QUICK)
+@pytest.fixture(scope="module")
+def every(tmp_path_factory, cache):
+    """The quick run scored on the test set after every epoch: one run for the tests
+    that compare with it (it is deterministic: seed 0, eval mode draws nothing)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)          # as the tests' own runs (`_threads`): the same sums
+    try:
+        return run("rotating-mnist", out=str(tmp_path_factory.mktemp("every")),
+                   cache_dir=cache, eval_every=1, **QUICK)
+    finally:
+        torch.set_num_threads(n)
+
+
+def test_eval_every_scores_the_test_set_without_changing_the_training(tmp_path, cache, every):
     last = run("rotating-mnist", out=str(tmp_path / "b"), cache_dir=cache, eval_every=5,
                **QUICK)
     ha, hb = _history(every), _history(last)
@@ -57,9 +68,9 @@ def test_eval_every_scores_the_test_set_without_changing_the_training(tmp_path, 
         np.mean(run_["test"]["per_frame"]), rel=1e-5)
 
 
-def test_a_checkpoint_without_test_scores_or_with_channels_last_weights_resumes(tmp_path, cache):
-    ref = run("rotating-mnist", out=str(tmp_path / "ref"), cache_dir=cache, eval_every=1,
-              **QUICK)
+def test_a_checkpoint_without_test_scores_or_with_channels_last_weights_resumes(
+        tmp_path, cache, every):
+    ref = every
     opts = dict(QUICK, epochs=2)
     run("rotating-mnist", out=str(tmp_path / "r"), cache_dir=cache, **opts)
     ckpt = tmp_path / "r" / "rotating-mnist" / "inimnet-p-2-n2" / "seed-0" / "checkpoint.pt"

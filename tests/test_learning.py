@@ -265,20 +265,33 @@ def test_mlp_tensors_equal_sympy_derivatives_of_the_documented_formula():
     rng = np.random.default_rng(5)
     w = rng.normal(size=mlp.n_params)
     z0, t0 = rng.normal(size=N), 0.7
+    diffs = {}
+
+    def d(idx, k=None):
+        """d/dz_idx[1] ... d/dz_idx[-1] (then d/dw_k) of f[idx[0]], each derivative
+        taken once from its parent."""
+        if (idx, k) not in diffs:
+            if k is not None:
+                diffs[idx, k] = sp.diff(d(idx), ws[k])
+            elif len(idx) == 1:
+                diffs[idx, k] = f[idx[0]]
+            else:
+                diffs[idx, k] = sp.diff(d(idx[:-1]), zs[idx[-1]])
+        return diffs[idx, k]
+
+    requests, exprs = [], []
     for dz in range(4):
         for dth in (0, 1):
             shape = (N,) + (N,) * dz + ((mlp.n_params,) if dth else ())
-            exprs = []
-            for idx in np.ndindex(*shape):
-                e = f[idx[0]]
-                for j in idx[1:1 + dz]:
-                    e = sp.diff(e, zs[j])
-                exprs.append(sp.diff(e, ws[idx[-1]]) if dth else e)
-            want = np.array(sp.lambdify((t, zs, ws), exprs, "numpy")(t0, z0, w),
-                            dtype=float).reshape(shape)
-            got = mlp.derivative(t0, z0, w, dz, dth)
-            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13,
-                                       err_msg=f"dz={dz}, dth={dth}")
+            requests.append((dz, dth, shape, len(exprs)))
+            exprs += [d(idx[:1 + dz], idx[-1] if dth else None) for idx in np.ndindex(*shape)]
+    values = np.array(sp.lambdify((t, zs, ws), exprs, "numpy", cse=True)(t0, z0, w),
+                      dtype=float)
+    for dz, dth, shape, start in requests:
+        want = values[start:start + int(np.prod(shape))].reshape(shape)
+        got = mlp.derivative(t0, z0, w, dz, dth)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13,
+                                   err_msg=f"dz={dz}, dth={dth}")
 
 
 # -- the optimisers ------------------------------------------------------------------------

@@ -179,11 +179,17 @@ def _package() -> tuple:
 def test_no_set_fields_remains_and_no_result_is_edited_after_construction():
     edits, named = [], []
     for rel, tree in _package():
-        for node in ast.walk(tree):
+        everything = list(ast.walk(tree))
+        for node in everything:
             if isinstance(node, (ast.Name, ast.Attribute)) and "set_fields" in (
                     getattr(node, "id", "") or getattr(node, "attr", "")):
                 named.append(rel)
-        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Module))):
+        # a function can build a result only in a module that builds one: the others
+        # are not walked function by function
+        builds = any(isinstance(n, ast.Assign) and _called(n.value) in BUILDERS
+                     for n in everything)
+        for fn in (n for n in everything if builds and isinstance(n, (ast.FunctionDef,
+                                                                      ast.Module))):
             nodes = list(ast.walk(fn))
             built = {t.id for n in nodes if isinstance(n, ast.Assign)
                      and _called(n.value) in BUILDERS for t in n.targets
@@ -199,7 +205,7 @@ def test_no_set_fields_remains_and_no_result_is_edited_after_construction():
                         and isinstance(n.func.value, ast.Name) and n.func.value.id in built
                         and n.func.attr in ("update", "setdefault", "pop", "__setitem__")):
                     edits.append((rel, n.lineno))
-        for n in ast.walk(tree):        # around a result's guard, outside its own module
+        for n in everything:            # around a result's guard, outside its own module
             if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                     and isinstance(n.func.value, ast.Name) and n.func.value.id == "dict"
                     and n.func.attr in ("__setitem__", "pop", "update")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+from functools import lru_cache
 from types import SimpleNamespace
 
 import numpy as np
@@ -128,11 +129,19 @@ def test_the_fallback_repairs_a_float32_problem_at_its_precision():
     np.testing.assert_allclose(res.value, ref.value, rtol=1e-5, atol=1e-7)
 
 
+@lru_cache(maxsize=None)
+def _package_nodes() -> tuple:
+    """``(path, every node of its syntax tree)`` of each module of the package, parsed
+    once for the two tests that read the whole package."""
+    return tuple((path, tuple(ast.walk(ast.parse(path.read_text()))))
+                 for path in ROOT.rglob("*.py"))
+
+
 def test_no_decision_on_message_text():
     # a status or a structured field decides, never the wording of a message
     bad = []
-    for path in ROOT.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+    for path, nodes in _package_nodes():
+        for node in nodes:
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in ("startswith", "endswith")
                     and isinstance(node.func.value, ast.Attribute)
@@ -238,8 +247,8 @@ def test_no_solver_writes_a_status_outside_the_enum():
     # every `status=` keyword and `.status = ` assignment in the package is a Status
     # member, a variable, or a row code of an integrator (RowCode)
     bad = []
-    for path in ROOT.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+    for path, nodes in _package_nodes():
+        for node in nodes:
             values = []
             if isinstance(node, ast.keyword) and node.arg == "status":
                 values.append(node.value)

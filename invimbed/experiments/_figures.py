@@ -35,24 +35,31 @@ def _depth_label(p: float) -> str:
 def sample_grid(path: Path, truth: np.ndarray, pred: np.ndarray, depths, title: str = "",
                 sample: int = 0, max_frames: int = 20) -> Path:
     """Rows: the ground truth, then the prediction at each depth (p = 0, -1, ...);
-    columns: frames. ``truth`` (n, T, H, W), ``pred`` (n_depths, n, T, H, W)."""
+    columns: frames. ``truth`` (n, T, H, W), ``pred`` (n_depths, n, T, H, W).
+
+    The frames are tiled into one image (blank gaps between them) drawn on one axes:
+    one ``imshow`` instead of one axes per frame."""
     plt = _plt()
     T = min(truth.shape[1], max_frames)
     labels = ["GT"] + ([_depth_label(p) for p in depths] if depths is not None else ["model"])
     rows = [truth[sample]] + [pred[d, sample] for d in range(pred.shape[0])]
-    fig, axes = plt.subplots(len(rows), T, figsize=(0.6 * T + 0.8, 0.62 * len(rows) + 0.4),
-                             squeeze=False)
-    for r, (label, frames) in enumerate(zip(labels, rows)):
+    H, W = np.shape(truth)[2:4]
+    gap = max(1, round(0.06 * max(H, W)))
+    mosaic = np.full((len(rows) * (H + gap) - gap, T * (W + gap) - gap), np.nan)
+    for r, frames in enumerate(rows):
         for k in range(T):
-            ax = axes[r, k]
-            ax.imshow(np.clip(frames[k], 0, 1), cmap="gray", vmin=0, vmax=1)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if k == 0:
-                ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
+            mosaic[r * (H + gap):r * (H + gap) + H, k * (W + gap):k * (W + gap) + W] = \
+                np.clip(frames[k], 0, 1)
+    fig, ax = plt.subplots(figsize=(0.6 * T + 0.8, 0.62 * len(rows) + 0.4))
+    ax.imshow(mosaic, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([r * (H + gap) + (H - 1) / 2 for r in range(len(rows))], labels, fontsize=8)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.subplots_adjust(wspace=0.04, hspace=0.04, left=0.08, right=0.99, top=0.92, bottom=0.01)
+    fig.subplots_adjust(left=0.08, right=0.99, top=0.92, bottom=0.01)
     return _save(plt, fig, path, dpi=80)
 
 
