@@ -253,6 +253,26 @@ def _call_taylor():
     evaluate(tape, np.zeros(1), np.array([[0.5]]), 4)
 
 
+def test_the_taylor_kernel_takes_read_only_inputs_without_compiling_again():
+    """`taylor_mode` hands the kernel a broadcast time (read-only, and C-contiguous for
+    one row); numba types a read-only array apart, so the kernel the warm-up compiled
+    (``python -m invimbed compile``, writeable arrays) was compiled a second time (about
+    2.5 s of CPU, in every test process of the suite that met it). One compiled
+    signature serves both, with the same numbers."""
+    from invimbed._core.derivatives._tape import build_tape
+    from invimbed._core.derivatives._taylor_numba import evaluate, run
+
+    t, a = sp.symbols("t a")
+    tape = build_tape(sp, [sp.sin(a) * a], t, [a], [a])
+    x = np.array([[0.5]])
+    rw = evaluate(tape, np.zeros(1), x, 4)
+    x.setflags(write=False)
+    ro = evaluate(tape, np.broadcast_to(0.0, (1,)), x, 4)
+    assert len(run.signatures) == 1
+    assert not any(getattr(ty, "readonly", False) for ty in run.signatures[0])
+    np.testing.assert_array_equal(ro, rw)
+
+
 # -- python -m invimbed compile ----------------------------------------------------------
 
 

@@ -326,8 +326,11 @@ def evaluate(tape: Tape, t: np.ndarray, xin: np.ndarray, order: int) -> np.ndarr
     C = n_coefficients(n, order)
     ptr, ib, io = plan(n, order)
     out = np.zeros((xin.shape[0], len(tape.outputs), D, C))
-    args = (tape.ops, tape.par, tape.kind, tape.outputs, np.ascontiguousarray(t, dtype=float),
-            np.ascontiguousarray(xin, dtype=float), order, D, C, ptr, ib, io, out, n)
+    # writeable C arrays, as the warm-up's (`python -m invimbed compile`): numba types a
+    # read-only array (a broadcast time of one row) apart, and compiles the kernel again
+    # for it (seconds)
+    args = (tape.ops, tape.par, tape.kind, tape.outputs, np.require(t, float, ["C", "W"]),
+            np.require(xin, float, ["C", "W"]), order, D, C, ptr, ib, io, out, n)
     if run.signatures:      # compiled in this process: no announcement to consider
         run(*args)
         return out
