@@ -283,7 +283,7 @@ def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res,
                 y[off + i * cZ + 1 + i] = 1.0
         for c in range(cVs[o]):
             y[off + N * cZ + c] = tbuf[c]
-    nxt = 0
+    nxt = _IDS[0]        # not a literal 0: `_record` is compiled for a variable row
     idx = _recorded(N, nw, cZs, cVs, offs)
     Qr = np.empty((idx.shape[0], kq))
     while nxt < n and dep_seg[nxt] < 0:      # depths at q

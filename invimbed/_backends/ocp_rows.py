@@ -75,7 +75,9 @@ def _rows(point, t0, t1, Y, U, step, mode, status, t_end, steps, nfev, hl):
     rk = (np.empty((ns + 1, S)), np.empty(S), np.empty(S), np.empty(S), np.empty(S),
           np.empty(S))
     dense = np.empty((32, 2 + S + S * kq))
-    nd = 0
+    # a run-time zero: numba would compile the loop once more for ``nd``'s literal 0
+    # (seconds: the first call's argument types, before the loop's unify)
+    nd = np.int64(0)
     ptr = np.zeros(1, dtype=np.int64)
     starts = np.zeros(R + 1, dtype=np.int64)
     for r in range(R):

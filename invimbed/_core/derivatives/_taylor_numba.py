@@ -26,6 +26,10 @@ from ._tape import (ABS, ADD, AND, CMP, CONST, FUNC, INPUT, MAX, MIN, MUL, NOT, 
 from .multiindex import n_coefficients, product_table
 from ._univariate import series_into as _series_into
 
+#: A run-time zero: numba compiles a callee again for a literal argument (seconds for
+#: `series_into`, which the kernels also call with a variable degree).
+_ZERO = np.zeros(1, dtype=np.int64)
+
 #: `invimbed._core.derivatives._univariate.series_into` (the numpy evaluator's), compiled.
 series_into = njit(cache=True)(_series_into)
 
@@ -275,7 +279,7 @@ def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out, L
                         _copy(w[d], tmp[d], ld)
         elif op == FUNC:
             if k == 0:
-                series_into(b, W[a, 0, 0], par[i], 0, tmp[D + 4])
+                series_into(b, W[a, 0, 0], par[i], _ZERO[0], tmp[D + 4])
                 w[0, 0] = tmp[D + 4, 0]
             else:
                 _compose(b, par[i], W[a], kind[a], w, order, D, ptr, ib, io, L[a], lp, ld,
