@@ -273,6 +273,26 @@ def test_the_taylor_kernel_takes_read_only_inputs_without_compiling_again():
     np.testing.assert_array_equal(ro, rw)
 
 
+def test_functions_only_compiled_code_calls_have_no_python_wrapper():
+    """The kernels' inner functions (called from compiled code, directly or as function
+    values) are compiled without numba's CPython wrapper, code that only a call from
+    Python would run (2 to 3 s of the per-input adaptive sweep's 11 s of compilation);
+    the entry points keep theirs."""
+    from invimbed._backends import _ensemble_kernels, _numba_calls, _numba_kernels
+    from invimbed._backends import _sweep_kernels
+    from invimbed._core.derivatives import _taylor_numba
+
+    inner = [_sweep_kernels.sweep_one, _sweep_kernels._rhs, _sweep_kernels._tape_coefficients,
+             _ensemble_kernels._row, _ensemble_kernels._rhs, _ensemble_kernels._integrate,
+             _numba_kernels._jet_sweep_one, _numba_kernels._jet_coefficients,
+             _numba_kernels._transport, _numba_kernels._operator, _numba_calls.eval_request,
+             _numba_calls.call_base, _numba_calls._nested, _taylor_numba.run_row]
+    for d in inner:
+        assert d.targetoptions.get("no_cpython_wrapper") is True, d.py_func.__name__
+    for d in (_taylor_numba.run, _numba_kernels.jet_rhs):     # called from Python too
+        assert not d.targetoptions.get("no_cpython_wrapper"), d.py_func.__name__
+
+
 # -- python -m invimbed compile ----------------------------------------------------------
 
 

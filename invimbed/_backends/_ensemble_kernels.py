@@ -34,6 +34,9 @@ from ._numba_calls import _plan_scratch
 
 _jit = njit(cache=True, error_model="numpy")
 
+#: Functions that only compiled code calls: no CPython wrapper (`_numba_calls._inner`).
+_inner = njit(cache=True, error_model="numpy", no_cpython_wrapper=True)
+
 #: Row codes of the kernel: `invimbed._core.results.status.RowCode`, as plain integers.
 K_DONE, K_UNDERFLOW, K_NONFINITE, K_MAX_STEPS, K_RUNNING = (
     int(RowCode.DONE), int(RowCode.UNDERFLOW), int(RowCode.NONFINITE), int(RowCode.MAX_STEPS),
@@ -75,7 +78,7 @@ def _transposed_times(J, col, y, N, C, out):
         out[c] = acc
 
 
-@_jit
+@_inner
 def _rhs(mode, t, y, piece, out, values, dense, nd, ptr, ctx):
     """The right-hand side of one row: forward (``mode == 0``) ``[f, R]``; backward
     ``[-(f_z^T lam + R_z), -((f_th^T lam + R_th) dtheta/dw)]`` at ``z(t)`` of the dense
@@ -163,7 +166,7 @@ def _grow(dense, nd):
     return new
 
 
-@_jit
+@_inner
 def _integrate(mode, t0, t1, y, step, rk, dense, nd, ptr, ctx):
     """`integrate_rows` for one row, from ``t0`` to ``t1``, ``y`` updated in place, with
     the tableau, control and step control of ``step`` (the fields of
@@ -328,7 +331,7 @@ def ensemble_rows(one, ev, fns, plan, how, perm, rows, step, res):
         one(perm[j], ev, fns, plan, how, rows, step, res)
 
 
-@_jit
+@_inner
 def _row(r, ev, fns, plan, how, rows, step, res):
     """Row ``r = i B + b`` (depth ``depths[i]``, input ``X[b]``; ``rows``, a
     `invimbed._backends._bundles.Rows`): forward pass with dense output, terminal

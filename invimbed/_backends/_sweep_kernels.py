@@ -52,6 +52,9 @@ from ._packed import order_tables, tape_arrays, tape_plan
 
 _jit = njit(cache=True, error_model="numpy")
 
+#: Functions that only compiled code calls: no CPython wrapper (`_numba_calls._inner`).
+_inner = njit(cache=True, error_model="numpy", no_cpython_wrapper=True)
+
 #: Codes of an input's sweep (`invimbed._backends.sweep_adaptive` words them): those of
 #: `invimbed._core.results.status.RowCode`, as plain integers.
 S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = (
@@ -59,7 +62,7 @@ S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = (
     int(RowCode.MAX_STEPS), int(RowCode.MIN_STEP))
 
 
-@_jit
+@_inner
 def _tape_coefficients(cf, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
     """Taylor coefficients of ``f`` and ``R`` (with the ``w``-gradients ``G``, ``Rw``) by
     the tapes of ``tape`` (`Tapes`, run by ``cf[0]``: `run_row`), at ``xin = [x, theta]``;
@@ -100,7 +103,7 @@ def _tape_coefficients(cf, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
     return True
 
 
-@_jit
+@_inner
 def _rhs(t, y, dy, ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, ti, tf,
          tm, sc, W):
     """``dy/dp`` of every carried jet at depth ``t``; False where ``y`` or ``dy`` is not
@@ -188,7 +191,7 @@ def sweep_rows(one, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res, w
             tm, grid, step, res, ws)
 
 
-@_jit
+@_inner
 def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res, ws):
     """The sweep of input ``b`` on thread ``tid`` (see the module docstring), with the
     bundles of `invimbed._backends._bundles`: ``tape`` (`Tapes`: the tapes of ``f``,

@@ -53,7 +53,9 @@ def _rebind(fn: Any, cache: bool = False, **replace: Any) -> Any:
     new = types.FunctionType(py.__code__, glb, py.__name__, py.__defaults__, py.__closure__)
     new.__doc__ = py.__doc__
     new.__qualname__ = py.__qualname__
-    return njit(cache=cache, error_model="numpy")(new)
+    # the copies that are not cached are called by compiled code only: no CPython wrapper
+    # (`invimbed._backends._ensemble_kernels._inner`)
+    return njit(cache=cache, error_model="numpy", no_cpython_wrapper=not cache)(new)
 
 
 def _rhs(mode, t, y, piece, out, values, dense, nd, ptr, ctx):

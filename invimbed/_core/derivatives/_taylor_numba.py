@@ -33,6 +33,10 @@ _ZERO = np.zeros(1, dtype=np.int64)
 #: `invimbed._core.derivatives._univariate.series_into` (the numpy evaluator's), compiled.
 series_into = njit(cache=True)(_series_into)
 
+#: For `run_row`, which only compiled code calls: no CPython wrapper (as
+#: `invimbed._backends._numba_calls._inner`).
+_inner = njit(cache=True, no_cpython_wrapper=True)
+
 
 @lru_cache(maxsize=None)
 def plan(n: int, order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -225,7 +229,7 @@ def run(ops, par, kind, outputs, t, xin, order, D, C, ptr, ib, io, out, n):
                 out[row], L)
 
 
-@njit(cache=True)
+@_inner
 def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out, L):
     """One row of `run`: the tape at time ``t`` and inputs ``x`` into ``out`` (n_out, D,
     C), with the node storage ``W`` (n_nodes, D, C, zero where `lengths` ``L`` bounds
