@@ -286,7 +286,8 @@ def test_functions_only_compiled_code_calls_have_no_python_wrapper():
              _ensemble_kernels._row, _ensemble_kernels._rhs, _ensemble_kernels._integrate,
              _numba_kernels._jet_sweep_one, _numba_kernels._jet_coefficients,
              _numba_kernels._transport, _numba_kernels._operator, _numba_calls.eval_request,
-             _numba_calls.call_base, _numba_calls._nested, _taylor_numba.run_row]
+             _numba_calls.call_base, _numba_calls._nested, _taylor_numba.run_row,
+             _taylor_numba._compose, _ensemble_kernels.pass_out, _sweep_kernels._record]
     for d in inner:
         assert d.targetoptions.get("no_cpython_wrapper") is True, d.py_func.__name__
     for d in (_taylor_numba.run, _numba_kernels.jet_rhs):     # called from Python too

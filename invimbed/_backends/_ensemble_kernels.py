@@ -58,7 +58,7 @@ SLOTS = {("f", 0, 0): _S_F, ("f", 1, 0): _S_FZ, ("f", 0, 1): _S_FTH, ("R", 0, 0)
          ("R", 1, 0): _S_RZ, ("R", 0, 1): _S_RTH}
 
 
-@_jit
+@_inner
 def _differenced(req, t, z, th, fns, fd):
     """Request ``req`` of the plan by `eval_request` (the finite-difference rule of the
     numba sweep) into ``fd``'s buffer, in the plan's Taylor layout."""
@@ -67,7 +67,7 @@ def _differenced(req, t, z, th, fns, fd):
     return buf
 
 
-@_jit
+@_inner
 def _transposed_times(J, col, y, N, C, out):
     """``out[c] = sum_j J[j, col + c] y[j]`` for ``c < C`` (j in order): a Jacobian's
     transpose times the adjoint, ``f_z^T lam`` or ``f_theta^T lam``."""
@@ -295,7 +295,7 @@ def _integrate(mode, t0, t1, y, step, rk, dense, nd, ptr, ctx):
             return K_MAX_STEPS, t, nsteps, nfev, h_lambda, dense, nd
 
 
-@_jit
+@_inner
 def pass_out(r, k, st, nst, nfe, t_end, hl, out_status, out_steps, out_nfev, out_t,
              out_hl):
     """Row ``r``'s record of its pass ``k`` (0 forward, 1 backward; the backward adds its
@@ -312,7 +312,7 @@ def pass_out(r, k, st, nst, nfe, t_end, hl, out_status, out_steps, out_nfev, out
     out_hl[r] = hl
 
 
-@_jit
+@_inner
 def row_out(r, zq, yb, value, N, nw, out_z, out_a, out_w, out_v):
     """Row ``r``'s fields once both passes are done: ``z(q)``, ``lambda(p)``, ``mu(p)``
     (``yb = [lambda, mu]``) and ``J``."""

@@ -155,7 +155,7 @@ def eval_request(fns, plan, r, t, z, th, pz, pt, hs, vals, out):
                 out[dest[g]] = vals[0, entry[g]] / fact[g]
 
 
-@njit(cache=True)
+@_inner
 def _plan_scratch(plan, N, M):
     """Per-sample scratch of `eval_request`: the nested-difference tree's points (z and
     theta), steps, and base-function values."""

@@ -29,7 +29,7 @@ from ._packed import order_tables
 _inner = njit(cache=True, no_cpython_wrapper=True)
 
 
-@njit(cache=True)
+@_inner
 def _blew_up(a, fail_pos, fail_p, b, pos, p):
     """Whether ``a`` holds a non-finite value; if so, record for sample ``b`` where (the
     position code that `invimbed._backends._result.finish` decodes) and at which depth."""
@@ -40,7 +40,7 @@ def _blew_up(a, fail_pos, fail_p, b, pos, p):
     return True
 
 
-@njit(cache=True)
+@_inner
 def _all_finite(a):
     for i in range(a.shape[0]):
         if not np.isfinite(a[i]):
@@ -440,7 +440,7 @@ def _jet_sweep_one(b, ev, fns, plan, jet, ti, tf, tm, fixed, res, code, coded, j
                         out_z, out_v, out_a, out_w, err_z, err_v, err_a, err_w)
 
 
-@njit(cache=True)
+@_inner
 def _jet_record(N, nw, cZs, cVs, offs, n_orders, y, d, b, out_z, out_v, out_a, out_w,
                 err_z, err_v, err_a, err_w):
     """The fields of the jet at depth ``d`` (sample ``b``): z, V, Lam and W are the
@@ -459,7 +459,7 @@ def _jet_record(N, nw, cZs, cVs, offs, n_orders, y, d, b, out_z, out_v, out_a, o
             err_w[d, b, w] = abs(err_w[d, b, w] - out_w[d, b, w])
 
 
-@njit(cache=True)
+@_inner
 def _jet_fields(N, nw, cZ, cV, off, y, z, a, w):
     """One order's z, Lam and W (the jet ``y`` laid out from ``off`` with ``cZ``, ``cV``
     coefficients per component) into ``z``, ``a``, ``w``; returns V."""

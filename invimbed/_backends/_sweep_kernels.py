@@ -128,7 +128,7 @@ def _rhs(t, y, dy, ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, 
     return _finite(dy)
 
 
-@_jit
+@_inner
 def _recorded(N, nw, cZs, cVs, offs):
     """Where in the state each recorded field is: ``idx[o * width + k]`` is entry ``k``
     of ``[z (N), value, adjoint (N), param_grad (nw)]`` of carried order ``o``."""
@@ -147,7 +147,7 @@ def _recorded(N, nw, cZs, cVs, offs):
     return idx
 
 
-@_jit
+@_inner
 def _record(y, idx, out, d, b):
     """The fields of every carried order at depth row ``d`` of input ``b``:
     ``out[d, b, o] = [z (N), value, adjoint (N), param_grad (nw)]``."""
@@ -156,7 +156,7 @@ def _record(y, idx, out, d, b):
         out[d, b, k // width, k % width] = y[idx[k]]
 
 
-@_jit
+@_inner
 def _record_f_r(fr_out, d, b, N, Phi, Rc):
     """``fr_out[d, b] = [f (N), R]`` at the input: the constant Taylor coefficients
     ``Phi[:, 0]``, ``Rc[0]`` (the core takes the depth gradient from them:
@@ -166,7 +166,7 @@ def _record_f_r(fr_out, d, b, N, Phi, Rc):
     fr_out[d, b, N] = Rc[0]
 
 
-@_jit
+@_inner
 def _record_dense(Qr, y_old, idx, t_old, h, p, out, d, b):
     """`_record` of scipy's ``RkDenseOutput`` at ``p``: ``y_old + h Q [x, x^2, ...]``,
     ``x = (p - t_old) / h``, for the recorded entries only (``Qr``: their rows of

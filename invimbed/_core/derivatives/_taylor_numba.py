@@ -33,7 +33,7 @@ _ZERO = np.zeros(1, dtype=np.int64)
 #: `invimbed._core.derivatives._univariate.series_into` (the numpy evaluator's), compiled.
 series_into = njit(cache=True)(_series_into)
 
-#: For `run_row`, which only compiled code calls: no CPython wrapper (as
+#: Functions that only compiled code calls: no CPython wrapper (as
 #: `invimbed._backends._numba_calls._inner`).
 _inner = njit(cache=True, no_cpython_wrapper=True)
 
@@ -103,7 +103,7 @@ def lengths(ops, kind, order, n):
     return L
 
 
-@njit(cache=True)
+@_inner
 def uses_time(ops, outputs):
     """Whether an output of the tape depends on the time ``t``."""
     dep = np.zeros(ops.shape[0], np.bool_)
@@ -127,7 +127,7 @@ def uses_time(ops, outputs):
     return False
 
 
-@njit(cache=True)
+@_inner
 def _mul_acc(x, y, out, ptr, ib, io, lx, ly):
     """``out += x * y`` (truncated), ``x`` and ``y`` zero from ``lx`` and ``ly`` on."""
     for i in range(min(lx, ptr.shape[0] - 1)):
@@ -161,7 +161,7 @@ def _zero(w, D, lp, ld):
         _fill(w[d], ld, 0.0)
 
 
-@njit(cache=True)
+@_inner
 def _jmul(x, y, kx, ky, out, D, ptr, ib, io, Lx, Ly, lp, ld):
     """Jet product into ``out`` (D, C): ``out_0 = x_0 y_0``, ``out_d = x_0 y_d + x_d y_0``
     (``Lx``, ``Ly``, ``lp``, ``ld``: the bounds of `lengths`)."""
@@ -184,7 +184,7 @@ def _sign(p):
     return p if p != p else 0.0
 
 
-@njit(cache=True)
+@_inner
 def _compose(code, r, x, kx, out, order, D, ptr, ib, io, Lx, lp, ld, S):
     """``g(x)`` for the univariate function ``code``; ``S`` (5, C + 2) scratch (its last
     row: the series of ``g``)."""
