@@ -253,6 +253,47 @@ def _call_taylor():
     evaluate(tape, np.zeros(1), np.array([[0.5]]), 4)
 
 
+def test_the_taylor_kernel_takes_read_only_inputs_without_compiling_again():
+    """`taylor_mode` hands the kernel a broadcast time (read-only, and C-contiguous for
+    one row); numba types a read-only array apart, so the kernel the warm-up compiled
+    (``python -m invimbed compile``, writeable arrays) was compiled a second time (about
+    2.5 s of CPU, in every test process of the suite that met it). One compiled
+    signature serves both, with the same numbers."""
+    from invimbed._core.derivatives._tape import build_tape
+    from invimbed._core.derivatives._taylor_numba import evaluate, run
+
+    t, a = sp.symbols("t a")
+    tape = build_tape(sp, [sp.sin(a) * a], t, [a], [a])
+    x = np.array([[0.5]])
+    rw = evaluate(tape, np.zeros(1), x, 4)
+    x.setflags(write=False)
+    ro = evaluate(tape, np.broadcast_to(0.0, (1,)), x, 4)
+    assert len(run.signatures) == 1
+    assert not any(getattr(ty, "readonly", False) for ty in run.signatures[0])
+    np.testing.assert_array_equal(ro, rw)
+
+
+def test_functions_only_compiled_code_calls_have_no_python_wrapper():
+    """The kernels' inner functions (called from compiled code, directly or as function
+    values) are compiled without numba's CPython wrapper, code that only a call from
+    Python would run (2 to 3 s of the per-input adaptive sweep's 11 s of compilation);
+    the entry points keep theirs."""
+    from invimbed._backends import _ensemble_kernels, _numba_calls, _numba_kernels
+    from invimbed._backends import _sweep_kernels
+    from invimbed._core.derivatives import _taylor_numba
+
+    inner = [_sweep_kernels.sweep_one, _sweep_kernels._rhs, _sweep_kernels._tape_coefficients,
+             _ensemble_kernels._row, _ensemble_kernels._rhs, _ensemble_kernels._integrate,
+             _numba_kernels._jet_sweep_one, _numba_kernels._jet_coefficients,
+             _numba_kernels._transport, _numba_kernels._operator, _numba_calls.eval_request,
+             _numba_calls.call_base, _numba_calls._nested, _taylor_numba.run_row,
+             _taylor_numba._compose, _ensemble_kernels.pass_out, _sweep_kernels._record]
+    for d in inner:
+        assert d.targetoptions.get("no_cpython_wrapper") is True, d.py_func.__name__
+    for d in (_taylor_numba.run, _numba_kernels.jet_rhs):     # called from Python too
+        assert not d.targetoptions.get("no_cpython_wrapper"), d.py_func.__name__
+
+
 # -- python -m invimbed compile ----------------------------------------------------------
 
 

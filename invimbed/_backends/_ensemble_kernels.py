@@ -34,6 +34,9 @@ from ._numba_calls import _plan_scratch
 
 _jit = njit(cache=True, error_model="numpy")
 
+#: Functions that only compiled code calls: no CPython wrapper (`_numba_calls._inner`).
+_inner = njit(cache=True, error_model="numpy", no_cpython_wrapper=True)
+
 #: Row codes of the kernel: `invimbed._core.results.status.RowCode`, as plain integers.
 K_DONE, K_UNDERFLOW, K_NONFINITE, K_MAX_STEPS, K_RUNNING = (
     int(RowCode.DONE), int(RowCode.UNDERFLOW), int(RowCode.NONFINITE), int(RowCode.MAX_STEPS),
@@ -55,7 +58,7 @@ SLOTS = {("f", 0, 0): _S_F, ("f", 1, 0): _S_FZ, ("f", 0, 1): _S_FTH, ("R", 0, 0)
          ("R", 1, 0): _S_RZ, ("R", 0, 1): _S_RTH}
 
 
-@_jit
+@_inner
 def _differenced(req, t, z, th, fns, fd):
     """Request ``req`` of the plan by `eval_request` (the finite-difference rule of the
     numba sweep) into ``fd``'s buffer, in the plan's Taylor layout."""
@@ -64,7 +67,7 @@ def _differenced(req, t, z, th, fns, fd):
     return buf
 
 
-@_jit
+@_inner
 def _transposed_times(J, col, y, N, C, out):
     """``out[c] = sum_j J[j, col + c] y[j]`` for ``c < C`` (j in order): a Jacobian's
     transpose times the adjoint, ``f_z^T lam`` or ``f_theta^T lam``."""
@@ -75,7 +78,7 @@ def _transposed_times(J, col, y, N, C, out):
         out[c] = acc
 
 
-@_jit
+@_inner
 def _rhs(mode, t, y, piece, out, values, dense, nd, ptr, ctx):
     """The right-hand side of one row: forward (``mode == 0``) ``[f, R]``; backward
     ``[-(f_z^T lam + R_z), -((f_th^T lam + R_th) dtheta/dw)]`` at ``z(t)`` of the dense
@@ -163,7 +166,7 @@ def _grow(dense, nd):
     return new
 
 
-@_jit
+@_inner
 def _integrate(mode, t0, t1, y, step, rk, dense, nd, ptr, ctx):
     """`integrate_rows` for one row, from ``t0`` to ``t1``, ``y`` updated in place, with
     the tableau, control and step control of ``step`` (the fields of
@@ -292,7 +295,7 @@ def _integrate(mode, t0, t1, y, step, rk, dense, nd, ptr, ctx):
             return K_MAX_STEPS, t, nsteps, nfev, h_lambda, dense, nd
 
 
-@_jit
+@_inner
 def pass_out(r, k, st, nst, nfe, t_end, hl, out_status, out_steps, out_nfev, out_t,
              out_hl):
     """Row ``r``'s record of its pass ``k`` (0 forward, 1 backward; the backward adds its
@@ -309,7 +312,7 @@ def pass_out(r, k, st, nst, nfe, t_end, hl, out_status, out_steps, out_nfev, out
     out_hl[r] = hl
 
 
-@_jit
+@_inner
 def row_out(r, zq, yb, value, N, nw, out_z, out_a, out_w, out_v):
     """Row ``r``'s fields once both passes are done: ``z(q)``, ``lambda(p)``, ``mu(p)``
     (``yb = [lambda, mu]``) and ``J``."""
@@ -328,7 +331,7 @@ def ensemble_rows(one, ev, fns, plan, how, perm, rows, step, res):
         one(perm[j], ev, fns, plan, how, rows, step, res)
 
 
-@_jit
+@_inner
 def _row(r, ev, fns, plan, how, rows, step, res):
     """Row ``r = i B + b`` (depth ``depths[i]``, input ``X[b]``; ``rows``, a
     `invimbed._backends._bundles.Rows`): forward pass with dense output, terminal

@@ -22,6 +22,12 @@ from .._core.derivatives.finite_difference import central_quotient, step_size
 _step_size = njit(cache=True)(step_size)
 _central_quotient = njit(cache=True)(central_quotient)
 
+#: The decorator of functions that only compiled code calls: numba then generates no
+#: CPython wrapper for them (the code that would convert Python arguments, which
+#: LLVM optimises and compiles like the rest: seconds for a function of many
+#: arguments, measured by numba's compile events).
+_inner = njit(cache=True, no_cpython_wrapper=True)
+
 #: Small integers as run-time values: numba specialises a callee on literal arguments, and
 #: each specialisation of these deep call trees costs seconds of compilation.
 _IDS = np.arange(8, dtype=np.int64)
@@ -37,7 +43,7 @@ def _copy(r, vals, row):
         vals[row, i] = flat[i]
 
 
-@njit(cache=True)
+@_inner
 def call_base(fns, bid, t, z, th, vals, row):
     """Evaluate ``BASE_KEYS[bid]`` at one point into ``vals[row]`` (flat, C order)."""
     if bid == 0:
@@ -82,7 +88,7 @@ def call_base(fns, bid, t, z, th, vals, row):
         _copy(fns[19](t, z, th), vals, row)
 
 
-@njit(cache=True)
+@_inner
 def _nested(fns, bid, L, hr, dvar, didx, d, t, z, th, S, pz, pt, hs, vals):
     """Nested central differences of the base function along direction ``d``; the
     result is ``vals[0, :S]``. Heap-ordered tree: node i has children 2i + 1 (+h) and
@@ -126,7 +132,7 @@ def _nested(fns, bid, L, hr, dvar, didx, d, t, z, th, S, pz, pt, hs, vals):
             vals[node, i] = _central_quotient(vals[c1, i], vals[c1 + 1, i], h)
 
 
-@njit(cache=True)
+@_inner
 def eval_request(fns, plan, r, t, z, th, pz, pt, hs, vals, out):
     """Taylor coefficients of request ``r`` at one point into ``out`` (see _plans)."""
     (req_start, base, levels, h_rel, base_size, dir_start, dir_var, dir_idx,
@@ -149,7 +155,7 @@ def eval_request(fns, plan, r, t, z, th, pz, pt, hs, vals, out):
                 out[dest[g]] = vals[0, entry[g]] / fact[g]
 
 
-@njit(cache=True)
+@_inner
 def _plan_scratch(plan, N, M):
     """Per-sample scratch of `eval_request`: the nested-difference tree's points (z and
     theta), steps, and base-function values."""

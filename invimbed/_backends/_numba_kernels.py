@@ -25,8 +25,11 @@ from numba import njit, prange
 from ._numba_calls import _IDS, _plan_scratch
 from ._packed import order_tables
 
+#: Functions that only compiled code calls: no CPython wrapper (`_numba_calls._inner`).
+_inner = njit(cache=True, no_cpython_wrapper=True)
 
-@njit(cache=True)
+
+@_inner
 def _blew_up(a, fail_pos, fail_p, b, pos, p):
     """Whether ``a`` holds a non-finite value; if so, record for sample ``b`` where (the
     position code that `invimbed._backends._result.finish` decodes) and at which depth."""
@@ -37,7 +40,7 @@ def _blew_up(a, fail_pos, fail_p, b, pos, p):
     return True
 
 
-@njit(cache=True)
+@_inner
 def _all_finite(a):
     for i in range(a.shape[0]):
         if not np.isfinite(a[i]):
@@ -96,7 +99,7 @@ def jet_scratch(N, nw, cmax, sizes):
             np.empty(cmax * rows), np.empty(cmax * rows), np.empty(N * N))
 
 
-@njit(cache=True)
+@_inner
 def _operator(Phi, lphi, src, fac, ptr, ib, io, isrc, iout, val, k):
     """The products of ``grad_x U . Phi`` as a list from entry ``k`` on: coefficient
     ``isrc`` of a row of ``U``, times ``val``, adds to its coefficient ``iout`` (the
@@ -124,7 +127,7 @@ def _operator(Phi, lphi, src, fac, ptr, ib, io, isrc, iout, val, k):
     return k
 
 
-@njit(cache=True)
+@_inner
 def _transport(y, uoff, rows, ucols, Phi, lphi, src, fac, D, beg, end, ops):
     """Coefficients of ``grad_x U . Phi`` for the rows of ``U`` (stored in ``y`` from
     ``uoff``, ``rows`` x ``ucols``) into ``ops``' ``Ob`` (coefficient ``c`` of the
@@ -263,7 +266,7 @@ def jet_rhs(N, nw, cZ, cV, tab, Phi, Rc, G, Rw, y, off, dy, ops, o, Lam, Sw, act
                 dy[oW + w * cV + c] = -(tr + (sw[c * nw + w] + Rw[w, c]))
 
 
-@njit(cache=True)
+@_inner
 def _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, x, th, J, pz, pt, hs, vals,
                       fbuf, rbuf, gbuf, rwbuf, Phi, Rc, G, Rw):
     ev(fns, plan, _IDS[0], t, x, th, pz, pt, hs, vals, fbuf)
@@ -302,7 +305,7 @@ def no_code(t, x, th, J, y, dy, offs, n):
     """The stand-in for a problem without generated jet code (never called)."""
 
 
-@njit(cache=True)
+@_inner
 def _jet_sweep_one(b, ev, fns, plan, jet, ti, tf, tm, fixed, res, code, coded, jr):
     """The jet sweep of sample ``b`` (see JetClosure): Z, V, W of each carried order (1,
     and 2 with the error estimate: ``jet``, a `invimbed._backends._bundles.Jet`; the
@@ -437,7 +440,7 @@ def _jet_sweep_one(b, ev, fns, plan, jet, ti, tf, tm, fixed, res, code, coded, j
                         out_z, out_v, out_a, out_w, err_z, err_v, err_a, err_w)
 
 
-@njit(cache=True)
+@_inner
 def _jet_record(N, nw, cZs, cVs, offs, n_orders, y, d, b, out_z, out_v, out_a, out_w,
                 err_z, err_v, err_a, err_w):
     """The fields of the jet at depth ``d`` (sample ``b``): z, V, Lam and W are the
@@ -456,7 +459,7 @@ def _jet_record(N, nw, cZs, cVs, offs, n_orders, y, d, b, out_z, out_v, out_a, o
             err_w[d, b, w] = abs(err_w[d, b, w] - out_w[d, b, w])
 
 
-@njit(cache=True)
+@_inner
 def _jet_fields(N, nw, cZ, cV, off, y, z, a, w):
     """One order's z, Lam and W (the jet ``y`` laid out from ``off`` with ``cZ``, ``cV``
     coefficients per component) into ``z``, ``a``, ``w``; returns V."""

@@ -52,6 +52,9 @@ from ._packed import order_tables, tape_arrays, tape_plan
 
 _jit = njit(cache=True, error_model="numpy")
 
+#: Functions that only compiled code calls: no CPython wrapper (`_numba_calls._inner`).
+_inner = njit(cache=True, error_model="numpy", no_cpython_wrapper=True)
+
 #: Codes of an input's sweep (`invimbed._backends.sweep_adaptive` words them): those of
 #: `invimbed._core.results.status.RowCode`, as plain integers.
 S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = (
@@ -59,7 +62,7 @@ S_DONE, S_NONFINITE, S_FIRST, S_UNDERFLOW, S_MAX_STEPS, S_MIN_STEP = (
     int(RowCode.MAX_STEPS), int(RowCode.MIN_STEP))
 
 
-@_jit
+@_inner
 def _tape_coefficients(cf, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
     """Taylor coefficients of ``f`` and ``R`` (with the ``w``-gradients ``G``, ``Rw``) by
     the tapes of ``tape`` (`Tapes`, run by ``cf[0]``: `run_row`), at ``xin = [x, theta]``;
@@ -100,7 +103,7 @@ def _tape_coefficients(cf, tape, N, M, nw, CF, t, xin, J, W, Phi, Rc, G, Rw):
     return True
 
 
-@_jit
+@_inner
 def _rhs(t, y, dy, ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, offs, ti, tf,
          tm, sc, W):
     """``dy/dp`` of every carried jet at depth ``t``; False where ``y`` or ``dy`` is not
@@ -125,7 +128,7 @@ def _rhs(t, y, dy, ev, fns, plan, cf, tape, N, M, nw, CF, CW, xin, J, cZs, cVs, 
     return _finite(dy)
 
 
-@_jit
+@_inner
 def _recorded(N, nw, cZs, cVs, offs):
     """Where in the state each recorded field is: ``idx[o * width + k]`` is entry ``k``
     of ``[z (N), value, adjoint (N), param_grad (nw)]`` of carried order ``o``."""
@@ -144,7 +147,7 @@ def _recorded(N, nw, cZs, cVs, offs):
     return idx
 
 
-@_jit
+@_inner
 def _record(y, idx, out, d, b):
     """The fields of every carried order at depth row ``d`` of input ``b``:
     ``out[d, b, o] = [z (N), value, adjoint (N), param_grad (nw)]``."""
@@ -153,7 +156,7 @@ def _record(y, idx, out, d, b):
         out[d, b, k // width, k % width] = y[idx[k]]
 
 
-@_jit
+@_inner
 def _record_f_r(fr_out, d, b, N, Phi, Rc):
     """``fr_out[d, b] = [f (N), R]`` at the input: the constant Taylor coefficients
     ``Phi[:, 0]``, ``Rc[0]`` (the core takes the depth gradient from them:
@@ -163,7 +166,7 @@ def _record_f_r(fr_out, d, b, N, Phi, Rc):
     fr_out[d, b, N] = Rc[0]
 
 
-@_jit
+@_inner
 def _record_dense(Qr, y_old, idx, t_old, h, p, out, d, b):
     """`_record` of scipy's ``RkDenseOutput`` at ``p``: ``y_old + h Q [x, x^2, ...]``,
     ``x = (p - t_old) / h``, for the recorded entries only (``Qr``: their rows of
@@ -188,7 +191,7 @@ def sweep_rows(one, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res, w
             tm, grid, step, res, ws)
 
 
-@_jit
+@_inner
 def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res, ws):
     """The sweep of input ``b`` on thread ``tid`` (see the module docstring), with the
     bundles of `invimbed._backends._bundles`: ``tape`` (`Tapes`: the tapes of ``f``,
@@ -283,7 +286,7 @@ def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res,
                 y[off + i * cZ + 1 + i] = 1.0
         for c in range(cVs[o]):
             y[off + N * cZ + c] = tbuf[c]
-    nxt = 0
+    nxt = _IDS[0]        # not a literal 0: `_record` is compiled for a variable row
     idx = _recorded(N, nw, cZs, cVs, offs)
     Qr = np.empty((idx.shape[0], kq))
     while nxt < n and dep_seg[nxt] < 0:      # depths at q

@@ -53,7 +53,9 @@ def _rebind(fn: Any, cache: bool = False, **replace: Any) -> Any:
     new = types.FunctionType(py.__code__, glb, py.__name__, py.__defaults__, py.__closure__)
     new.__doc__ = py.__doc__
     new.__qualname__ = py.__qualname__
-    return njit(cache=cache, error_model="numpy")(new)
+    # the copies that are not cached are called by compiled code only: no CPython wrapper
+    # (`invimbed._backends._ensemble_kernels._inner`)
+    return njit(cache=cache, error_model="numpy", no_cpython_wrapper=not cache)(new)
 
 
 def _rhs(mode, t, y, piece, out, values, dense, nd, ptr, ctx):
@@ -75,7 +77,9 @@ def _rows(point, t0, t1, Y, U, step, mode, status, t_end, steps, nfev, hl):
     rk = (np.empty((ns + 1, S)), np.empty(S), np.empty(S), np.empty(S), np.empty(S),
           np.empty(S))
     dense = np.empty((32, 2 + S + S * kq))
-    nd = 0
+    # a run-time zero: numba would compile the loop once more for ``nd``'s literal 0
+    # (seconds: the first call's argument types, before the loop's unify)
+    nd = np.int64(0)
     ptr = np.zeros(1, dtype=np.int64)
     starts = np.zeros(R + 1, dtype=np.int64)
     for r in range(R):

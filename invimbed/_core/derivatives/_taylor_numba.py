@@ -26,8 +26,16 @@ from ._tape import (ABS, ADD, AND, CMP, CONST, FUNC, INPUT, MAX, MIN, MUL, NOT, 
 from .multiindex import n_coefficients, product_table
 from ._univariate import series_into as _series_into
 
+#: A run-time zero: numba compiles a callee again for a literal argument (seconds for
+#: `series_into`, which the kernels also call with a variable degree).
+_ZERO = np.zeros(1, dtype=np.int64)
+
 #: `invimbed._core.derivatives._univariate.series_into` (the numpy evaluator's), compiled.
 series_into = njit(cache=True)(_series_into)
+
+#: Functions that only compiled code calls: no CPython wrapper (as
+#: `invimbed._backends._numba_calls._inner`).
+_inner = njit(cache=True, no_cpython_wrapper=True)
 
 
 @lru_cache(maxsize=None)
@@ -95,7 +103,7 @@ def lengths(ops, kind, order, n):
     return L
 
 
-@njit(cache=True)
+@_inner
 def uses_time(ops, outputs):
     """Whether an output of the tape depends on the time ``t``."""
     dep = np.zeros(ops.shape[0], np.bool_)
@@ -119,7 +127,7 @@ def uses_time(ops, outputs):
     return False
 
 
-@njit(cache=True)
+@_inner
 def _mul_acc(x, y, out, ptr, ib, io, lx, ly):
     """``out += x * y`` (truncated), ``x`` and ``y`` zero from ``lx`` and ``ly`` on."""
     for i in range(min(lx, ptr.shape[0] - 1)):
@@ -153,7 +161,7 @@ def _zero(w, D, lp, ld):
         _fill(w[d], ld, 0.0)
 
 
-@njit(cache=True)
+@_inner
 def _jmul(x, y, kx, ky, out, D, ptr, ib, io, Lx, Ly, lp, ld):
     """Jet product into ``out`` (D, C): ``out_0 = x_0 y_0``, ``out_d = x_0 y_d + x_d y_0``
     (``Lx``, ``Ly``, ``lp``, ``ld``: the bounds of `lengths`)."""
@@ -176,7 +184,7 @@ def _sign(p):
     return p if p != p else 0.0
 
 
-@njit(cache=True)
+@_inner
 def _compose(code, r, x, kx, out, order, D, ptr, ib, io, Lx, lp, ld, S):
     """``g(x)`` for the univariate function ``code``; ``S`` (5, C + 2) scratch (its last
     row: the series of ``g``)."""
@@ -221,7 +229,7 @@ def run(ops, par, kind, outputs, t, xin, order, D, C, ptr, ib, io, out, n):
                 out[row], L)
 
 
-@njit(cache=True)
+@_inner
 def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out, L):
     """One row of `run`: the tape at time ``t`` and inputs ``x`` into ``out`` (n_out, D,
     C), with the node storage ``W`` (n_nodes, D, C, zero where `lengths` ``L`` bounds
@@ -275,7 +283,7 @@ def run_row(ops, par, kind, outputs, t, x, order, D, ptr, ib, io, W, tmp, out, L
                         _copy(w[d], tmp[d], ld)
         elif op == FUNC:
             if k == 0:
-                series_into(b, W[a, 0, 0], par[i], 0, tmp[D + 4])
+                series_into(b, W[a, 0, 0], par[i], _ZERO[0], tmp[D + 4])
                 w[0, 0] = tmp[D + 4, 0]
             else:
                 _compose(b, par[i], W[a], kind[a], w, order, D, ptr, ib, io, L[a], lp, ld,
@@ -326,8 +334,11 @@ def evaluate(tape: Tape, t: np.ndarray, xin: np.ndarray, order: int) -> np.ndarr
     C = n_coefficients(n, order)
     ptr, ib, io = plan(n, order)
     out = np.zeros((xin.shape[0], len(tape.outputs), D, C))
-    args = (tape.ops, tape.par, tape.kind, tape.outputs, np.ascontiguousarray(t, dtype=float),
-            np.ascontiguousarray(xin, dtype=float), order, D, C, ptr, ib, io, out, n)
+    # writeable C arrays, as the warm-up's (`python -m invimbed compile`): numba types a
+    # read-only array (a broadcast time of one row) apart, and compiles the kernel again
+    # for it (seconds)
+    args = (tape.ops, tape.par, tape.kind, tape.outputs, np.require(t, float, ["C", "W"]),
+            np.require(xin, float, ["C", "W"]), order, D, C, ptr, ib, io, out, n)
     if run.signatures:      # compiled in this process: no announcement to consider
         run(*args)
         return out

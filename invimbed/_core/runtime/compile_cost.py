@@ -61,26 +61,25 @@ def ready(kernel: Any) -> bool:
 
 #: The package's compiled kernels: what each serves (the announcement names it) and its
 #: compile time in seconds of CPU on the reference machine, the shared 2-core container
-#: (``python -m invimbed compile`` from an empty cache, one process, 2026-11-29: at a
-#: load average of 5 to 7 the wall times were 218 and 16 s for ``sweep_fixed`` and
-#: ``values``, 109 s for ``ensemble``; ``sweep_adaptive`` and ``ocp_rows`` from a later
-#: run of the same day at a load average of about 4, wall 101 and 22 s; the Taylor-mode
-#: kernel alone, the contraction and the generated jet code as measured before:
-#: docs/performance.md, "Compiled kernels and the first run on a machine").
+#: (``python -m invimbed compile`` from an empty cache, one process, 2026-11-29, the mean
+#: of two runs at a load average of 7 to 9: ``sweep_fixed``, ``values``,
+#: ``sweep_adaptive``, ``ensemble`` and ``ocp_rows``; the Taylor-mode kernel alone, the
+#: contraction and the generated jet code as measured before: docs/performance.md,
+#: "Compiled kernels and the first run on a machine").
 #: `expected_seconds` scales them to the machine it runs on.
 KERNELS: dict[str, tuple[str, float]] = {
     "sweep_fixed": ("the fixed-step numba sweep (backend='numba', method='euler', "
-                    "'midpoint', 'rk4' or 'disc')", 38.0),
+                    "'midpoint', 'rk4' or 'disc')", 30.0),
     "values": ("the numba loop of f and R over many rows (the depth gradient of "
-               "backend='numba')", 2.6),
+               "backend='numba')", 2.2),
     "sweep_adaptive": ("the compiled adaptive sweep (backend='numba', method='RK45' or "
-                       "'RK23')", 44.0),
-    "ensemble": ("the numba ensemble of solve_adjoint(backend='numba')", 22.0),
+                       "'RK23')", 32.0),
+    "ensemble": ("the numba ensemble of solve_adjoint(backend='numba')", 19.0),
     "taylor": ("the Taylor-mode tape kernel (from_sympy problems, jets of degree 4 and "
                "more)", 42.0),
     "contract": ("the jet closure's compiled contraction (jets of high order)", 1.5),
     "ocp_rows": ("the compiled shooting rows of solve_ocp / OCPSolver (from_sympy "
-                 "and traced problems)", 11.0),
+                 "and traced problems)", 5.5),
     # per problem: 3.0 to 4.0 s of CPU for the coupled pendulums of the benchmarks (N = 4,
     # orders 1 and 2; 8.0 to 9.4 s before its loop bodies per degree, same runs)
     "jet_code": ("this problem's generated jet right-hand side (backend='numba' on a "
