@@ -50,10 +50,10 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from ..derivatives.multiindex import (degree_slices, n_coefficients, poly_derivatives,
-                                       product_table)
+from ..derivatives.multiindex import (degree_slices, derivative_table, n_coefficients,
+                                       poly_derivatives, product_table)
 from ..runtime.namespace import array_namespace, on_device
-from ..runtime.ordered import SumPlan, scatter_sum, sum_plan
+from ..runtime.ordered import PADS, SumPlan, scatter_sum, sum_padded, sum_plan
 from .base import Closure, Layout
 
 
@@ -78,7 +78,7 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
     ``sum_i a_i(delta) b_i(delta)`` up to degree ``order_out``.
     """
     ia, ib, scatter = _product_plan(n, order_a, order_b, order_out)
-    xp = array_namespace(a, b)
+    xp = np if type(a) is np.ndarray and type(b) is np.ndarray else array_namespace(a, b)
     B = a.shape[0]
     P = tuple(a.shape[1:-2])
     Q = tuple(b.shape[2:-1])
@@ -92,6 +92,8 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
         return out.reshape((B,) + P + Q + (out.shape[-1],))
     a2 = a.reshape(B, -1, I, a.shape[-1])[..., on_device(ia, xp)]   # (B, p, I, pairs)
     b2 = b.reshape(B, I, -1, b.shape[-1])[..., on_device(ib, xp)]   # (B, I, q, pairs)
+    if xp is np and isinstance(scatter, SumPlan):
+        return _summed(a2, b2, scatter).reshape((B,) + P + Q + (scatter.n_out,))
     prod = xp.einsum("bpin,biqn->bpqn", a2, b2)                      # (B, p, q, pairs)
     flat = prod.reshape(-1, ia.size)
     if isinstance(scatter, SumPlan):
@@ -102,6 +104,18 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
     else:  # a large scatter, on the device: cupy's sparse matrices
         out = (_device_sparse(scatter, xp) @ flat.T).T
     return out.reshape((B,) + P + Q + (scatter.shape[0],))
+
+
+def _summed(a2: np.ndarray, b2: np.ndarray, plan: SumPlan) -> np.ndarray:
+    """``scatter_sum(einsum("bpin,biqn->bpqn", a2, b2), plan)`` (numpy), the products
+    written by einsum straight into the terms that `invimbed._core.runtime.ordered.sum_padded`
+    sums (the same einsum, with the same inner loops: the same values bit for bit)."""
+    B, p, _, pairs = a2.shape
+    q = b2.shape[2]
+    ext = np.empty((B * p * q, pairs + 2), dtype=np.result_type(a2, b2))
+    np.einsum("bpin,biqn->bpqn", a2, b2, out=ext[:, :pairs].reshape(B, p, q, pairs))
+    ext[:, pairs:] = PADS
+    return sum_padded(ext, plan)
 
 
 #: the table size (pairs) from which `contract_product` runs compiled code: degree 4 and
@@ -171,9 +185,28 @@ def transport(U: np.ndarray, Phi: np.ndarray, n: int, degree: int) -> np.ndarray
     """
     if degree == 0:
         return array_namespace(U).zeros_like(U)
+    ia, ib, plan = _product_plan(n, degree - 1, degree, degree)
+    if (type(U) is np.ndarray and type(Phi) is np.ndarray and isinstance(plan, SumPlan)
+            and ia.size < _COMPILED_FROM):
+        # the derivative's entries gathered straight into the pairs of the product:
+        # ``U[src[:, ia]] * fac[:, ia]`` is ``(U[src] * fac)[:, ia]``, entry by entry
+        src, fac = _derivative_pairs(n, degree)
+        B = U.shape[0]
+        a2 = np.take(U.reshape(B, -1, U.shape[-1]), src, axis=2) * fac   # (B, out, n, pairs)
+        b2 = np.take(Phi, ib, axis=2)[:, :, None, :]                      # (B, n, 1, pairs)
+        return _summed(a2, b2, plan).reshape(U.shape[:-1] + (plan.n_out,))
     dU = poly_derivatives(U, n, degree)                       # (B, *out, n, c(degree-1))
     phi = Phi[..., :n_coefficients(n, degree)]
     return contract_product(dU, phi, n, degree - 1, degree, degree)
+
+
+@lru_cache(maxsize=None)
+def _derivative_pairs(n: int, degree: int) -> tuple[np.ndarray, np.ndarray]:
+    """`derivative_table` of degree ``degree`` taken at the first factors of the product
+    table of `transport`: the source index and factor of each (variable, pair)."""
+    src, _, fac = derivative_table(n, degree)
+    ia = _product_plan(n, degree - 1, degree, degree)[0]
+    return src[:, ia], fac[:, ia]
 
 
 def disc_update(closure: Any, old: dict, coef: dict, h: float) -> dict:
@@ -354,7 +387,7 @@ class JetClosure(Closure):
         truncation)."""
         N = self.N
         c = n_coefficients(N, K + 1)
-        Gw = self.xp.moveaxis(coef["G"][..., :c], 1, 2)        # (B, nw, N, c)
+        Gw = coef["G"][..., :c].swapaxes(1, 2)                 # (B, nw, N, c)
         src = contract_product(Gw, Lam[:, :, None, :], N, K + 1, K, K + 1)[:, :, 0]
         return src + coef["Rw"][..., :c]
 
