@@ -192,8 +192,8 @@ def transport(U: np.ndarray, Phi: np.ndarray, n: int, degree: int) -> np.ndarray
         # ``U[src[:, ia]] * fac[:, ia]`` is ``(U[src] * fac)[:, ia]``, entry by entry
         src, fac = _derivative_pairs(n, degree)
         B = U.shape[0]
-        a2 = np.take(U.reshape(B, -1, U.shape[-1]), src, axis=2) * fac   # (B, out, n, pairs)
-        b2 = np.take(Phi, ib, axis=2)[:, :, None, :]                      # (B, n, 1, pairs)
+        a2 = U.reshape(B, -1, U.shape[-1]).take(src, axis=2) * fac   # (B, out, n, pairs)
+        b2 = Phi.take(ib, axis=2)[:, :, None, :]                      # (B, n, 1, pairs)
         return _summed(a2, b2, plan).reshape(U.shape[:-1] + (plan.n_out,))
     dU = poly_derivatives(U, n, degree)                       # (B, *out, n, c(degree-1))
     phi = Phi[..., :n_coefficients(n, degree)]
