@@ -53,7 +53,7 @@ from scipy import sparse
 from ..derivatives.multiindex import (degree_slices, derivative_table, n_coefficients,
                                        poly_derivatives, product_table)
 from ..runtime.namespace import array_namespace, on_device
-from ..runtime.ordered import PADS, SumPlan, scatter_sum, sum_padded, sum_plan
+from ..runtime.ordered import PADS, SumPlan, scatter_sum, sum_dtype, sum_padded, sum_plan
 from .base import Closure, Layout
 
 
@@ -112,7 +112,7 @@ def _summed(a2: np.ndarray, b2: np.ndarray, plan: SumPlan) -> np.ndarray:
     sums (the same einsum, with the same inner loops: the same values bit for bit)."""
     B, p, _, pairs = a2.shape
     q = b2.shape[2]
-    ext = np.empty((B * p * q, pairs + 2), dtype=np.result_type(a2, b2))
+    ext = np.empty((B * p * q, pairs + 2), dtype=sum_dtype(plan, np.result_type(a2, b2)))
     np.einsum("bpin,biqn->bpqn", a2, b2, out=ext[:, :pairs].reshape(B, p, q, pairs))
     ext[:, pairs:] = PADS
     return sum_padded(ext, plan)

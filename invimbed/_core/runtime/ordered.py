@@ -93,6 +93,14 @@ def sum_plan(targets: np.ndarray, n_out: int) -> SumPlan:
 PADS = np.array([-0.0, 0.0])
 
 
+def sum_dtype(plan: SumPlan, dtype: Any) -> np.dtype:
+    """The dtype `add_in_plan_order` sums terms of ``dtype`` in: theirs, or float64 at
+    least where an output has no term (its sums start from float64 zeros)."""
+    if plan.sizes and plan.sizes[0] == plan.n_out:
+        return np.dtype(dtype)
+    return np.result_type(dtype, np.float64)
+
+
 def sum_padded(ext: np.ndarray, plan: SumPlan) -> np.ndarray:
     """The sums of `scatter_sum` (numpy) from ``ext`` (..., n_terms + 2): the terms, then
     the `PADS` -0.0 and +0.0. One gather and one reduction instead of a running sum per
@@ -138,7 +146,7 @@ def scatter_sum(values: np.ndarray, table: np.ndarray | SumPlan, xp: Any = np) -
         table = sum_plan(targets, np.shape(table)[0])
     if xp is np:
         n_terms = values.shape[-1]
-        ext = np.empty(values.shape[:-1] + (n_terms + 2,), dtype=values.dtype)
+        ext = np.empty(values.shape[:-1] + (n_terms + 2,), dtype=sum_dtype(table, values.dtype))
         ext[..., :n_terms] = values
         ext[..., n_terms:] = PADS
         return sum_padded(ext, table)
