@@ -543,6 +543,36 @@ def test_jet_transport_is_the_derivative_then_the_ordered_contraction(n, degree,
         assert _bits(both) == _bits(want)
 
 
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(1, 3), order=st.integers(1, 3), nw=st.integers(0, 2),
+       ratio=st.booleans(), data=st.data())
+def test_jet_rhs_transports_the_blocks_of_one_degree_together_bit_for_bit(n, order, nw, ratio,
+                                                                          data):
+    """`JetClosure`'s right-hand side transports the blocks of one degree in one call
+    (``V_K``, ``W_K``, ``Z_(K+1)``): the same bits as block by block, on random states
+    and coefficients (``ratio`` carries the orders K - 1 to K + 1)."""
+    from invimbed import Constant
+    from invimbed._core.closures.jet import JetClosure
+
+    B, nc = 2, mi.n_coefficients
+    x = np.zeros((B, n))
+    clo = JetClosure(None, Constant(np.zeros(nw)), x, 0.0, order=order, ratio_test=ratio)
+    top = clo.f_order
+    coef = {"Phi": data.draw(arrays(np.float64, (B, n, nc(n, top)), elements=FINITE)),
+            "R": data.draw(arrays(np.float64, (B, nc(n, top)), elements=FINITE))}
+    if nw:
+        coef["G"] = data.draw(arrays(np.float64, (B, n, nw, nc(n, top)), elements=FINITE))
+        coef["Rw"] = data.draw(arrays(np.float64, (B, nw, nc(n, top)), elements=FINITE))
+    y = data.draw(arrays(np.float64, (clo.layout.size,), elements=FINITE))
+    got = clo._rhs_from(coef, y)
+    blocks = clo.layout.unpack(y)
+    alone = {}
+    for K in clo.orders:
+        alone.update(clo._rhs_jet(K, blocks, coef))
+    assert _bits(got) == _bits(clo.layout.pack(alone))
+    assert len(clo._transports(blocks, coef["Phi"])) >= 2      # some were stacked
+
+
 @given(data=st.data(), size=st.integers(1, 8), lead=st.sampled_from([(), (4,), (2, 3)]))
 def test_sum_products_is_a_dot_product_on_the_last_axis(data, size, lead):
     a = data.draw(arrays(np.float64, lead + (size,), elements=FINITE))

@@ -185,11 +185,10 @@ def transport(U: np.ndarray, Phi: np.ndarray, n: int, degree: int) -> np.ndarray
     """
     if degree == 0:
         return array_namespace(U).zeros_like(U)
-    ia, ib, plan = _product_plan(n, degree - 1, degree, degree)
-    if (type(U) is np.ndarray and type(Phi) is np.ndarray and isinstance(plan, SumPlan)
-            and ia.size < _COMPILED_FROM):
+    if type(U) is np.ndarray and type(Phi) is np.ndarray and _fused(n, degree):
         # the derivative's entries gathered straight into the pairs of the product:
         # ``U[src[:, ia]] * fac[:, ia]`` is ``(U[src] * fac)[:, ia]``, entry by entry
+        ib, plan = _product_plan(n, degree - 1, degree, degree)[1:]
         src, fac = _derivative_pairs(n, degree)
         B = U.shape[0]
         a2 = U.reshape(B, -1, U.shape[-1]).take(src, axis=2) * fac   # (B, out, n, pairs)
@@ -198,6 +197,15 @@ def transport(U: np.ndarray, Phi: np.ndarray, n: int, degree: int) -> np.ndarray
     dU = poly_derivatives(U, n, degree)                       # (B, *out, n, c(degree-1))
     phi = Phi[..., :n_coefficients(n, degree)]
     return contract_product(dU, phi, n, degree - 1, degree, degree)
+
+
+def _fused(n: int, degree: int) -> bool:
+    """Whether `transport` of ``degree`` takes the numpy route of fixed-order sums with
+    the derivative gathered into the product's pairs (below `_COMPILED_FROM` pairs)."""
+    if degree < 1:
+        return False
+    ia, _, plan = _product_plan(n, degree - 1, degree, degree)
+    return isinstance(plan, SumPlan) and ia.size < _COMPILED_FROM
 
 
 @lru_cache(maxsize=None)
@@ -360,25 +368,63 @@ class JetClosure(Closure):
 
     def _rhs_from(self, coef: dict, y: Any) -> Any:
         blocks = self.layout.unpack(y)
+        moved = self._transports(blocks, coef["Phi"])
         out = {}
         for K in self.orders:
-            out.update(self._rhs_jet(K, blocks, coef))
+            out.update(self._rhs_jet(K, blocks, coef, moved))
         return self.layout.pack(out)
 
-    def _rhs_jet(self, K: int, blocks: dict, coef: dict) -> dict[str, np.ndarray]:
+    def _transports(self, blocks: dict, Phi: Any) -> dict[str, Any]:
+        """`transport` of every carried block, one call per degree where the numpy route
+        runs (`_fused`): the blocks of one degree (``V_K``, ``W_K`` and ``Z_(K+1)``) share
+        ``Phi`` and the tables, and are stacked on the output axis; each row's products
+        and sums are those of its own call (einsum's loop runs over the pairs of one row;
+        the sums are per row), so the numbers are the same bit for bit. Elsewhere none
+        (`_rhs_jet` transports block by block)."""
+        if type(Phi) is not np.ndarray:
+            return {}
+        groups: dict[int, list[str]] = {}
+        for K in self.orders:
+            groups.setdefault(K, []).append(f"Z{K}")
+            groups.setdefault(K + 1, []).append(f"V{K}")
+            if self.nw:
+                groups[K + 1].append(f"W{K}")
+        B, moved = self.B, {}
+        for degree, names in groups.items():
+            if len(names) < 2 or not _fused(self.N, degree):
+                continue
+            rows = [blocks[n].reshape(B, -1, blocks[n].shape[-1]) for n in names]
+            both = transport(np.concatenate(rows, axis=1), Phi, self.N, degree)
+            start = 0
+            for n, r in zip(names, rows):
+                moved[n] = both[:, start:start + r.shape[1]].reshape(blocks[n].shape)
+                start += r.shape[1]
+        return moved
+
+    def _rhs_jet(self, K: int, blocks: dict, coef: dict,
+                 moved: dict | None = None) -> dict[str, np.ndarray]:
+        """The jet equations of order ``K``; ``moved`` may hold the transports of its
+        blocks, already computed (`_transports`)."""
         N = self.N
         Phi, R = coef["Phi"], coef["R"]
+        moved = moved or {}
+
+        def grad(name: str, degree: int) -> Any:
+            hit = moved.get(name)
+            return transport(blocks[name], Phi, N, degree) if hit is None else hit
+
         out = {}
-        tZ = transport(blocks[f"Z{K}"], Phi, N, K)
+        tZ = grad(f"Z{K}", K)
         if self.crop:
+            tZ = tZ.copy()
             tZ[..., 1:N + 1] = Phi[..., 1:N + 1]
         out[f"Z{K}"] = -tZ
         V = blocks[f"V{K}"]
-        out[f"V{K}"] = -(transport(V, Phi, N, K + 1) + R[:, :V.shape[-1]])
+        out[f"V{K}"] = -(grad(f"V{K}", K + 1) + R[:, :V.shape[-1]])
         if self.nw:
             Lam = poly_derivatives(V, N, K + 1)                          # (B, N, c(K))
             src = self._param_source(coef, Lam, K)
-            out[f"W{K}"] = -(transport(blocks[f"W{K}"], Phi, N, K + 1) + src)
+            out[f"W{K}"] = -(grad(f"W{K}", K + 1) + src)
         return out
 
     def _param_source(self, coef: dict, Lam: np.ndarray, K: int) -> np.ndarray:
