@@ -50,10 +50,10 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from ..derivatives.multiindex import (degree_slices, derivative_table, n_coefficients,
+from ..derivatives.multiindex import (degree_slices, derivative_pairs, n_coefficients,
                                        poly_derivatives, product_table)
 from ..runtime.namespace import array_namespace, on_device
-from ..runtime.ordered import PADS, SumPlan, scatter_sum, sum_dtype, sum_padded, sum_plan
+from ..runtime.ordered import SumPlan, einsum_sum, scatter_sum, sum_plan
 from .base import Closure, Layout
 
 
@@ -93,7 +93,7 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
     a2 = a.reshape(B, -1, I, a.shape[-1])[..., on_device(ia, xp)]   # (B, p, I, pairs)
     b2 = b.reshape(B, I, -1, b.shape[-1])[..., on_device(ib, xp)]   # (B, I, q, pairs)
     if xp is np and isinstance(scatter, SumPlan):
-        return _summed(a2, b2, scatter).reshape((B,) + P + Q + (scatter.n_out,))
+        return einsum_sum(a2, b2, scatter).reshape((B,) + P + Q + (scatter.n_out,))
     prod = xp.einsum("bpin,biqn->bpqn", a2, b2)                      # (B, p, q, pairs)
     flat = prod.reshape(-1, ia.size)
     if isinstance(scatter, SumPlan):
@@ -104,18 +104,6 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
     else:  # a large scatter, on the device: cupy's sparse matrices
         out = (_device_sparse(scatter, xp) @ flat.T).T
     return out.reshape((B,) + P + Q + (scatter.shape[0],))
-
-
-def _summed(a2: np.ndarray, b2: np.ndarray, plan: SumPlan) -> np.ndarray:
-    """``scatter_sum(einsum("bpin,biqn->bpqn", a2, b2), plan)`` (numpy), the products
-    written by einsum straight into the terms that `invimbed._core.runtime.ordered.sum_padded`
-    sums (the same einsum, with the same inner loops: the same values bit for bit)."""
-    B, p, _, pairs = a2.shape
-    q = b2.shape[2]
-    ext = np.empty((B * p * q, pairs + 2), dtype=sum_dtype(plan, np.result_type(a2, b2)))
-    np.einsum("bpin,biqn->bpqn", a2, b2, out=ext[:, :pairs].reshape(B, p, q, pairs))
-    ext[:, pairs:] = PADS
-    return sum_padded(ext, plan)
 
 
 #: the table size (pairs) from which `contract_product` runs compiled code: degree 4 and
@@ -189,11 +177,11 @@ def transport(U: np.ndarray, Phi: np.ndarray, n: int, degree: int) -> np.ndarray
         # the derivative's entries gathered straight into the pairs of the product:
         # ``U[src[:, ia]] * fac[:, ia]`` is ``(U[src] * fac)[:, ia]``, entry by entry
         ib, plan = _product_plan(n, degree - 1, degree, degree)[1:]
-        src, fac = _derivative_pairs(n, degree)
+        src, fac = derivative_pairs(n, degree)
         B = U.shape[0]
         a2 = U.reshape(B, -1, U.shape[-1]).take(src, axis=2) * fac   # (B, out, n, pairs)
         b2 = Phi.take(ib, axis=2)[:, :, None, :]                      # (B, n, 1, pairs)
-        return _summed(a2, b2, plan).reshape(U.shape[:-1] + (plan.n_out,))
+        return einsum_sum(a2, b2, plan).reshape(U.shape[:-1] + (plan.n_out,))
     dU = poly_derivatives(U, n, degree)                       # (B, *out, n, c(degree-1))
     phi = Phi[..., :n_coefficients(n, degree)]
     return contract_product(dU, phi, n, degree - 1, degree, degree)
@@ -202,19 +190,9 @@ def transport(U: np.ndarray, Phi: np.ndarray, n: int, degree: int) -> np.ndarray
 def _fused(n: int, degree: int) -> bool:
     """Whether `transport` of ``degree`` takes the numpy route of fixed-order sums with
     the derivative gathered into the product's pairs (below `_COMPILED_FROM` pairs)."""
-    if degree < 1:
-        return False
-    ia, _, plan = _product_plan(n, degree - 1, degree, degree)
-    return isinstance(plan, SumPlan) and ia.size < _COMPILED_FROM
-
-
-@lru_cache(maxsize=None)
-def _derivative_pairs(n: int, degree: int) -> tuple[np.ndarray, np.ndarray]:
-    """`derivative_table` of degree ``degree`` taken at the first factors of the product
-    table of `transport`: the source index and factor of each (variable, pair)."""
-    src, _, fac = derivative_table(n, degree)
-    ia = _product_plan(n, degree - 1, degree, degree)[0]
-    return src[:, ia], fac[:, ia]
+    d = max(degree, 1)
+    ia, _, plan = _product_plan(n, d - 1, d, d)
+    return degree > 0 and isinstance(plan, SumPlan) and ia.size < _COMPILED_FROM
 
 
 def disc_update(closure: Any, old: dict, coef: dict, h: float) -> dict:
@@ -375,12 +353,9 @@ class JetClosure(Closure):
         return self.layout.pack(out)
 
     def _transports(self, blocks: dict, Phi: Any) -> dict[str, Any]:
-        """`transport` of every carried block, one call per degree where the numpy route
-        runs (`_fused`): the blocks of one degree (``V_K``, ``W_K`` and ``Z_(K+1)``) share
-        ``Phi`` and the tables, and are stacked on the output axis; each row's products
-        and sums are those of its own call (einsum's loop runs over the pairs of one row;
-        the sums are per row), so the numbers are the same bit for bit. Elsewhere none
-        (`_rhs_jet` transports block by block)."""
+        """`transport` of the blocks of one degree (``V_K``, ``W_K``, ``Z_(K+1)``) in one
+        call, stacked on the output axis, where the numpy route runs (`_fused`): each
+        row's products and sums are those of its own call, the same bits."""
         if type(Phi) is not np.ndarray:
             return {}
         groups: dict[int, list[str]] = {}
@@ -395,10 +370,8 @@ class JetClosure(Closure):
                 continue
             rows = [blocks[n].reshape(B, -1, blocks[n].shape[-1]) for n in names]
             both = transport(np.concatenate(rows, axis=1), Phi, self.N, degree)
-            start = 0
-            for n, r in zip(names, rows):
-                moved[n] = both[:, start:start + r.shape[1]].reshape(blocks[n].shape)
-                start += r.shape[1]
+            parts = np.split(both, np.cumsum([r.shape[1] for r in rows])[:-1], axis=1)
+            moved.update({n: v.reshape(blocks[n].shape) for n, v in zip(names, parts)})
         return moved
 
     def _rhs_jet(self, K: int, blocks: dict, coef: dict,
@@ -409,10 +382,8 @@ class JetClosure(Closure):
         Phi, R = coef["Phi"], coef["R"]
         moved = moved or {}
 
-        def grad(name: str, degree: int) -> Any:
-            hit = moved.get(name)
-            return transport(blocks[name], Phi, N, degree) if hit is None else hit
-
+        def grad(name: str, d: int) -> Any:    # computed already, or now
+            return moved[name] if name in moved else transport(blocks[name], Phi, N, d)
         out = {}
         tZ = grad(f"Z{K}", K)
         if self.crop:
