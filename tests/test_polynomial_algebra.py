@@ -22,7 +22,7 @@ from math import comb, factorial
 import numpy as np
 import pytest
 import sympy as sp
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -515,14 +515,18 @@ def test_scatter_sum_is_the_running_sum_bit_for_bit(n_out, lead, data):
 @given(n=st.integers(1, 4), degree=st.integers(1, 4), out=st.sampled_from([(), (1,), (3,)]),
        B=st.sampled_from([1, 2]), data=st.data())
 def test_jet_transport_is_the_derivative_then_the_ordered_contraction(n, degree, out, B, data):
-    """The jet closure's ``grad U . Phi`` (`transport`, which gathers the derivative
-    straight into the product's pairs) and `contract_product` give the bits of the
-    plain route: `mi.poly_derivatives`, einsum over the shared axis, then the running
-    sums in the product table's order. Several ``(n, degree)`` in one process: the
-    tables kept per ``(n, degree)`` must never serve another."""
+    """The jet closure's ``grad U . Phi`` (`transport`, `contract_product`: einsum's
+    products summed by `ordered.einsum_sum`) gives the bits of the plain route:
+    `mi.poly_derivatives`, einsum over the shared axis (on operands of the same memory
+    layout: einsum's rounding follows it), then the running sums in the product
+    table's order. Several ``(n, degree)`` in one process: the plans kept per
+    ``(n, degree)`` must never serve another."""
     from invimbed._core.closures import jet
 
     nc = mi.n_coefficients
+    # the numpy route (from `jet._COMPILED_FROM` pairs a compiled kernel may add in
+    # another order where it is cached: tests/test_taylor_mode.py compares those)
+    assume(mi.product_table(n, degree - 1, degree, degree)[0].size < jet._COMPILED_FROM)
     U = data.draw(arrays(np.float64, (B,) + out + (nc(n, degree),), elements=SPECIAL))
     Phi = data.draw(arrays(np.float64, (B, n, nc(n, degree + 1)), elements=FINITE))
 
@@ -538,39 +542,6 @@ def test_jet_transport_is_the_derivative_then_the_ordered_contraction(n, degree,
         want = plain(dU.reshape(B, -1, n, dU.shape[-1]), Phi[:, :, None, :nc(n, degree)],
                      degree - 1, degree, degree)
         assert got.shape == U.shape and _bits(got) == _bits(want)
-        both = jet.contract_product(dU, Phi[..., :nc(n, degree)], n, degree - 1, degree,
-                                    degree)
-        assert _bits(both) == _bits(want)
-
-
-@settings(max_examples=10, deadline=None)
-@given(n=st.integers(1, 3), order=st.integers(1, 3), nw=st.integers(0, 2),
-       ratio=st.booleans(), data=st.data())
-def test_jet_rhs_transports_the_blocks_of_one_degree_together_bit_for_bit(n, order, nw, ratio,
-                                                                          data):
-    """`JetClosure`'s right-hand side transports the blocks of one degree in one call
-    (``V_K``, ``W_K``, ``Z_(K+1)``): the same bits as block by block, on random states
-    and coefficients (``ratio`` carries the orders K - 1 to K + 1)."""
-    from invimbed import Constant
-    from invimbed._core.closures.jet import JetClosure
-
-    B, nc = 2, mi.n_coefficients
-    x = np.zeros((B, n))
-    clo = JetClosure(None, Constant(np.zeros(nw)), x, 0.0, order=order, ratio_test=ratio)
-    top = clo.f_order
-    coef = {"Phi": data.draw(arrays(np.float64, (B, n, nc(n, top)), elements=FINITE)),
-            "R": data.draw(arrays(np.float64, (B, nc(n, top)), elements=FINITE))}
-    if nw:
-        coef["G"] = data.draw(arrays(np.float64, (B, n, nw, nc(n, top)), elements=FINITE))
-        coef["Rw"] = data.draw(arrays(np.float64, (B, nw, nc(n, top)), elements=FINITE))
-    y = data.draw(arrays(np.float64, (clo.layout.size,), elements=FINITE))
-    got = clo._rhs_from(coef, y)
-    blocks = clo.layout.unpack(y)
-    alone = {}
-    for K in clo.orders:
-        alone.update(clo._rhs_jet(K, blocks, coef))
-    assert _bits(got) == _bits(clo.layout.pack(alone))
-    assert len(clo._transports(blocks, coef["Phi"])) >= 2      # some were stacked
 
 
 @given(data=st.data(), size=st.integers(1, 8), lead=st.sampled_from([(), (4,), (2, 3)]))

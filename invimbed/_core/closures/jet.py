@@ -50,8 +50,8 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from ..derivatives.multiindex import (degree_slices, derivative_pairs, n_coefficients,
-                                       poly_derivatives, product_table)
+from ..derivatives.multiindex import (degree_slices, n_coefficients, poly_derivatives,
+                                       product_table)
 from ..runtime.namespace import array_namespace, on_device
 from ..runtime.ordered import SumPlan, einsum_sum, scatter_sum, sum_plan
 from .base import Closure, Layout
@@ -173,26 +173,9 @@ def transport(U: np.ndarray, Phi: np.ndarray, n: int, degree: int) -> np.ndarray
     """
     if degree == 0:
         return array_namespace(U).zeros_like(U)
-    if type(U) is np.ndarray and type(Phi) is np.ndarray and _fused(n, degree):
-        # the derivative's entries gathered straight into the pairs of the product:
-        # ``U[src[:, ia]] * fac[:, ia]`` is ``(U[src] * fac)[:, ia]``, entry by entry
-        ib, plan = _product_plan(n, degree - 1, degree, degree)[1:]
-        src, fac = derivative_pairs(n, degree)
-        B = U.shape[0]
-        a2 = U.reshape(B, -1, U.shape[-1]).take(src, axis=2) * fac   # (B, out, n, pairs)
-        b2 = Phi.take(ib, axis=2)[:, :, None, :]                      # (B, n, 1, pairs)
-        return einsum_sum(a2, b2, plan).reshape(U.shape[:-1] + (plan.n_out,))
     dU = poly_derivatives(U, n, degree)                       # (B, *out, n, c(degree-1))
     phi = Phi[..., :n_coefficients(n, degree)]
     return contract_product(dU, phi, n, degree - 1, degree, degree)
-
-
-def _fused(n: int, degree: int) -> bool:
-    """Whether `transport` of ``degree`` takes the numpy route of fixed-order sums with
-    the derivative gathered into the product's pairs (below `_COMPILED_FROM` pairs)."""
-    d = max(degree, 1)
-    ia, _, plan = _product_plan(n, d - 1, d, d)
-    return degree > 0 and isinstance(plan, SumPlan) and ia.size < _COMPILED_FROM
 
 
 def disc_update(closure: Any, old: dict, coef: dict, h: float) -> dict:
@@ -346,56 +329,25 @@ class JetClosure(Closure):
 
     def _rhs_from(self, coef: dict, y: Any) -> Any:
         blocks = self.layout.unpack(y)
-        moved = self._transports(blocks, coef["Phi"])
         out = {}
         for K in self.orders:
-            out.update(self._rhs_jet(K, blocks, coef, moved))
+            out.update(self._rhs_jet(K, blocks, coef))
         return self.layout.pack(out)
 
-    def _transports(self, blocks: dict, Phi: Any) -> dict[str, Any]:
-        """`transport` of the blocks of one degree (``V_K``, ``W_K``, ``Z_(K+1)``) in one
-        call, stacked on the output axis, where the numpy route runs (`_fused`): each
-        row's products and sums are those of its own call, the same bits."""
-        if type(Phi) is not np.ndarray:
-            return {}
-        groups: dict[int, list[str]] = {}
-        for K in self.orders:
-            groups.setdefault(K, []).append(f"Z{K}")
-            groups.setdefault(K + 1, []).append(f"V{K}")
-            if self.nw:
-                groups[K + 1].append(f"W{K}")
-        B, moved = self.B, {}
-        for degree, names in groups.items():
-            if len(names) < 2 or not _fused(self.N, degree):
-                continue
-            rows = [blocks[n].reshape(B, -1, blocks[n].shape[-1]) for n in names]
-            both = transport(np.concatenate(rows, axis=1), Phi, self.N, degree)
-            parts = np.split(both, np.cumsum([r.shape[1] for r in rows])[:-1], axis=1)
-            moved.update({n: v.reshape(blocks[n].shape) for n, v in zip(names, parts)})
-        return moved
-
-    def _rhs_jet(self, K: int, blocks: dict, coef: dict,
-                 moved: dict | None = None) -> dict[str, np.ndarray]:
-        """The jet equations of order ``K``; ``moved`` may hold the transports of its
-        blocks, already computed (`_transports`)."""
+    def _rhs_jet(self, K: int, blocks: dict, coef: dict) -> dict[str, np.ndarray]:
         N = self.N
         Phi, R = coef["Phi"], coef["R"]
-        moved = moved or {}
-
-        def grad(name: str, d: int) -> Any:    # computed already, or now
-            return moved[name] if name in moved else transport(blocks[name], Phi, N, d)
         out = {}
-        tZ = grad(f"Z{K}", K)
+        tZ = transport(blocks[f"Z{K}"], Phi, N, K)
         if self.crop:
-            tZ = tZ.copy()
             tZ[..., 1:N + 1] = Phi[..., 1:N + 1]
         out[f"Z{K}"] = -tZ
         V = blocks[f"V{K}"]
-        out[f"V{K}"] = -(grad(f"V{K}", K + 1) + R[:, :V.shape[-1]])
+        out[f"V{K}"] = -(transport(V, Phi, N, K + 1) + R[:, :V.shape[-1]])
         if self.nw:
             Lam = poly_derivatives(V, N, K + 1)                          # (B, N, c(K))
             src = self._param_source(coef, Lam, K)
-            out[f"W{K}"] = -(grad(f"W{K}", K + 1) + src)
+            out[f"W{K}"] = -(transport(blocks[f"W{K}"], Phi, N, K + 1) + src)
         return out
 
     def _param_source(self, coef: dict, Lam: np.ndarray, K: int) -> np.ndarray:

@@ -136,16 +136,6 @@ def derivative_table(n: int, order: int) -> tuple[np.ndarray, np.ndarray, np.nda
     return src, np.broadcast_to(np.arange(len(tgt)), (n, len(tgt))).copy(), fac
 
 
-@lru_cache(maxsize=None)
-def derivative_pairs(n: int, order: int) -> tuple[np.ndarray, np.ndarray]:
-    """`derivative_table` (source index, factor) taken at the first factors ``ia`` of
-    ``product_table(n, order - 1, order, order)``: ``u[..., src] * fac`` is
-    ``poly_derivatives(u, n, order)[..., ia]``, entry by entry (the jet's transport)."""
-    src, _, fac = derivative_table(n, order)
-    ia = product_table(n, order - 1, order, order)[0]
-    return src[:, ia], fac[:, ia]
-
-
 def poly_derivatives(u: np.ndarray, n: int, order: int) -> np.ndarray:
     """All first partials of the polynomials ``u`` (..., C(n+order, order)): returns
     (..., n, C(n + order - 1, order - 1)), truncated to degree ``order - 1``."""

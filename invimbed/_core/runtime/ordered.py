@@ -155,11 +155,13 @@ def scatter_sum(values: np.ndarray, table: np.ndarray | SumPlan, xp: Any = np) -
 
 def einsum_sum(a2: np.ndarray, b2: np.ndarray, plan: SumPlan) -> np.ndarray:
     """``scatter_sum(einsum("bpin,biqn->bpqn", a2, b2), plan)`` (numpy: the jet closure's
-    `contract_product`), einsum writing the products straight into the terms that
-    `sum_padded` sums (the same einsum, with the same inner loops: the same bits)."""
-    B, p, _, pairs = a2.shape
-    q = b2.shape[2]
-    ext = np.empty((B * p * q, pairs + 2), dtype=sum_dtype(plan, np.result_type(a2, b2)))
-    np.einsum("bpin,biqn->bpqn", a2, b2, out=ext[:, :pairs].reshape(B, p, q, pairs))
+    `contract_product`): the products as einsum gives them (its loops, hence its
+    rounding, follow the memory layout of its operands and output: it allocates the
+    output itself), copied into the terms that `sum_padded` sums."""
+    prod = np.einsum("bpin,biqn->bpqn", a2, b2)
+    pairs = prod.shape[-1]
+    ext = np.empty((prod.size // max(pairs, 1), pairs + 2),
+                   dtype=sum_dtype(plan, prod.dtype))
+    ext[:, :pairs] = prod.reshape(-1, pairs)
     ext[:, pairs:] = PADS
     return sum_padded(ext, plan)
