@@ -22,7 +22,7 @@ from math import comb, factorial
 import numpy as np
 import pytest
 import sympy as sp
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -472,6 +472,76 @@ def test_scatter_sum_adds_in_index_order_whatever_the_leading_shape(n_out, lead,
         # a row's sum does not depend on the rows computed with it
         alone = ordered.scatter_sum(flat_v[r], ordered.sum_table(targets, n_out))
         np.testing.assert_array_equal(alone, flat_g[r])
+
+
+#: values whose sums test the bits: signed zeros, overflow to infinity, subnormals
+SPECIAL = st.sampled_from([0.0, -0.0, 1.5, -2.25, 1e308, -1e308, np.inf, -np.inf, 5e-324]) | FINITE
+
+
+def _bits(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a).tobytes()
+
+
+@given(n_out=st.integers(1, 6), lead=st.sampled_from([(), (1,), (3,), (1, 1), (2, 3)]),
+       data=st.data())
+def test_scatter_sum_is_the_running_sum_bit_for_bit(n_out, lead, data):
+    """The one-reduction sum of numpy arrays (`ordered.sum_padded`) adds each output's
+    terms as the running sum of `ordered.add_in_plan_order` does: the same bits, the
+    sign of a zero, overflow and outputs without a term (+0.0) included; float32 too."""
+    targets = np.array(data.draw(st.lists(st.integers(0, n_out - 1), max_size=20)),
+                       dtype=np.int64)
+    values = data.draw(arrays(np.float64, lead + (targets.size,), elements=SPECIAL))
+    plan = ordered.sum_plan(targets, n_out)
+    with np.errstate(invalid="ignore", over="ignore"):
+        got = ordered.scatter_sum(values, plan)
+        want = ordered.add_in_plan_order(values[..., plan.order], plan)
+        assert got.shape == want.shape == lead + (n_out,) and _bits(got) == _bits(want)
+        rows = int(np.prod(lead, dtype=int))
+        flat_v, flat_g = values.reshape(rows, targets.size), got.reshape(rows, n_out)
+        for r in range(rows):
+            for k in range(n_out):
+                terms = flat_v[r, targets == k]
+                acc = terms[0] if terms.size else np.float64(0.0)   # left to right
+                for v in terms[1:]:
+                    acc = acc + v
+                assert _bits(flat_g[r, k]) == _bits(acc), (r, k, terms, flat_g[r, k])
+        single = values.astype(np.float32)
+        got = ordered.scatter_sum(single, plan)
+        want = ordered.add_in_plan_order(single[..., plan.order], plan)
+    assert got.dtype == want.dtype and _bits(got) == _bits(want)
+
+
+@settings(max_examples=30)
+@given(n=st.integers(1, 4), degree=st.integers(1, 4), out=st.sampled_from([(), (1,), (3,)]),
+       B=st.sampled_from([1, 2]), data=st.data())
+def test_jet_transport_is_the_derivative_then_the_ordered_contraction(n, degree, out, B, data):
+    """The jet closure's ``grad U . Phi`` (`transport`, `contract_product`: einsum's
+    products summed by `ordered.einsum_sum`) gives the bits of the plain route:
+    `mi.poly_derivatives`, einsum over the shared axis (on operands of the same memory
+    layout: einsum's rounding follows it), then the running sums in the product
+    table's order. Several ``(n, degree)`` in one process: the plans kept per
+    ``(n, degree)`` must never serve another."""
+    from invimbed._core.closures import jet
+
+    nc = mi.n_coefficients
+    # the numpy route (from `jet._COMPILED_FROM` pairs a compiled kernel may add in
+    # another order where it is cached: tests/test_taylor_mode.py compares those)
+    assume(mi.product_table(n, degree - 1, degree, degree)[0].size < jet._COMPILED_FROM)
+    U = data.draw(arrays(np.float64, (B,) + out + (nc(n, degree),), elements=SPECIAL))
+    Phi = data.draw(arrays(np.float64, (B, n, nc(n, degree + 1)), elements=FINITE))
+
+    def plain(a, b, oa, ob, oo):       # a (B, P, I, ca), b (B, I, 1, cb)
+        ia, ib, io = mi.product_table(n, oa, ob, oo)
+        prod = np.einsum("bpin,biqn->bpqn", a[..., ia], b[..., ib]).reshape(-1, ia.size)
+        plan = ordered.sum_plan(io, nc(n, oo))
+        return ordered.add_in_plan_order(prod[..., plan.order], plan)
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        got = jet.transport(U, Phi, n, degree)
+        dU = mi.poly_derivatives(U, n, degree)
+        want = plain(dU.reshape(B, -1, n, dU.shape[-1]), Phi[:, :, None, :nc(n, degree)],
+                     degree - 1, degree, degree)
+        assert got.shape == U.shape and _bits(got) == _bits(want)
 
 
 @given(data=st.data(), size=st.integers(1, 8), lead=st.sampled_from([(), (4,), (2, 3)]))

@@ -54,7 +54,7 @@ from ..derivatives.multiindex import (degree_slices, n_coefficients, poly_deriva
                                        product_table)
 from ..runtime import compile_cost
 from ..runtime.namespace import array_namespace, on_device
-from ..runtime.ordered import SumPlan, scatter_sum, sum_plan
+from ..runtime.ordered import SumPlan, einsum_sum, scatter_sum, sum_plan
 from .base import Closure, Layout
 
 
@@ -79,7 +79,7 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
     ``sum_i a_i(delta) b_i(delta)`` up to degree ``order_out``.
     """
     ia, ib, scatter = _product_plan(n, order_a, order_b, order_out)
-    xp = array_namespace(a, b)
+    xp = np if type(a) is np.ndarray and type(b) is np.ndarray else array_namespace(a, b)
     B = a.shape[0]
     P = tuple(a.shape[1:-2])
     Q = tuple(b.shape[2:-1])
@@ -93,6 +93,8 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
         return out.reshape((B,) + P + Q + (out.shape[-1],))
     a2 = a.reshape(B, -1, I, a.shape[-1])[..., on_device(ia, xp)]   # (B, p, I, pairs)
     b2 = b.reshape(B, I, -1, b.shape[-1])[..., on_device(ib, xp)]   # (B, I, q, pairs)
+    if xp is np and isinstance(scatter, SumPlan):
+        return einsum_sum(a2, b2, scatter).reshape((B,) + P + Q + (scatter.n_out,))
     prod = xp.einsum("bpin,biqn->bpqn", a2, b2)                      # (B, p, q, pairs)
     flat = prod.reshape(-1, ia.size)
     if isinstance(scatter, SumPlan):
@@ -390,7 +392,7 @@ class JetClosure(Closure):
         truncation)."""
         N = self.N
         c = n_coefficients(N, K + 1)
-        Gw = self.xp.moveaxis(coef["G"][..., :c], 1, 2)        # (B, nw, N, c)
+        Gw = coef["G"][..., :c].swapaxes(1, 2)                 # (B, nw, N, c)
         src = contract_product(Gw, Lam[:, :, None, :], N, K + 1, K, K + 1)[:, :, 0]
         return src + coef["Rw"][..., :c]
 

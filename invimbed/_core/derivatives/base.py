@@ -202,12 +202,15 @@ def _row_times(t: Any, B: int) -> float | np.ndarray:
     """``t`` as a float, or as an array of ``B`` per-row times where they differ."""
     if type(t) is float:
         return t
-    if np.ndim(t) == 0:
+    if type(t) is np.ndarray and t.dtype == np.float64 and t.ndim == 1:
+        arr = t        # what the solvers pass: the reshape and asarray below are no-ops
+    elif np.ndim(t) == 0:
         return float(t)
-    arr = np.asarray(t, dtype=float).reshape(-1)
+    else:
+        arr = np.asarray(t, dtype=float).reshape(-1)
     if arr.size != B:
         raise ValueError(f"per-row times `t` must have shape ({B},), but got shape {np.shape(t)}")
-    if B == 0 or np.all(arr == arr[0]):
+    if B == 0 or (arr == arr[0]).all():
         return float(arr[0]) if B else 0.0
     return arr
 

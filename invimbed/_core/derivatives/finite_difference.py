@@ -197,7 +197,6 @@ def _difference(g: BatchedFn, var: str, h_rel: float, insert_at: int) -> Batched
         vals = vals.reshape((2, n, B) + tuple(vals.shape[1:]))
         hb = h.T.reshape((n, B) + (1,) * (vals.ndim - 3))
         d = central_quotient(vals[0], vals[1], hb)  # (n, B, *S)
-        d = xp.moveaxis(d, 0, -1)  # (B, *S, n)
-        return xp.moveaxis(d, -1, 1 + insert_at)
+        return xp.moveaxis(d, 0, 1 + insert_at)    # (B, *S) with n at 1 + insert_at
 
     return dg

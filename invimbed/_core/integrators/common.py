@@ -60,10 +60,10 @@ class CountingRHS:
     def __call__(self, p: float, y: np.ndarray, piece: Any = None) -> np.ndarray:
         # a vectorized right-hand side (scipy's ``vectorized=True``): one per column
         self.nfev += 1 if y.ndim == 1 else y.shape[1]
-        if not np.all(np.isfinite(y)):
+        if not np.isfinite(y).all():
             raise NonFiniteError(p, "imbedded fields")
         dy = self.rhs(p, y, piece)
-        if not np.all(np.isfinite(dy)):
+        if not np.isfinite(dy).all():
             raise NonFiniteError(p)
         return dy
 

@@ -62,6 +62,11 @@ class SumPlan(NamedTuple):
     sizes: tuple[int, ...]
     rank: np.ndarray
     n_out: int
+    #: the same positions as a rectangle (``max(len(sizes), 1)``, ``n_out``), flattened:
+    #: row ``r`` holds the position of each output's ``r``-th term, or a pad where it has
+    #: none: ``n_terms`` (-0.0: ``x + -0.0 == x`` for every ``x``, -0.0 included) and, in
+    #: row 0 of an output without a term, ``n_terms + 1`` (+0.0): `sum_padded`
+    padded: np.ndarray | None = None
 
 
 def sum_plan(targets: np.ndarray, n_out: int) -> SumPlan:
@@ -75,7 +80,40 @@ def sum_plan(targets: np.ndarray, n_out: int) -> SumPlan:
                            + [np.zeros(0, dtype=np.int64)])
     rank = np.empty(n_out, dtype=np.int64)
     rank[ranked] = np.arange(n_out)
-    return SumPlan(order, sizes, rank, n_out)
+    padded = np.full((max(len(sizes), 1), n_out), targets.size, dtype=np.int64)
+    start = 0
+    for r, m in enumerate(sizes):
+        padded[r, ranked[:m]] = order[start:start + m]
+        start += m
+    padded[0, counts == 0] = targets.size + 1
+    return SumPlan(order, sizes, rank, n_out, padded.ravel())
+
+
+#: the two pads of `SumPlan.padded`, appended to the terms (`sum_padded`)
+PADS = np.array([-0.0, 0.0])
+
+
+def sum_dtype(plan: SumPlan, dtype: Any) -> np.dtype:
+    """The dtype `add_in_plan_order` sums terms of ``dtype`` in: theirs, or float64 at
+    least where an output has no term (its sums start from float64 zeros)."""
+    if plan.sizes and plan.sizes[0] == plan.n_out:
+        return np.dtype(dtype)
+    return np.result_type(dtype, np.float64)
+
+
+def sum_padded(ext: np.ndarray, plan: SumPlan) -> np.ndarray:
+    """The sums of `scatter_sum` (numpy) from ``ext`` (..., n_terms + 2): the terms, then
+    the `PADS` -0.0 and +0.0. One gather and one reduction instead of a running sum per
+    term: ``np.add.reduce`` over an axis that is not the last adds its rows one after the
+    other, from ``initial``, and ``-0.0 + x == x``, so each output is summed exactly as
+    `add_in_plan_order` sums it (the same value, bit for bit, the sign of a zero
+    included), whatever the leading shape."""
+    if plan.n_out < 2:    # a reduction over the only axis left would sum pairwise
+        return add_in_plan_order(ext[..., plan.order], plan)
+    terms = ext[..., plan.padded]
+    rows = plan.padded.size // plan.n_out
+    return np.add.reduce(terms.reshape(ext.shape[:-1] + (rows, plan.n_out)), axis=-2,
+                         initial=-0.0)
 
 
 def add_in_plan_order(terms: np.ndarray, plan: SumPlan, xp: Any = np) -> np.ndarray:
@@ -106,4 +144,24 @@ def scatter_sum(values: np.ndarray, table: np.ndarray | SumPlan, xp: Any = np) -
         for k, row in enumerate(np.asarray(table)):
             targets[row[row < n_terms]] = k
         table = sum_plan(targets, np.shape(table)[0])
+    if xp is np:
+        n_terms = values.shape[-1]
+        ext = np.empty(values.shape[:-1] + (n_terms + 2,), dtype=sum_dtype(table, values.dtype))
+        ext[..., :n_terms] = values
+        ext[..., n_terms:] = PADS
+        return sum_padded(ext, table)
     return add_in_plan_order(values[..., on_device(table.order, xp)], table, xp)
+
+
+def einsum_sum(a2: np.ndarray, b2: np.ndarray, plan: SumPlan) -> np.ndarray:
+    """``scatter_sum(einsum("bpin,biqn->bpqn", a2, b2), plan)`` (numpy: the jet closure's
+    `contract_product`): the products as einsum gives them (its loops, hence its
+    rounding, follow the memory layout of its operands and output: it allocates the
+    output itself), copied into the terms that `sum_padded` sums."""
+    prod = np.einsum("bpin,biqn->bpqn", a2, b2)
+    pairs = prod.shape[-1]
+    ext = np.empty((prod.size // max(pairs, 1), pairs + 2),
+                   dtype=sum_dtype(plan, prod.dtype))
+    ext[:, :pairs] = prod.reshape(-1, pairs)
+    ext[:, pairs:] = PADS
+    return sum_padded(ext, plan)
