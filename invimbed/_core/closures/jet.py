@@ -135,9 +135,9 @@ def _compiled(pairs: int) -> Any:
 
 def run_contraction(kernel: Any, *args: Any) -> np.ndarray:
     """``kernel(*args)`` (`_contract_numba.contract`), announced where that compiles it
-    (`invimbed._core.runtime.compile_cost.compiling`): `ready` remembers a kernel found
-    compiled or cached, where the dispatcher lists its signatures anew on every call."""
-    if compile_cost.ready(kernel):
+    (`invimbed._core.runtime.compile_cost.compiling`): `compiled_here` remembers a kernel
+    found compiled, where the dispatcher lists its signatures anew on every call."""
+    if compile_cost.compiled_here(kernel):
         return kernel(*args)
     from numba import typeof
 

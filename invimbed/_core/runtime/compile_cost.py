@@ -41,12 +41,9 @@ def ready(kernel: Any) -> bool:
     (checked once per process; an unreadable cache counts as empty). A kernel found
     ready stays so for the process: the answer is remembered (the jet closure asks on
     every contraction, and a dispatcher lists its ``signatures`` anew each time)."""
+    if compiled_here(kernel):
+        return True
     key = id(kernel)
-    if key in _READY:
-        return True
-    if getattr(kernel, "signatures", None):
-        _READY[key] = kernel
-        return True
     hit = _ON_DISK.get(key)
     if hit is None:
         try:    # numba's cache index: empty, or missing, until a compilation wrote it
@@ -55,6 +52,18 @@ def ready(kernel: Any) -> bool:
             hit = False
         _ON_DISK[key] = hit
     return hit
+
+
+def compiled_here(kernel: Any) -> bool:
+    """Whether the numba dispatcher ``kernel`` holds machine code in this process (compiled
+    or loaded from the cache), remembered once found (`ready`)."""
+    key = id(kernel)
+    if key in _READY:
+        return True
+    if getattr(kernel, "signatures", None):
+        _READY[key] = kernel
+        return True
+    return False
 
 
 # -- the announcement of a compilation -------------------------------------------------
