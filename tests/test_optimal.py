@@ -135,7 +135,7 @@ def quartic_value(x, s):
 QUARTIC_X, QUARTIC_DEPTHS = 0.8, (-0.1, -0.2, -0.4)
 
 
-@cache            # one solve per order for the module: the next two tests read it
+@cache            # one solve per order for the module, read by the next two tests
 def quartic_solve(order):
     return solve_optimal(quartic_terminal(), [QUARTIC_X], np.array(QUARTIC_DEPTHS),
                          n_controls=1, control_affine=True, order=order, rtol=1e-11,
@@ -196,8 +196,10 @@ def bvp_cost(x, p, q=0.0):
 CUBIC_X, CUBIC_DEPTHS = 1.2, (-0.25, -0.5, -1.0, -2.0)
 
 
-@cache            # one sweep for the module, read by the solve_bvp test (the depths down
-def cubic_solve():  # to -1) and by test_understated_estimate_is_flagged_not_converged (-2)
+# one sweep for the module, read by the solve_bvp test (the depths down to -1) and by
+# test_understated_estimate_is_flagged_not_converged (-2); a result is never edited
+@cache
+def cubic_solve():
     return solve_optimal(cubic_decay(), [CUBIC_X], np.array(CUBIC_DEPTHS), n_controls=1,
                          control_affine=True, order=2, rtol=1e-11, atol=1e-13)
 
