@@ -1,5 +1,7 @@
 """solve_imbedding against closed forms, the adjoint reference and finite differences."""
 
+from functools import cache
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -102,6 +104,9 @@ def pendulum_quadratic_terminal():
 S = 0.05 * 2.0 ** np.arange(4)     # depths s = q - p from 0.05 to 0.4
 
 
+# one sweep and one reference per (problem, tolerances) for the module, read by the
+# tests below (a result is never edited)
+@cache
 def jet_errors(make, **kw):
     """The jet's true errors at the depths `S`. The error law and the estimate are under
     test, not the verdict: the estimate alone judges (`ratio_test=False`), since the
@@ -185,6 +190,12 @@ def fd(fun, u, h):
     return g
 
 
+@cache            # read by both closures' parametrisations below
+def jet_at(make, p):
+    pb, ctrl, x = make()
+    return solve_imbedding(pb, x, [p], control=ctrl, rtol=1e-11, atol=1e-13)
+
+
 @pytest.mark.parametrize("make", [pendulum, vanderpol])
 @pytest.mark.parametrize("opts", [dict(closure="jet"), dict(closure="stencil")])
 def test_gradients_are_finite_differences_of_the_value(make, opts):
@@ -195,11 +206,11 @@ def test_gradients_are_finite_differences_of_the_value(make, opts):
     pb, ctrl, x = make()
     p = -0.2
     kw = dict(rtol=1e-11, atol=1e-13, **opts)
-    res = solve_imbedding(pb, x, [p], control=ctrl, **kw)
-    # the stencil has no estimate of its own; its truncation is the jet-1 one (docs); the
-    # jet's is that of `res` (the same call)
-    est = (res if opts["closure"] == "jet" else
-           solve_imbedding(pb, x, [p], control=ctrl, rtol=1e-11, atol=1e-13)).error_estimate
+    jet = jet_at(make, p)                 # the jet's solve at p (closure="jet" is the default)
+    res = jet if opts["closure"] == "jet" else solve_imbedding(pb, x, [p], control=ctrl, **kw)
+    # the stencil has no estimate of its own; its truncation is the jet-1 one (docs): the
+    # jet's estimate judges both
+    est = jet.error_estimate
     tol = 1e-6 + 3 * max(np.abs(est.adjoint).max(), np.abs(est.param_grad).max())
     h = 1e-5
     # the points x +- h e_i in one batched solve, p +- h as two depths of one sweep

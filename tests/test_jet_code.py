@@ -9,6 +9,8 @@ estimate (the jets of orders 1 and 2), on a control with more parameters than va
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 import pytest
 
@@ -55,6 +57,9 @@ def _theta_time(t, z, th, m):
 SIZES = {_pendulums: 4, _dense: 3, _theta_time: 2}
 
 
+# one problem per case for the module: its provider generates the code (sympy
+# derivatives, cse, printing) once for the tests that solve it
+@cache
 def from_sympy(case) -> BolzaProblem:
     N = SIZES[case]
     t = sp.Symbol("t")
@@ -222,7 +227,7 @@ def test_a_right_hand_side_too_large_to_compile_quickly_keeps_the_generic_kernel
     from invimbed._core.derivatives import _jet_code
 
     monkeypatch.setattr(_jet_code, "MAX_TERMS", 10)
-    problem = from_sympy(_theta_time)
+    problem = from_sympy.__wrapped__(_theta_time)   # a new one: the shared one caches its code
     assert _jet_code.jet_function(problem.derivative_provider, (1, 2)) is None
     used = []
     build = _numba.jet_code

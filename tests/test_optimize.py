@@ -1,6 +1,8 @@
 """optimize_control and optimal_depth against closed forms and forward solves
 independent of invimbed: the reported cost is the exact J."""
 
+from functools import cache
+
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
@@ -68,13 +70,22 @@ def discretised_lq_optimum(x):
     return w, float(np.mean([J(w, xv) for xv in np.atleast_2d(x)])), J
 
 
-@pytest.mark.parametrize("x", [np.array([1.0, -0.5]), np.array([[1.0, -0.5], [0.3, 0.8]])],
-                         ids=["single", "batch"])
-def test_imbedding_and_adjoint_reach_the_discretised_lq_optimum(x):
+LQ_X = {"single": np.array([1.0, -0.5]), "batch": np.array([[1.0, -0.5], [0.3, 0.8]])}
+
+
+@cache            # one run per (x, gradient) for the module: the next two tests read them
+def lq_optimized(x: str, gradient: str):
+    """optimize_control on `lq` from ``LQ_X[x]``, the trajectory on 31 points (the
+    trajectory is computed after the optimisation and does not change it)."""
+    return optimize_control(lq(), LQ_X[x], PiecewiseConstant(KNOTS, np.zeros(K)),
+                            gradient=gradient, options=OPTS, trajectory_points=31, **OPT_TOL)
+
+
+@pytest.mark.parametrize("xid", ["single", "batch"])
+def test_imbedding_and_adjoint_reach_the_discretised_lq_optimum(xid):
+    x = LQ_X[xid]
     w_ref, J_ref, J = discretised_lq_optimum(x)
-    control = PiecewiseConstant(KNOTS, np.zeros(K))
-    results = {g: optimize_control(lq(), x, control, gradient=g, options=OPTS, **OPT_TOL)
-               for g in ("imbedding", "adjoint")}
+    results = {g: lq_optimized(xid, g) for g in ("imbedding", "adjoint")}
     for g, res in results.items():
         assert res.success, (g, res.message)
         np.testing.assert_allclose(res.x, w_ref, rtol=1e-6, atol=1e-7 * np.abs(w_ref).max(),
@@ -94,9 +105,8 @@ def test_imbedding_and_adjoint_reach_the_discretised_lq_optimum(x):
 
 
 def test_trajectory_is_the_forward_solution_under_the_optimal_control():
-    x = np.array([1.0, -0.5])
-    res = optimize_control(lq(), x, PiecewiseConstant(KNOTS, np.zeros(K)), options=OPTS,
-                           gradient="adjoint", trajectory_points=31, **OPT_TOL)
+    x = LQ_X["single"]
+    res = lq_optimized("single", "adjoint")     # the run of the previous test
     tr = res.trajectory
     assert tr.t.shape == (31,) and tr.z.shape == (31, 2) and tr.theta.shape == (31, 1)
     assert tr.t[0] == P0 and tr.t[-1] == Q_END
