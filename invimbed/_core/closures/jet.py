@@ -346,14 +346,17 @@ class JetClosure(Closure):
         if k == 1:
             return self._rhs_from(coef, Y[:, 0])[:, None]
         out = np.empty_like(Y)
-        chunk = max(1, COLUMN_ENTRIES // max(size, 1))
+        chunk = min(k, max(1, COLUMN_ENTRIES // max(size, 1)))
+        # the coefficients repeated for a chunk's columns, once (a shorter last chunk
+        # reads the first rows)
+        tiled = {n: np.broadcast_to(v, (chunk,) + v.shape).reshape((chunk * self.B,)
+                                                                   + v.shape[1:])
+                 for n, v in coef.items()}
         for j in range(0, k, chunk):
             c = min(chunk, k - j)
             blocks = {n: b.reshape((c * self.B,) + b.shape[2:])
                       for n, b in self.layout.unpack(Y[:, j:j + c].T).items()}
-            rows = {n: np.broadcast_to(v, (c,) + v.shape).reshape((c * v.shape[0],)
-                                                                  + v.shape[1:])
-                    for n, v in coef.items()}
+            rows = {n: v[:c * self.B] for n, v in tiled.items()}
             for K in self.orders:
                 for n, v in self._rhs_jet(K, blocks, rows).items():
                     out[self.layout.slices[n], j:j + c] = v.reshape(c, -1).T
