@@ -210,6 +210,8 @@ def _row_times(t: Any, B: int) -> float | np.ndarray:
         arr = np.asarray(t, dtype=float).reshape(-1)
     if arr.size != B:
         raise ValueError(f"per-row times `t` must have shape ({B},), but got shape {np.shape(t)}")
+    if B == 1:          # one row (NaN != NaN: kept as an array, as the test below does)
+        return float(arr[0]) if arr[0] == arr[0] else arr
     if B == 0 or (arr == arr[0]).all():
         return float(arr[0]) if B else 0.0
     return arr

@@ -232,6 +232,9 @@ class SympyProvider(DerivativeProvider):
     def evaluator(self, which: str, dz: int = 0, dth: int = 0) -> "_Compiled":
         """The compiled code of the tensor ``(which, dz, dth)`` itself: rows at their own
         times, no per-call checks (see :meth:`DerivativeProvider.evaluator`)."""
+        comp = self._compiled.get(("tensor", which, dz, dth))
+        if comp is not None:        # a request built before: checked then
+            return comp
         _check_request(which, dz, dth, "dz")
         return self._request("tensor", which, dz, dth)
 
@@ -415,7 +418,7 @@ class _Compiled:
         n = self.n_values
         if self.gather.size == 0:
             return np.zeros((B,) + self.shape)
-        rows = np.ndim(t) != 0          # per-row times (an array of shape (B,))
+        rows = type(t) is not float and np.ndim(t) != 0   # per-row times (an array (B,))
         # a numpy scalar: 1 / (t - t0) at t0 is inf, not a Python ZeroDivisionError
         t = np.ascontiguousarray(t, dtype=float) if rows else np.float64(t)
         if self.numba:
