@@ -92,8 +92,12 @@ class DerivativeProvider:
                 f"derivatives (user callables in `derivatives=`, or a symbolic provider) "
                 f"or lower the jet order"
             )
-        xp = array_namespace(z, theta)     # numpy, or cupy on the array-namespace sweep
-        z = xp.asarray(z, dtype=xp.float64)
+        if (type(z) is np.ndarray and z.dtype == np.float64
+                and (theta is None or (type(theta) is np.ndarray and theta.dtype.kind != "O"))):
+            xp = np                        # what the solvers pass: no conversion to make
+        else:
+            xp = array_namespace(z, theta)     # numpy, or cupy on the array-namespace sweep
+            z = xp.asarray(z, dtype=xp.float64)
         B = z.shape[0]
         if theta is None or which == "T":
             theta = xp.zeros((B, self.n_theta))
