@@ -148,7 +148,7 @@ class DerivativeProvider:
         for k in range(order + 1):
             tk = self.derivative(which, t, z, theta, dz=k, dth=dth)
             for j in range(dth):  # theta axes go before the z axes
-                tk = array_namespace(tk).moveaxis(tk, tk.ndim - dth + j, 1 + out_nd + j)
+                tk = tk.transpose(_moved(tk.ndim, tk.ndim - dth + j, 1 + out_nd + j))
             tensors.append(tk)
         return tensors_to_taylor(tensors, self.n_state)
 
@@ -189,6 +189,14 @@ class DerivativeProvider:
 
     def __repr__(self) -> str:
         return f"<{self.name}: N={self.n_state}, M={self.n_theta}, max_order={self.max_order}>"
+
+
+def _moved(ndim: int, src: int, dst: int) -> list[int]:
+    """The axes of ``np.moveaxis(a, src, dst)`` for ``a.ndim == ndim`` (its view,
+    without its argument checks), on any array namespace."""
+    order = [n for n in range(ndim) if n != src]
+    order.insert(dst, src)
+    return order
 
 
 @lru_cache(maxsize=None)
