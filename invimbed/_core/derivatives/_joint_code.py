@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import _joint_blocks, _row_times
+from .base import _joint_blocks
 
 
 @dataclass(frozen=True)
@@ -78,23 +78,17 @@ def joint_coefficients(prov: Any, plans: dict, which: str, t: Any, z: np.ndarray
     once, kept in ``plans``): the value by `derivative` (every check), the other blocks'
     generated code on the checked inputs (the same values as
     `DerivativeProvider.taylor_joint`'s, bit for bit)."""
-    value = prov.derivative(which, t, z, theta)
+    value, t, z, theta, lead = prov._joint_inputs(which, t, z, theta)
     plan = plans.get((which, order))
     if plan is None:
         plan = plans[which, order] = joint_plan(prov, which, order)
-    z = np.asarray(z, dtype=np.float64)
-    B = z.shape[0]
-    lead = (B,) + prov.out_shape(which)
-    theta = (np.zeros((B, prov.n_theta)) if theta is None or which == "T" else
-             np.broadcast_to(np.asarray(theta, dtype=np.float64), (B, prov.n_theta)))
-    t = _row_times(t, B)
     vcols, vpos, vfact = plan.value
     out = np.empty(lead + (vcols.size + plan.cols.size,))
     out[..., vcols] = value.reshape(lead + (-1,))[..., vpos] / vfact
     # the arguments as `_Compiled.__call__` passes them to each request's code
     t = np.ascontiguousarray(t, dtype=float) if np.ndim(t) != 0 else np.float64(t)
     args = (t, *np.ascontiguousarray(z.T), *np.ascontiguousarray(theta.T))
-    buf = np.empty((sum(plan.sizes) + 1, B))
+    buf = np.empty((sum(plan.sizes) + 1, lead[0]))
     buf[-1] = 0.0
     j = 0
     for fn, n in zip(plan.codes, plan.sizes):

@@ -161,15 +161,7 @@ class DerivativeProvider:
         depends on the state (optimal feedback, Theorem 3).
         """
         blocks = _joint_blocks(self.n_state, self.n_theta, order)
-        # the first block, the values, through `derivative` (every check); the others on
-        # its checked inputs through the provider's `evaluator` (the same values)
-        value = self.derivative(which, t, z, theta)
-        z = np.asarray(z, dtype=np.float64)
-        B = z.shape[0]
-        lead = (B,) + self.out_shape(which)
-        theta = (np.zeros((B, self.n_theta)) if theta is None or which == "T" else
-                 np.broadcast_to(np.asarray(theta, dtype=np.float64), (B, self.n_theta)))
-        t = _row_times(t, B)
+        value, t, z, theta, lead = self._joint_inputs(which, t, z, theta)
         out = np.empty(lead + (sum(b[2].size for b in blocks),))
         for dz, dth, cols, pos, fact in blocks:
             if which == "T" and dth:
@@ -178,6 +170,18 @@ class DerivativeProvider:
             tk = value if dz + dth == 0 else self.evaluator(which, dz, dth)(t, z, theta)
             out[..., cols] = tk.reshape(lead + (-1,))[..., pos] / fact
         return out
+
+    def _joint_inputs(self, which: str, t: Any, z: np.ndarray, theta: np.ndarray | None):
+        """The start of `taylor_joint`: the value through `derivative` (every check), then
+        ``(value, t, z, theta, lead)`` with its checked inputs, on which the other blocks
+        are evaluated (the provider's `evaluator` code: the same values), and the leading
+        axes ``(B, *out)`` of the result."""
+        value = self.derivative(which, t, z, theta)
+        z = np.asarray(z, dtype=np.float64)
+        B = z.shape[0]
+        theta = (np.zeros((B, self.n_theta)) if theta is None or which == "T" else
+                 np.broadcast_to(np.asarray(theta, dtype=np.float64), (B, self.n_theta)))
+        return value, _row_times(t, B), z, theta, (B,) + self.out_shape(which)
 
     def order_limit(self, which: str) -> int | None:
         """Highest total order available for ``which`` (default: ``max_order``)."""
