@@ -85,6 +85,30 @@ def test_joint_coefficients_equal_the_entries_of_the_derivative_tensors(zth, t, 
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
+@given(rows, st.lists(st.floats(-1.0, 0.0), min_size=3, max_size=3), st.sampled_from([1, 2, 3]),
+       st.booleans())
+def test_generated_joint_coefficients_in_one_pass_equal_the_block_wise_ones(zth, ts, order,
+                                                                         row_times):
+    """A numpy sympy provider calls its requests' code in one pass
+    (`invimbed._core.derivatives._joint_code`): the same numbers as the base's
+    construction, one tensor per block, bit for bit (per-row times too)."""
+    from invimbed._core.derivatives.base import DerivativeProvider
+
+    z, theta = _arrays(*zth)
+    t = np.array(ts[:z.shape[0]]) if row_times else ts[0]
+    for prov in PROVIDERS[:2]:                 # from_sympy, traced
+        assert prov.compile is None
+        if prov._jets is not None and prov._jets.use(order, 0):
+            continue
+        for which in ("f", "R", "T"):
+            for th in (theta, None):
+                got = prov.taylor_joint(which, t, z, th, order)
+                want = DerivativeProvider.taylor_joint(prov, which, t, z, th, order)
+                assert got.tobytes() == want.tobytes() and got.shape == want.shape, (
+                    which, order)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
 @given(rows, st.lists(finite, min_size=6, max_size=6))
 def test_hamiltonian_terms_equal_the_derivative_formulas(zth, lams):
     """``H``, ``H_theta``, ``H_thetatheta`` through the provider's code (no per-call
@@ -105,6 +129,11 @@ def test_hamiltonian_terms_equal_the_derivative_formulas(zth, lams):
         np.testing.assert_array_equal(clo.hamiltonian(p, theta, lam), H)
         np.testing.assert_array_equal(clo.hamiltonian_gradient(p, theta, lam), g)
         assert clo.hamiltonian_terms(p, theta, lam, H=H)[0] is H
+        # the control-affine step reads no H: not computed, the other two the same bits
+        none, g2, Hm2 = clo.hamiltonian_terms(p, theta, lam, value=False)
+        assert none is None
+        np.testing.assert_array_equal(g2, g)
+        np.testing.assert_array_equal(Hm2, Hm)
 
 
 @settings(max_examples=20, deadline=None, derandomize=True)

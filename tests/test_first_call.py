@@ -73,6 +73,28 @@ def test_a_copy_first_is_not_a_mutation():
     assert res.z[0, 0] == pytest.approx(np.exp(-0.5), rel=1e-8)
 
 
+def test_the_test_points_are_formatted_only_for_a_refusal(monkeypatch):
+    """The seeded test points of `probe.writes_at_test_points` name themselves in the
+    refusal's message only (formatting them for every function that writes nothing cost
+    ~0.5 ms each at every new problem's first solve)."""
+    from invimbed._core.inputs import probe
+
+    def no_format(a):
+        raise AssertionError("a test point formatted though nothing was written")
+
+    monkeypatch.setattr(probe, "_fmt", no_format)
+    z, th = np.array([[0.4, -0.2]]), np.array([[0.3]])
+    probe.writes_at_test_points(lambda t, z, th: -z + th, "dynamics", "f", 0.0, z, th)
+    monkeypatch.undo()
+
+    def writes(t, z, th):
+        z[:, 1] = 0.9 * z[:, 1]
+        return -z
+    with pytest.raises(ValueError, match=r"`dynamics` modified its argument `z` in place "
+                                         r"\(z\[0, 1\] was .* at the test point t = 0, z = "):
+        probe.writes_at_test_points(writes, "dynamics", "f", 0.0, z, th)
+
+
 def _float32_problem():
     return invimbed.BolzaProblem(lambda t, z, th: (-z).astype(np.float32),
                                  terminal_loss=lambda z: 0.5 * z @ z)

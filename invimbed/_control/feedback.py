@@ -182,14 +182,16 @@ class FeedbackJetClosure(JetClosure):
         return _gradient(self._code("R", 1)(p, x, theta), self._code("f", 1)(p, x, theta), lam)
 
     def hamiltonian_terms(self, p: float, theta: np.ndarray, lam: np.ndarray,
-                          H: np.ndarray | None = None):
+                          H: np.ndarray | None = None, value: bool = True):
         """``H``, ``H_theta`` (B, M) and ``H_thetatheta`` (B, M, M) at ``(p, x, theta)``
-        (``H`` itself as given, where it is known there)."""
+        (``H`` itself as given, where it is known there; None with ``value=False``, for
+        the control-affine step, which does not read it)."""
         x = self.x
         Hm = self._code("R", 2)(p, x, theta) + np.einsum(
             "bi,bimn->bmn", lam, self._code("f", 2)(p, x, theta))
-        return (self.hamiltonian(p, theta, lam) if H is None else H,
-                self.hamiltonian_gradient(p, theta, lam), Hm)
+        if H is None and value:
+            H = self.hamiltonian(p, theta, lam)
+        return H, self.hamiltonian_gradient(p, theta, lam), Hm
 
     def _free(self, theta: np.ndarray, g: np.ndarray) -> np.ndarray:
         if self.bounds is None:
@@ -243,7 +245,7 @@ class FeedbackJetClosure(JetClosure):
         noise = None
         H = None         # H at theta where the line search computed it
         for it in range(self.max_newton):
-            H, g, Hm = self.hamiltonian_terms(p, theta, lam, H)
+            H, g, Hm = self.hamiltonian_terms(p, theta, lam, H, value=not self.control_affine)
             eigs = np.linalg.eigvalsh(0.5 * (Hm + np.swapaxes(Hm, 1, 2)))
             eig = eigs.min(axis=1)
             if not np.all(eig > 0):

@@ -20,6 +20,7 @@ formula above and against central differences of its parent tensor.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -136,7 +137,7 @@ class MLPDynamics:
                              f"(B, {self.n_params}), but got shape {w.shape}")
         out, i = {}, 0
         for name, shape in self._blocks:
-            size = int(np.prod(shape))
+            size = math.prod(shape)      # an int, without numpy's reduction
             out[name] = w[..., i:i + size].reshape(w.shape[:-1] + shape)
             i += size
         return out

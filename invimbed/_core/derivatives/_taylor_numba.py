@@ -23,6 +23,7 @@ from numba import njit
 
 from ._tape import (ABS, ADD, AND, CMP, CONST, FUNC, INPUT, MAX, MIN, MUL, NOT, OR, POWI,
                     SELECT, STEP, TIME, Tape)
+from ..runtime.compile_cost import compiled_here
 from .multiindex import n_coefficients, product_table
 from ._univariate import series_into as _series_into
 
@@ -339,7 +340,7 @@ def evaluate(tape: Tape, t: np.ndarray, xin: np.ndarray, order: int) -> np.ndarr
     # for it (seconds)
     args = (tape.ops, tape.par, tape.kind, tape.outputs, np.require(t, float, ["C", "W"]),
             np.require(xin, float, ["C", "W"]), order, D, C, ptr, ib, io, out, n)
-    if run.signatures:      # compiled in this process: no announcement to consider
+    if compiled_here(run):   # compiled in this process: no announcement to consider
         run(*args)
         return out
     from numba import typeof

@@ -92,8 +92,12 @@ class DerivativeProvider:
                 f"derivatives (user callables in `derivatives=`, or a symbolic provider) "
                 f"or lower the jet order"
             )
-        xp = array_namespace(z, theta)     # numpy, or cupy on the array-namespace sweep
-        z = xp.asarray(z, dtype=xp.float64)
+        if (type(z) is np.ndarray and z.dtype == np.float64
+                and (theta is None or (type(theta) is np.ndarray and theta.dtype.kind != "O"))):
+            xp = np                        # what the solvers pass: no conversion to make
+        else:
+            xp = array_namespace(z, theta)     # numpy, or cupy on the array-namespace sweep
+            z = xp.asarray(z, dtype=xp.float64)
         B = z.shape[0]
         if theta is None or which == "T":
             theta = xp.zeros((B, self.n_theta))
@@ -144,7 +148,7 @@ class DerivativeProvider:
         for k in range(order + 1):
             tk = self.derivative(which, t, z, theta, dz=k, dth=dth)
             for j in range(dth):  # theta axes go before the z axes
-                tk = array_namespace(tk).moveaxis(tk, tk.ndim - dth + j, 1 + out_nd + j)
+                tk = tk.transpose(_moved(tk.ndim, tk.ndim - dth + j, 1 + out_nd + j))
             tensors.append(tk)
         return tensors_to_taylor(tensors, self.n_state)
 
@@ -157,15 +161,7 @@ class DerivativeProvider:
         depends on the state (optimal feedback, Theorem 3).
         """
         blocks = _joint_blocks(self.n_state, self.n_theta, order)
-        # the first block, the values, through `derivative` (every check); the others on
-        # its checked inputs through the provider's `evaluator` (the same values)
-        value = self.derivative(which, t, z, theta)
-        z = np.asarray(z, dtype=np.float64)
-        B = z.shape[0]
-        lead = (B,) + self.out_shape(which)
-        theta = (np.zeros((B, self.n_theta)) if theta is None or which == "T" else
-                 np.broadcast_to(np.asarray(theta, dtype=np.float64), (B, self.n_theta)))
-        t = _row_times(t, B)
+        value, t, z, theta, lead = self._joint_inputs(which, t, z, theta)
         out = np.empty(lead + (sum(b[2].size for b in blocks),))
         for dz, dth, cols, pos, fact in blocks:
             if which == "T" and dth:
@@ -174,6 +170,18 @@ class DerivativeProvider:
             tk = value if dz + dth == 0 else self.evaluator(which, dz, dth)(t, z, theta)
             out[..., cols] = tk.reshape(lead + (-1,))[..., pos] / fact
         return out
+
+    def _joint_inputs(self, which: str, t: Any, z: np.ndarray, theta: np.ndarray | None):
+        """The start of `taylor_joint`: the value through `derivative` (every check), then
+        ``(value, t, z, theta, lead)`` with its checked inputs, on which the other blocks
+        are evaluated (the provider's `evaluator` code: the same values), and the leading
+        axes ``(B, *out)`` of the result."""
+        value = self.derivative(which, t, z, theta)
+        z = np.asarray(z, dtype=np.float64)
+        B = z.shape[0]
+        theta = (np.zeros((B, self.n_theta)) if theta is None or which == "T" else
+                 np.broadcast_to(np.asarray(theta, dtype=np.float64), (B, self.n_theta)))
+        return value, _row_times(t, B), z, theta, (B,) + self.out_shape(which)
 
     def order_limit(self, which: str) -> int | None:
         """Highest total order available for ``which`` (default: ``max_order``)."""
@@ -185,6 +193,14 @@ class DerivativeProvider:
 
     def __repr__(self) -> str:
         return f"<{self.name}: N={self.n_state}, M={self.n_theta}, max_order={self.max_order}>"
+
+
+def _moved(ndim: int, src: int, dst: int) -> list[int]:
+    """The axes of ``np.moveaxis(a, src, dst)`` for ``a.ndim == ndim`` (its view,
+    without its argument checks), on any array namespace."""
+    order = [n for n in range(ndim) if n != src]
+    order.insert(dst, src)
+    return order
 
 
 @lru_cache(maxsize=None)
@@ -210,6 +226,8 @@ def _row_times(t: Any, B: int) -> float | np.ndarray:
         arr = np.asarray(t, dtype=float).reshape(-1)
     if arr.size != B:
         raise ValueError(f"per-row times `t` must have shape ({B},), but got shape {np.shape(t)}")
+    if B == 1:          # one row (NaN != NaN: kept as an array, as the test below does)
+        return float(arr[0]) if arr[0] == arr[0] else arr
     if B == 0 or (arr == arr[0]).all():
         return float(arr[0]) if B else 0.0
     return arr

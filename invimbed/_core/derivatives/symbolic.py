@@ -56,6 +56,7 @@ from ._sympy_input import (_check_printable, _check_request, _check_symbols, _de
                            diff_almost_everywhere, import_numba, import_sympy,
                            numpy_printer, real_variables)
 from .taylor_mode import _taylor_jets
+from ._joint_code import joint_coefficients
 from .base import _WHICH, DerivativeProvider
 from .multiindex import factorials, multi_indices
 
@@ -176,6 +177,7 @@ class SympyProvider(DerivativeProvider):
                         **dict(zip(ths, self._th_args))}
         self._diffs: dict[tuple, Any] = {}
         self._compiled: dict[tuple, _Compiled] = {}
+        self._joint_plans: dict[tuple, Any] = {}     # `_joint_code.JointPlan`s
         self.codegen_calls = 0
 
     def __repr__(self) -> str:
@@ -232,6 +234,9 @@ class SympyProvider(DerivativeProvider):
     def evaluator(self, which: str, dz: int = 0, dth: int = 0) -> "_Compiled":
         """The compiled code of the tensor ``(which, dz, dth)`` itself: rows at their own
         times, no per-call checks (see :meth:`DerivativeProvider.evaluator`)."""
+        comp = self._compiled.get(("tensor", which, dz, dth))
+        if comp is not None:        # a request built before: checked then
+            return comp
         _check_request(which, dz, dth, "dz")
         return self._request("tensor", which, dz, dth)
 
@@ -257,7 +262,10 @@ class SympyProvider(DerivativeProvider):
         """Joint Taylor coefficients in ``(z, theta)`` (see
         :meth:`DerivativeProvider.taylor_joint`), by Taylor mode where it is chosen."""
         if self._jets is None or not self._jets.use(order, 0):
-            return super().taylor_joint(which, t, z, theta, order)
+            if self.compile is not None:
+                return super().taylor_joint(which, t, z, theta, order)
+            # the same requests and values as the base's, called in one pass
+            return joint_coefficients(self, self._joint_plans, which, t, z, theta, order)
         _check_request(which, order, 0, "order")
         return self._jets.joint(which, t, z, theta, order, self.out_shape(which))
 
@@ -415,7 +423,7 @@ class _Compiled:
         n = self.n_values
         if self.gather.size == 0:
             return np.zeros((B,) + self.shape)
-        rows = np.ndim(t) != 0          # per-row times (an array of shape (B,))
+        rows = type(t) is not float and np.ndim(t) != 0   # per-row times (an array (B,))
         # a numpy scalar: 1 / (t - t0) at t0 is inf, not a Python ZeroDivisionError
         t = np.ascontiguousarray(t, dtype=float) if rows else np.float64(t)
         if self.numba:

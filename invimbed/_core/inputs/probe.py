@@ -75,15 +75,17 @@ def writes_at_test_points(fn: Callable, name: str, which: str, t: float, z: np.n
                 fn(z_in) if which == "T" else fn(t, z_in, th_in)
         except Exception:   # noqa: BLE001 - outside the function's domain: no verdict
             continue
-        at = f", at the test point t = {t:.6g}, z = {_fmt(zk)}" + (
-            f", theta = {_fmt(thk)}" if which != "T" and np.size(thk) else "")
-        _refuse_writes(name, which, zk, thk, z_in, th_in, at)
+        _refuse_writes(name, which, zk, thk, z_in, th_in, lambda zk=zk, thk=thk: (
+            f", at the test point t = {t:.6g}, z = {_fmt(zk)}" + (
+                f", theta = {_fmt(thk)}" if which != "T" and np.size(thk) else "")))
 
 
 def _refuse_writes(name: str, which: str, z: np.ndarray, theta: np.ndarray,
-                   z_in: np.ndarray, th_in: np.ndarray, at: str = "") -> None:
+                   z_in: np.ndarray, th_in: np.ndarray,
+                   at: Callable[[], str] | None = None) -> None:
     """The ValueError of a function ``name`` that changed ``z_in`` or ``th_in``, copies
-    of ``z`` and ``theta`` it was called on (``at``: where, for the message)."""
+    of ``z`` and ``theta`` it was called on (``at()``: where, for the message; formatted
+    only for the message, since most calls write nothing)."""
     for arg, given, seen in (("z", z, z_in), ("theta", theta, th_in)):
         if which == "T" and arg == "theta":
             continue
@@ -94,7 +96,8 @@ def _refuse_writes(name: str, which: str, z: np.ndarray, theta: np.ndarray,
             where = ", ".join(map(str, i))
             raise _ours(ValueError(
                 f"`{name}` modified its argument `{arg}` in place ({arg}[{where}] was "
-                f"{float(given[i])!r} and became {float(seen[i])!r} after the call{at}): the "
+                f"{float(given[i])!r} and became {float(seen[i])!r} after the call"
+                f"{'' if at is None else at()}): the "
                 f"solvers call it on copies, so the write cannot change the state it was "
                 f"meant for, and it is refused. Compute on a new array instead "
                 f"(`{arg} = {arg} * c`, not `{arg} *= c`; `{arg} = {arg}.copy()` before "

@@ -80,7 +80,7 @@ class _Record:
 
 
 def _rms(a: np.ndarray) -> np.ndarray:
-    return np.sqrt(np.mean(a * a, axis=1)) if a.shape[1] else np.zeros(a.shape[0])
+    return np.sqrt((a * a).mean(axis=1)) if a.shape[1] else np.zeros(a.shape[0])
 
 
 def _next_stop(t: np.ndarray, t1: np.ndarray, direction: np.ndarray,
@@ -88,8 +88,8 @@ def _next_stop(t: np.ndarray, t1: np.ndarray, direction: np.ndarray,
     """The first stop strictly beyond ``t`` in each row's direction, else ``t1``."""
     if stops.size == 0:
         return t1.copy()
-    up = np.searchsorted(stops, t, side="right")
-    down = np.searchsorted(stops, t, side="left") - 1
+    up = stops.searchsorted(t, side="right")
+    down = stops.searchsorted(t, side="left") - 1
     nxt = np.where(direction > 0, stops[np.minimum(up, stops.size - 1)],
                    stops[np.maximum(down, 0)])
     valid = np.where(direction > 0, up < stops.size, down >= 0)
@@ -182,7 +182,7 @@ def integrate_rows(rhs: RowRHS, t0: np.ndarray, t1: np.ndarray, y0: np.ndarray, 
         piece = piece_of(act, stop)
         min_step = 10.0 * np.abs(np.nextafter(ta, da * np.inf) - ta)
         under = rejected[act] & (h[act] < min_step)        # scipy: "step size too small"
-        if np.any(under):
+        if under.any():
             idx = act[under]
             status[idx] = np.where(last_bad[idx], NONFINITE, UNDERFLOW)
             keep = ~under
@@ -211,15 +211,15 @@ def integrate_rows(rhs: RowRHS, t0: np.ndarray, t1: np.ndarray, y0: np.ndarray, 
         with np.errstate(all="ignore"):
             err = hs[:, None] * np.matmul(tab.E, K)
             norm = _rms(err / error_scale(ya, y_new, rtol, atol))
-        finite = np.isfinite(norm) & np.all(np.isfinite(K[:, -1]), axis=1) \
-            & np.all(np.isfinite(y_new), axis=1)
+        finite = np.isfinite(norm) & np.isfinite(K[:, -1]).all(axis=1) \
+            & np.isfinite(y_new).all(axis=1)
         accept = finite & (norm < 1.0)
         nsteps[act] += 1
         grow, shrink = step_factors(norm, finite, rejected[act], exponent)
         h[act] = ha * np.where(accept, grow, shrink)
         rejected[act] = ~accept
         last_bad[act] = ~finite
-        if np.any(accept):
+        if accept.any():
             a = act[accept]
             if rec is not None:
                 rec.rows.append(a)
@@ -349,8 +349,8 @@ class DenseRows:
         # over the steps of every row with t's key (`_search`): exact comparisons
         values, keys = self._search
         s = t * np.sign(self.h[np.minimum(lo, self.h.size - 1)])
-        query = rows * (values.size + 1) + np.searchsorted(values, s, side="right")
-        a = np.maximum(lo, np.searchsorted(keys, query, side="right") - 1)
+        query = rows * (values.size + 1) + values.searchsorted(s, side="right")
+        a = np.maximum(lo, keys.searchsorted(query, side="right") - 1)
         x = (t - self.t_old[a]) / self.h[a]
-        powers = np.cumprod(np.repeat(x[:, None], self.Q.shape[2], axis=1), axis=1)
+        powers = x[:, None].repeat(self.Q.shape[2], axis=1).cumprod(axis=1)
         return self.y_old[a] + self.h[a][:, None] * np.einsum("msk,mk->ms", self.Q[a], powers)

@@ -214,7 +214,8 @@ class BolzaProblem:
 
             def g(t, z, theta):   # numpy, or cupy arrays on backend="cupy"
                 xp = array_namespace(z)
-                if np.ndim(t) != 0:   # per-row times (see `invimbed._core.runtime.row_times`)
+                rows = type(t) is not float and np.ndim(t) != 0
+                if rows:   # per-row times (see `invimbed._core.runtime.row_times`)
                     t = np.asarray(t, dtype=float)
                     if autonomous or t.size == 0 or np.all(t == t[0]):
                         t = float(t[0]) if t.size else self.q

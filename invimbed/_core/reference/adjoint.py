@@ -211,7 +211,8 @@ def adjoint_rates(prov: Any, t: Any, z: np.ndarray, th: np.ndarray, lam: np.ndar
         return dlam, None
     g = (np.einsum("kjm,kj->km", prov.derivative("f", t, z, th, dth=1), lam)
          + prov.derivative("R", t, z, th, dth=1))
-    jac = np.broadcast_to(jac, (lam.shape[0],) + np.shape(jac)[-2:])
+    if np.ndim(jac) != 3 or np.shape(jac)[0] != lam.shape[0]:     # one for every row
+        jac = np.broadcast_to(jac, (lam.shape[0],) + np.shape(jac)[-2:])
     return dlam, -np.einsum("km,kmw->kw", g, jac)
 
 
