@@ -20,6 +20,7 @@ import warnings
 import weakref
 from typing import Any, Callable
 
+from .._core.derivatives._codegen import is_generated
 from .._core.setup.arguments import Setup
 from ._plans import BASE_KEYS, key_name
 
@@ -135,12 +136,16 @@ _GUARDED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 def _on_copies(disp: Any, key: tuple[str, int, int]) -> Any:
     """What the kernels call for the user's ``disp`` (compiled for the signature of
-    ``key``): ``disp`` itself where it also compiles with read-only ``z`` and ``theta``
-    (numba then proves that it writes into neither), else a compiled wrapper that calls
-    it on copies of them. The kernels pass their stage buffers and difference points,
-    which a function writing into its arguments would change (`invimbed._core.inputs.probe`);
-    the wrapper's two copies cost an allocation each per call, the proof one more
-    compilation of ``disp`` (bench_argument_copy.py)."""
+    ``key``): ``disp`` itself where it also types with read-only ``z`` and ``theta``
+    (numba then proves that it writes into neither: `_types_read_only`), else a compiled
+    wrapper that calls it on copies of them. The kernels pass their stage buffers and
+    difference points, which a function writing into its arguments would change
+    (`invimbed._core.inputs.probe`); the wrapper's two copies cost an allocation each per
+    call, the proof numba's front end of ``disp`` once more (bench_argument_copy.py). A
+    provider's generated per-sample code given as a user function (`_codegen.is_generated`)
+    is passed as it is, unproved: it writes into nothing."""
+    if is_generated(disp):       # the provider's generated code: writes into nothing
+        return disp
     st = _types()
     from numba import types
 
@@ -152,12 +157,38 @@ def _on_copies(disp: Any, key: tuple[str, int, int]) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                disp.compile(readonly)
+                _types_read_only(disp, readonly)
                 seen[key] = None                    # disp itself (no reference to it)
             except Exception:  # noqa: BLE001 - it writes (or numba cannot tell): copies
                 seen[key] = _copying(disp, key)
                 seen[key].compile(sig.args)
     return disp if seen[key] is None else seen[key]
+
+
+def _types_read_only(disp: Any, args: tuple) -> None:
+    """Type and lower ``disp`` for the argument types ``args`` (read-only arrays) by
+    numba's own pipeline, as its compilation would, without generating machine code;
+    raises what numba raises where it cannot. A write into a read-only array (an item or
+    slice assigned, a ufunc's ``out``, a method or numpy function writing in place, in
+    ``disp`` or a function it calls) fails there (in type inference, or, for the methods
+    numba implements at lowering, such as ``sort``, in lowering), so this is the proof of
+    `_on_copies`. LLVM's optimisation and code generation, most of a compilation's time,
+    are skipped (numba's ``no_compile`` flag): no machine code for a signature the
+    kernels never call, none cached on disk beside the one they call."""
+    from numba.core import compiler
+    from numba.core.compiler_lock import global_compiler_lock
+
+    comp = disp._compiler
+    flags = compiler.Flags()
+    comp.targetdescr.options.parse_as_flags(flags, comp.targetoptions)
+    flags = comp._customize_flags(flags)
+    flags.no_compile = True
+    flags.no_cpython_wrapper = True
+    flags.no_cfunc_wrapper = True
+    with global_compiler_lock:
+        compiler.compile_extra(comp.targetdescr.typing_context, comp.targetdescr.target_context,
+                               disp.py_func, args=args, return_type=None, flags=flags,
+                               locals=comp.locals)
 
 
 def _copying(disp: Any, key: tuple[str, int, int]) -> Any:

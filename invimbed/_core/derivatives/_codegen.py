@@ -134,11 +134,23 @@ def sample_source(text: tuple[list[str], list[str]], reduced: list, gather: np.n
     return lines
 
 
+#: The prefix of the generated modules' names (then the source's SHA-256).
+PREFIX = "invimbed_codegen_"
+
+
+def is_generated(fn: Any) -> bool:
+    """Whether ``fn`` (a function or numba dispatcher) is one of a generated module's
+    functions, which write into nothing but their own ``out`` (``point``, ``kernel``:
+    the one they are given)."""
+    module = getattr(getattr(fn, "py_func", fn), "__module__", None) or ""
+    return module.startswith(PREFIX) and sys.modules.get(module) is not None
+
+
 def load(body: list[str], options: str = "") -> types.ModuleType:
     """The generated module of ``body`` (see the module docstring); ``options`` are more
     keywords of its ``njit``, as source (``", error_model='numpy'"``)."""
     source = HEADER.format(cache=True, options=options) + "\n\n" + "\n".join(body) + "\n"
-    name = "invimbed_codegen_" + hashlib.sha256(source.encode()).hexdigest()[:32]
+    name = PREFIX + hashlib.sha256(source.encode()).hexdigest()[:32]
     if name in sys.modules:
         return sys.modules[name]
     folder = cache_dir()

@@ -416,14 +416,16 @@ class _Compiled:
         if self.gather.size == 0:
             return np.zeros((B,) + self.shape)
         rows = np.ndim(t) != 0          # per-row times (an array of shape (B,))
-        # a numpy scalar: 1 / (t - t0) at t0 is inf, not a Python ZeroDivisionError
-        t = np.ascontiguousarray(t, dtype=float) if rows else np.float64(t)
+        # a numpy scalar: 1 / (t - t0) at t0 is inf, not a Python ZeroDivisionError; the
+        # arrays writeable and C-contiguous whatever comes (a broadcast is read-only):
+        # numba compiles its kernels once per argument type, and read-only is another
+        t = np.require(t, float, ["C", "W"]) if rows else np.float64(t)
         if self.numba:
             buf = np.zeros((B, n + 1))
             if n:
                 kernel = self.fn.kernel_rows if rows else self.fn.kernel
-                kernel(t, np.ascontiguousarray(z, dtype=float),
-                       np.ascontiguousarray(theta, dtype=float), buf)
+                kernel(t, np.require(z, float, ["C", "W"]), np.require(theta, float, ["C", "W"]),
+                       buf)
             return buf[:, self.gather].reshape((B,) + self.shape)
         buf = np.empty((n + 1, B))
         buf[n] = 0.0
