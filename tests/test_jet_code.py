@@ -250,3 +250,18 @@ def test_a_problem_without_control_or_running_loss(monkeypatch):
     assert coded.param_grad.shape == (DEPTHS.size, 3, 0)
     assert_close(coded, generic, 1e-12)
     assert_close(coded, ref, 1e-12)
+
+
+def test_the_generated_jet_code_compiles_only_the_per_sample_code_it_calls():
+    """On the generated jet code the sweep calls the terminal loss's per-sample functions
+    only (for the initial state): the per-sample code of f's and R's derivatives, which
+    the generic kernel would call, is neither generated nor compiled (each is a numba
+    compilation of its own); the numbers are numpy's."""
+    problem = from_sympy.__wrapped__(_theta_time)   # a new provider: nothing generated yet
+    prov = problem.derivative_provider
+    x = np.random.default_rng(5).normal(scale=0.5, size=(3, 2))
+    kw = dict(control=Constant([0.2, -0.1]), method="rk4", step=1 / 8)
+    res = solve_imbedding(problem, x, DEPTHS, backend="numba", **kw)
+    sampled = {key[1:] for key in prov._compiled if key[0] == "sample"}
+    assert ("T", 0, 0) in sampled and all(which == "T" for which, _, _ in sampled)
+    assert_close(res, solve_imbedding(problem, x, DEPTHS, ratio_test=False, **kw), 1e-12)

@@ -373,12 +373,14 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
             Request("f", 1, W if nw else 0), Request("R", 1, W if nw else 0),
             Request("T", 0, F)]
     plan = build_plan(prov, reqs)
-    # every function compiled and checked, even where the jet code leaves f's and R's
-    # uncalled (it calls T's plan only, for the initial state)
-    fns = function_tuple(setup, plan.used)
     code = jet_code(setup, orders)
-    from ._numba_kernels import jet_rhs
     coded = code is not None
+    # every user function compiled and checked, even where the jet code leaves f's and
+    # R's uncalled (it calls T's plan only, for the initial state); the provider's
+    # generated code only where it is called (each is a compilation of its own)
+    fns = function_tuple(setup, plan.used,
+                         generated=build_plan(prov, reqs[4:]).used if coded else None)
+    from ._numba_kernels import jet_rhs
     if not coded:
         from ._numba_kernels import no_code as code     # the stand-in: never called
 

@@ -214,8 +214,11 @@ def _fn_name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
-def function_tuple(setup: Setup, used: frozenset) -> tuple:
-    """The function tuple of the kernels: user functions where used, stand-ins elsewhere."""
+def function_tuple(setup: Setup, used: frozenset, generated: frozenset | None = None) -> tuple:
+    """The function tuple of the kernels: user functions where used, stand-ins elsewhere;
+    the provider's generated code (from_sympy and traced problems) only for the keys in
+    ``generated`` (default: every key used), a stand-in for the other keys (the kernel
+    calls them not: the fixed-step sweep on the problem's generated jet code)."""
     st = _types()
     prob = setup.problem
     user = prob.derivative_provider
@@ -250,7 +253,8 @@ def function_tuple(setup: Setup, used: frozenset) -> tuple:
         fn = source.get(key)
         if key in used and fn is not None:
             if isinstance(fn, _SymbolicSource):     # generated code: writes into nothing
-                out.append(_compile_user(fn.compile(), key))
+                out.append(_compile_user(fn.compile(), key) if generated is None
+                           or key in generated else st["dummies"][key])
             else:
                 out.append(_on_copies(_compile_user(fn, key), key))
         else:
