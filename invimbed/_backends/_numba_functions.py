@@ -136,12 +136,13 @@ _GUARDED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 def _on_copies(disp: Any, key: tuple[str, int, int]) -> Any:
     """What the kernels call for the user's ``disp`` (compiled for the signature of
-    ``key``): ``disp`` itself where it also types with read-only ``z`` and ``theta``
-    (numba then proves that it writes into neither: `_types_read_only`), else a compiled
-    wrapper that calls it on copies of them. The kernels pass their stage buffers and
-    difference points, which a function writing into its arguments would change
+    ``key``): ``disp`` itself where it also compiles with read-only ``z`` and ``theta``
+    (numba then proves that it writes into neither), else a compiled wrapper that calls
+    it on copies of them. The kernels pass their stage buffers and difference points,
+    which a function writing into its arguments would change
     (`invimbed._core.inputs.probe`); the wrapper's two copies cost an allocation each per
-    call, the proof numba's front end of ``disp`` once more (bench_argument_copy.py). A
+    call, the proof one more compilation of ``disp`` (bench_argument_copy.py), without
+    machine code where numba does not cache it on disk (`_lowered_read_only`). A
     provider's generated per-sample code given as a user function (`_codegen.is_generated`)
     is passed as it is, unproved: it writes into nothing."""
     if is_generated(disp):       # the provider's generated code: writes into nothing
@@ -157,7 +158,10 @@ def _on_copies(disp: Any, key: tuple[str, int, int]) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                _types_read_only(disp, readonly)
+                if _cached_on_disk(disp):   # compiled once per machine, then loaded
+                    disp.compile(readonly)
+                else:                       # compiled in every process: lowered only
+                    _lowered_read_only(disp, readonly)
                 seen[key] = None                    # disp itself (no reference to it)
             except Exception:  # noqa: BLE001 - it writes (or numba cannot tell): copies
                 seen[key] = _copying(disp, key)
@@ -165,7 +169,15 @@ def _on_copies(disp: Any, key: tuple[str, int, int]) -> Any:
     return disp if seen[key] is None else seen[key]
 
 
-def _types_read_only(disp: Any, args: tuple) -> None:
+def _cached_on_disk(disp: Any) -> bool:
+    """Whether numba keeps ``disp``'s machine code on disk (``cache=True``): its proof is
+    then a compilation like any other, loaded from the cache by later processes."""
+    from numba.core.caching import NullCache
+
+    return not isinstance(getattr(disp, "_cache", None), (NullCache, type(None)))
+
+
+def _lowered_read_only(disp: Any, args: tuple) -> None:
     """Type and lower ``disp`` for the argument types ``args`` (read-only arrays) by
     numba's own pipeline, as its compilation would, without generating machine code;
     raises what numba raises where it cannot. A write into a read-only array (an item or
@@ -174,7 +186,9 @@ def _types_read_only(disp: Any, args: tuple) -> None:
     numba implements at lowering, such as ``sort``, in lowering), so this is the proof of
     `_on_copies`. LLVM's optimisation and code generation, most of a compilation's time,
     are skipped (numba's ``no_compile`` flag): no machine code for a signature the
-    kernels never call, none cached on disk beside the one they call."""
+    kernels never call. For a function numba compiles anew in every process (without
+    ``cache=True``); one it caches on disk is compiled, so later processes load the proof
+    instead of lowering it again."""
     from numba.core import compiler
     from numba.core.compiler_lock import global_compiler_lock
 
