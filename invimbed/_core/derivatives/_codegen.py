@@ -5,9 +5,9 @@ One module of Python source per request of `SympyProvider`, holding
 * ``point(t, z (N,), th (M,), out)``: the cse'd expressions at one sample, written into
   ``out[j]`` (``out`` has one more slot than there are values: the zero that entries
   known to vanish are gathered from);
-* ``kernel(t, z (B, N), th (B, M), out (B, n + 1))``: ``point`` row by row, what
-  ``compile="numba"`` calls for a batch; ``kernel_rows`` the same with a time per row
-  (``t`` of shape (B,));
+* ``kernel(t, z (B, N), th (B, M), out (B, n + 1))``: ``point``'s lines row by row,
+  what ``compile="numba"`` calls for a batch; ``kernel_rows`` the same with a time per
+  row (``t`` of shape (B,));
 * for a per-sample derivative (`SympyProvider.sample_function`, what ``backend="numba"``
   calls), also one function ``sample(t, z, th)`` (``sample_T(z)`` for the terminal
   loss) computing the same expressions and returning the full tensor, and the map
@@ -86,12 +86,17 @@ def point_source(t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
     """Lines of ``point`` and ``kernel`` for the cse'd ``repl`` / ``reduced`` (``text``:
     their `printed` form, where the caller has it)."""
     head, values = text or printed(t_arg, z_args, th_args, repl, reduced)
-    lines = ["@_jit", "def point(t, z, th, out):"] + head
-    lines += [f"    out[{j}] = {v}" for j, v in enumerate(values)]
-    lines += ["", "", "@_jit", "def kernel(t, z, th, out):", "    for b in range(z.shape[0]):",
-              "        point(t, z[b], th[b], out[b])"]
-    lines += ["", "", "@_jit", "def kernel_rows(t, z, th, out):",
-              "    for b in range(z.shape[0]):", "        point(t[b], z[b], th[b], out[b])"]
+    body = head + [f"    out[{j}] = {v}" for j, v in enumerate(values)]
+    lines = ["@_jit", "def point(t, z, th, out):"] + body
+    # the loops hold point's lines themselves: numba compiles a callee as a function of
+    # its own, and LLVM then optimises its code once more inlined into the caller
+    row = ["        z = Z[_b]", "        th = TH[_b]", "        out = OUT[_b]"]
+    row += ["    " + line for line in body]
+    lines += ["", "", "@_jit", "def kernel(t, Z, TH, OUT):", "    for _b in range(Z.shape[0]):"]
+    lines += row
+    lines += ["", "", "@_jit", "def kernel_rows(T, Z, TH, OUT):",
+              "    for _b in range(Z.shape[0]):", "        t = T[_b]"]
+    lines += row
     return lines
 
 
