@@ -256,12 +256,14 @@ def test_the_generated_jet_code_compiles_only_the_per_sample_code_it_calls():
     """On the generated jet code the sweep calls the terminal loss's per-sample functions
     only (for the initial state): the per-sample code of f's and R's derivatives, which
     the generic kernel would call, is neither generated nor compiled (each is a numba
-    compilation of its own); the numbers are numpy's."""
+    compilation of its own), nor, for a traced problem of few rows, f and R for the
+    depth gradient's compiled loop; the numbers are numpy's."""
     problem = from_sympy.__wrapped__(_theta_time)   # a new provider: nothing generated yet
-    prov = problem.derivative_provider
     x = np.random.default_rng(5).normal(scale=0.5, size=(3, 2))
     kw = dict(control=Constant([0.2, -0.1]), method="rk4", step=1 / 8)
-    res = solve_imbedding(problem, x, DEPTHS, backend="numba", **kw)
-    sampled = {key[1:] for key in prov._compiled if key[0] == "sample"}
-    assert ("T", 0, 0) in sampled and all(which == "T" for which, _, _ in sampled)
-    assert_close(res, solve_imbedding(problem, x, DEPTHS, ratio_test=False, **kw), 1e-12)
+    for problem in (problem, per_sample(_theta_time)):      # from_sympy, traced
+        res = solve_imbedding(problem, x, DEPTHS, backend="numba", **kw)
+        prov = problem.derivative_provider or problem.provider(2, 2)
+        sampled = {key[1:] for key in prov._compiled if key[0] == "sample"}
+        assert ("T", 0, 0) in sampled and all(which == "T" for which, _, _ in sampled)
+        assert_close(res, solve_imbedding(problem, x, DEPTHS, ratio_test=False, **kw), 1e-12)

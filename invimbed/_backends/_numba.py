@@ -37,7 +37,7 @@ How it works
 from __future__ import annotations
 
 import warnings
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Callable
 
 import numpy as np
@@ -419,7 +419,14 @@ class CompiledValues(DerivativeProvider):
         self.n_state, self.n_theta = provider.n_state, provider.n_theta
         self.name = provider.name
         self.plan = build_plan(provider, [Request("f", 0, 0), Request("R", 0, 0)])
-        self.fns = function_tuple(setup, self.plan.used)
+        self.setup = setup
+
+    @cached_property
+    def fns(self) -> tuple:
+        """The loop's function tuple, compiled at its first use (fewer rows than
+        `COMPILED_ROWS` never use it: a traced problem's generated ``f`` and ``R`` are then
+        not compiled for it)."""
+        return function_tuple(self.setup, self.plan.used)
 
     def order_limit(self, which: str) -> int | None:
         return self.base.order_limit(which)
