@@ -810,7 +810,9 @@ def test_sol_without_dense_output_says_how_to_get_it():
 
 def test_numba_calls_a_function_that_cannot_write_as_it_is():
     """A per-sample function that compiles with read-only arguments cannot write: the
-    kernels call it bare (no copies per call); one that writes gets the copying wrapper."""
+    kernels call it bare (no copies per call); one that writes gets the copying wrapper.
+    The proof (for a function numba does not cache on disk) makes no machine code: the
+    function keeps the one signature the kernels call."""
     numba = pytest.importorskip("numba")
     from invimbed._backends._numba_functions import _compile_user, _on_copies
 
@@ -819,29 +821,8 @@ def test_numba_calls_a_function_that_cannot_write_as_it_is():
 
     pure, writing = numba.njit(_clamped), numba.njit(_clamping)
     assert kernels_get(pure) is pure
+    assert len(pure.signatures) == 1
     wrapped = kernels_get(writing)
     assert wrapped is not writing
     z, th = np.array([3.0]), np.array([0.1])
     assert wrapped(0.0, z, th)[0] == pytest.approx(2.1) and z[0] == 3.0
-
-
-def test_the_proof_that_a_function_cannot_write_compiles_nothing_more():
-    """The proof types and lowers a function numba does not cache for read-only arguments
-    without making machine code: the function keeps the one signature the kernels call.
-    The provider's generated per-sample code, given as a derivative, is passed as it is,
-    unproved (it writes into nothing)."""
-    numba = pytest.importorskip("numba")
-    sp = pytest.importorskip("sympy")
-    from invimbed._backends._numba_functions import _compile_user, _on_copies
-
-    def kernels_get(fn, key=("f", 0, 0)):
-        return _on_copies(_compile_user(fn, key), key)
-
-    pure = numba.njit(_clamped)
-    assert kernels_get(pure) is pure
-    assert len(pure.signatures) == 1
-    t, a, u = sp.symbols("t a u")
-    generated = invimbed.from_sympy(t, [a], [u], [-a ** 3 + u], u ** 2, a ** 2
-                                    ).derivative_provider.sample_function("f", 1, 0)
-    assert kernels_get(generated, ("f", 1, 0)) is generated
-    assert len(generated.signatures) == 1
