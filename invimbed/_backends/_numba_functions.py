@@ -141,8 +141,7 @@ def _on_copies(disp: Any, key: tuple[str, int, int]) -> Any:
     it on copies of them. The kernels pass their stage buffers and difference points,
     which a function writing into its arguments would change
     (`invimbed._core.inputs.probe`); the wrapper's two copies cost an allocation each per
-    call, the proof one more compilation of ``disp`` (bench_argument_copy.py), without
-    machine code where numba does not cache it on disk (`_lowered_read_only`). A
+    call, the proof one more compilation of ``disp`` (bench_argument_copy.py). A
     provider's generated per-sample code given as a user function (`_codegen.is_generated`)
     is passed as it is, unproved: it writes into nothing."""
     if is_generated(disp):       # the provider's generated code: writes into nothing
@@ -158,51 +157,12 @@ def _on_copies(disp: Any, key: tuple[str, int, int]) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                if _cached_on_disk(disp):   # compiled once per machine, then loaded
-                    disp.compile(readonly)
-                else:                       # compiled in every process: lowered only
-                    _lowered_read_only(disp, readonly)
+                disp.compile(readonly)
                 seen[key] = None                    # disp itself (no reference to it)
             except Exception:  # noqa: BLE001 - it writes (or numba cannot tell): copies
                 seen[key] = _copying(disp, key)
                 seen[key].compile(sig.args)
     return disp if seen[key] is None else seen[key]
-
-
-def _cached_on_disk(disp: Any) -> bool:
-    """Whether numba keeps ``disp``'s machine code on disk (``cache=True``): its proof is
-    then a compilation like any other, loaded from the cache by later processes."""
-    from numba.core.caching import NullCache
-
-    return not isinstance(getattr(disp, "_cache", None), (NullCache, type(None)))
-
-
-def _lowered_read_only(disp: Any, args: tuple) -> None:
-    """Type and lower ``disp`` for the argument types ``args`` (read-only arrays) by
-    numba's own pipeline, as its compilation would, without generating machine code;
-    raises what numba raises where it cannot. A write into a read-only array (an item or
-    slice assigned, a ufunc's ``out``, a method or numpy function writing in place, in
-    ``disp`` or a function it calls) fails there (in type inference, or, for the methods
-    numba implements at lowering, such as ``sort``, in lowering), so this is the proof of
-    `_on_copies`. LLVM's optimisation and code generation, most of a compilation's time,
-    are skipped (numba's ``no_compile`` flag): no machine code for a signature the
-    kernels never call. For a function numba compiles anew in every process (without
-    ``cache=True``); one it caches on disk is compiled, so later processes load the proof
-    instead of lowering it again."""
-    from numba.core import compiler
-    from numba.core.compiler_lock import global_compiler_lock
-
-    comp = disp._compiler
-    flags = compiler.Flags()
-    comp.targetdescr.options.parse_as_flags(flags, comp.targetoptions)
-    flags = comp._customize_flags(flags)
-    flags.no_compile = True
-    flags.no_cpython_wrapper = True
-    flags.no_cfunc_wrapper = True
-    with global_compiler_lock:
-        compiler.compile_extra(comp.targetdescr.typing_context, comp.targetdescr.target_context,
-                               disp.py_func, args=args, return_type=None, flags=flags,
-                               locals=comp.locals)
 
 
 def _copying(disp: Any, key: tuple[str, int, int]) -> Any:
@@ -231,8 +191,8 @@ def _fn_name(fn: Any) -> str:
 def function_tuple(setup: Setup, used: frozenset, generated: frozenset | None = None) -> tuple:
     """The function tuple of the kernels: user functions where used, stand-ins elsewhere;
     the provider's generated code (from_sympy and traced problems) only for the keys in
-    ``generated`` (default: every key used), a stand-in for the other keys (the kernel
-    calls them not: the fixed-step sweep on the problem's generated jet code)."""
+    ``generated`` (default: every key used), a stand-in for the other keys, which the
+    kernel does not call (the fixed-step sweep on the problem's generated jet code)."""
     st = _types()
     prob = setup.problem
     user = prob.derivative_provider
