@@ -418,7 +418,8 @@ class _Compiled:
         rows = np.ndim(t) != 0          # per-row times (an array of shape (B,))
         # a numpy scalar: 1 / (t - t0) at t0 is inf, not a Python ZeroDivisionError; the
         # arrays writeable and C-contiguous whatever comes (`derivative` hands theta
-        # read-only): numba compiles a kernel once per argument type, read-only is another
+        # read-only, `taylor` the caller's): numba compiles a kernel once per argument
+        # type, and read-only is another
         t = np.require(t, float, ["C", "W"]) if rows else np.float64(t)
         if self.numba:
             buf = np.zeros((B, n + 1))
