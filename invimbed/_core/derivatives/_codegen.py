@@ -9,10 +9,10 @@ One module of Python source per request of `SympyProvider`, holding
   what ``compile="numba"`` calls for a batch; ``kernel_rows`` the same with a time per
   row (``t`` of shape (B,));
 * for a per-sample derivative (`SympyProvider.sample_function`, what ``backend="numba"``
-  calls), also one function ``sample(t, z, th)`` (``sample_T(z)`` for the terminal
-  loss) computing the same expressions and returning the full tensor, and the map
-  ``GATHER`` from the tensor's entries to ``point``'s values (what the CUDA kernel
-  reads). numba compiles a function when it is first called, so each process compiles
+  calls), instead of the loops one function ``sample(t, z, th)`` (``sample_T(z)`` for
+  the terminal loss) computing the same expressions and returning the full tensor, and
+  the map ``GATHER`` from the tensor's entries to ``point``'s values (what the CUDA
+  kernel reads). numba compiles a function when it is first called, so each process compiles
   only what it runs.
 
 The source is written to ``$INVIMBED_CACHE`` (default ``~/.cache/invimbed/codegen``)
@@ -82,12 +82,16 @@ def assignment_lines(t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
 
 
 def point_source(t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
-                 reduced: list, text: tuple[list[str], list[str]] | None = None) -> list[str]:
-    """Lines of ``point`` and ``kernel`` for the cse'd ``repl`` / ``reduced`` (``text``:
-    their `printed` form, where the caller has it)."""
+                 reduced: list, text: tuple[list[str], list[str]] | None = None,
+                 loops: bool = True) -> list[str]:
+    """Lines of ``point`` and (with ``loops``) ``kernel`` and ``kernel_rows`` for the
+    cse'd ``repl`` / ``reduced`` (``text``: their `printed` form, where the caller has
+    it)."""
     head, values = text or printed(t_arg, z_args, th_args, repl, reduced)
     body = head + [f"    out[{j}] = {v}" for j, v in enumerate(values)]
     lines = ["@_jit", "def point(t, z, th, out):"] + body
+    if not loops:
+        return lines
     # the loops hold point's lines themselves: numba compiles a callee as a function of
     # its own, and LLVM then optimises its code once more inlined into the caller
     row = ["        z = Z[_b]", "        th = TH[_b]", "        out = OUT[_b]"]

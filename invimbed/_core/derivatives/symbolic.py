@@ -344,15 +344,17 @@ class SympyProvider(DerivativeProvider):
     def _numba_module(self, repl: list, reduced: list, sample: tuple | None = None) -> Any:
         """The generated numba code of one request (`invimbed._core.derivatives._codegen`):
         ``point(t, z (N,), theta (M,), out)`` computing the cse'd expressions at one
-        sample and the batch loop ``kernel`` over it that ``compile="numba"`` calls; with
-        ``sample = (gather, shape, terminal)`` also the per-sample function ``sample``
-        (``sample_T``) that ``backend="numba"`` calls, and the ``GATHER`` map through which
-        the CUDA kernel reads ``point``'s values. One code printer for all; numba compiles
-        only the functions called; cached on disk."""
+        sample and the batch loops ``kernel`` and ``kernel_rows`` over its lines that
+        ``compile="numba"`` calls; with ``sample = (gather, shape, terminal)`` instead of
+        the loops the per-sample function ``sample`` (``sample_T``) that
+        ``backend="numba"`` calls, and the ``GATHER`` map through which the CUDA kernel
+        reads ``point``'s values. One code printer for all; numba compiles only the
+        functions called; cached on disk."""
         try:
             text = _codegen.printed(self._t_arg, self._z_args, self._th_args, repl, reduced)
             body = (_codegen.point_source(self._t_arg, self._z_args, self._th_args, repl,
-                                          reduced, text) if reduced else [])
+                                          reduced, text, loops=sample is None)
+                    if reduced else [])   # a per-sample request's loops are never called
             if sample is not None:
                 gather, shape, terminal = sample
                 body += [""] * 2 + _codegen.sample_source(text, reduced, gather, shape,
