@@ -526,6 +526,31 @@ def forced_double_pendulum(g: float = 3.0, amp: float = 2.0) -> tuple:
     return t, [a, b, va, vb], [u], f, R, T
 
 
+# -- no control, no running loss ---------------------------------------------------------
+def no_control_f(t: float, z: np.ndarray, th: np.ndarray) -> np.ndarray:
+    """``dz/dt`` of a problem without control (``theta`` of size 0) or running loss, the
+    time in ``f``: one sample (for ``numba.njit``)."""
+    return np.array([z[1], -np.sin(z[0]) - 0.1 * z[1] * t])
+
+
+def no_control_T(z: np.ndarray) -> float:
+    """The terminal loss of `no_control_f`'s problem (the integer 1: the trace prints as
+    `no_control_sympy`'s expressions, so both get the same generated code)."""
+    return (z[0] - 1) ** 2 + z[0] * z[1] ** 2
+
+
+def no_control_sympy() -> Any:
+    """`no_control_f`'s problem from sympy expressions (``R`` absent). Its generated code
+    is that of the per-sample functions traced: numba compiles it once for both (the
+    modules are cached by their source). Skips without sympy."""
+    import pytest
+
+    sp = pytest.importorskip("sympy")
+    t, a, b = sp.symbols("t a b")
+    return invimbed.BolzaProblem.from_sympy(t, [a, b], [], [b, -sp.sin(a) - 0.1 * b * t], None,
+                                            (a - 1) ** 2 + a * b ** 2)
+
+
 # -- Van der Pol -----------------------------------------------------------------------
 def sympy_pendulum(compile: str | None = None, a: float = 1.0, forcing: float = 0.3,
                    omega: float = 1.3, c: float = 0.4, kv: float = 0.2, rho: float = 0.1,

@@ -31,7 +31,8 @@ from invimbed._core.setup.arguments import prepare
 from invimbed._core.results.results import sweep_result
 from invimbed._core.sweep.imbedding import mark_unchecked
 from invimbed._core.integrators import ALL_METHODS
-from problems import lq_closed_form, pendulum_functions, sympy_pendulum, uncompilable_dynamics
+from problems import (lq_closed_form, no_control_f, no_control_T, pendulum_functions,
+                      sympy_pendulum, uncompilable_dynamics)
 
 try:
     import numba
@@ -331,9 +332,8 @@ def test_no_running_loss_unbatched(backend):
 @pytest.mark.parametrize("closure", ["jet", "stencil"])
 def test_without_any_control(backend, closure):
     skip_unless_runs(backend, closure)
-    if backend == "numba":
-        f = njit(cache=True)(_free_f)
-        problem = BolzaProblem(f, terminal_loss=pend_T)
+    if backend == "numba":       # tests/problems.py: test_jet_code's, from sympy
+        problem = BolzaProblem(no_control_njit_f, terminal_loss=no_control_njit_T)
     else:
         problem = BolzaProblem(lambda t, z, th: -z ** 3 + z[:, ::-1],
                                terminal_loss=pendulum_functions().T, vectorized=True,
@@ -345,8 +345,8 @@ def test_without_any_control(backend, closure):
     assert_same(res, ref, fd_rtol(backend, fd_levels(**kw), closure))
 
 
-def _free_f(t, z, th):
-    return -z ** 3 + z[::-1]
+no_control_njit_f = njit(cache=True)(no_control_f)
+no_control_njit_T = njit(cache=True)(no_control_T)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -21,6 +21,7 @@ from numba import njit  # noqa: E402
 
 from invimbed import BolzaProblem, Constant, PiecewiseConstant, solve_imbedding  # noqa: E402
 from invimbed._backends import _numba  # noqa: E402
+from problems import no_control_sympy  # noqa: E402
 
 FIELDS = ("z", "value", "adjoint", "param_grad", "depth_grad")
 DEPTHS = np.linspace(0.0, -1.0, 5)
@@ -137,12 +138,17 @@ def test_generated_jet_code_equals_the_generic_kernel_and_numpy(case, N, estimat
 def test_per_sample_functions_run_on_the_generated_code(case, N, given, monkeypatch):
     """Per-sample @njit functions, traced, with derivatives given (they agree with the
     trace: the generated code stands in for them) or none: the generated right-hand side
-    equals the generic kernel (which calls the given derivatives) and numpy to 1e-12."""
+    equals the generic kernel (which calls the given derivatives) and numpy to 1e-12.
+    The given derivatives (the provider's generated code) are compiled once each."""
     problem = per_sample(case, given)
     x = np.random.default_rng(N + 10).normal(scale=0.5, size=(3, N))
     kw = dict(control=Constant([0.2, -0.1]), method="rk4", step=1 / 8)
     coded, generic, ref = run_both(problem, x, monkeypatch, **kw)
     assert "traced" in coded.derivatives
+    # the generated code given as derivatives is called as it is: no proof that it does
+    # not write (a compilation for read-only arguments), it writes into nothing
+    for fn in problem.known_derivatives.values():
+        assert len(fn.signatures) == 1
     assert_close(coded, generic, 1e-12)
     assert_close(coded, ref, 1e-12)
 
@@ -242,11 +248,26 @@ def test_a_right_hand_side_too_large_to_compile_quickly_keeps_the_generic_kernel
 def test_a_problem_without_control_or_running_loss(monkeypatch):
     """No theta (no parameter rows W), R absent, time in f: the generated code, the
     generic kernel and numpy agree."""
-    t, a, b = sp.symbols("t a b")
-    problem = BolzaProblem.from_sympy(t, [a, b], [], [b, -sp.sin(a) - 0.1 * b * t], None,
-                                      (a - 1) ** 2 + a * b ** 2)
+    problem = no_control_sympy()       # tests/problems.py (test_backends: per-sample)
     x = np.random.default_rng(8).normal(scale=0.5, size=(3, 2))
     coded, generic, ref = run_both(problem, x, monkeypatch, method="rk4", step=1 / 8)
     assert coded.param_grad.shape == (DEPTHS.size, 3, 0)
     assert_close(coded, generic, 1e-12)
     assert_close(coded, ref, 1e-12)
+
+
+def test_the_generated_jet_code_compiles_only_the_per_sample_code_it_calls():
+    """On the generated jet code the sweep calls the terminal loss's per-sample functions
+    only (for the initial state): the per-sample code of f's and R's derivatives, which
+    the generic kernel would call, is neither generated nor compiled (each is a numba
+    compilation of its own), nor, for a traced problem of few rows, f and R for the
+    depth gradient's compiled loop; the numbers are numpy's."""
+    problem = from_sympy.__wrapped__(_theta_time)   # a new provider: nothing generated yet
+    x = np.random.default_rng(5).normal(scale=0.5, size=(3, 2))
+    kw = dict(control=Constant([0.2, -0.1]), method="rk4", step=1 / 8)
+    for problem in (problem, per_sample(_theta_time)):      # from_sympy, traced
+        res = solve_imbedding(problem, x, DEPTHS, backend="numba", **kw)
+        prov = problem.derivative_provider or problem.provider(2, 2)
+        sampled = {key[1:] for key in prov._compiled if key[0] == "sample"}
+        assert ("T", 0, 0) in sampled and all(which == "T" for which, _, _ in sampled)
+        assert_close(res, solve_imbedding(problem, x, DEPTHS, ratio_test=False, **kw), 1e-12)

@@ -252,6 +252,26 @@ def test_numba_gives_the_same_numbers():
     np.testing.assert_allclose(fast.derivative("f", 0.1, z, th, dz=4), 0.0, atol=0)
 
 
+def test_read_only_inputs_run_the_kernel_compiled_for_writeable_ones():
+    """A read-only theta (a control broadcast over the batch) or z runs the generated kernel
+    numba compiled for writeable arrays, with the same numbers: one compiled signature per
+    kernel, not a second one per read-only argument. The kernel holds the lines of the
+    per-sample ``point`` itself: ``point`` is not compiled for it."""
+    pytest.importorskip("numba")
+    fast = provider("vanderpol", "numba")
+    _, z, th = batch((0.2, 0.9, -0.3, 0.5, 0.0), B=4)
+    th = np.repeat(th[:1], 4, axis=0)
+    want = fast.derivative("f", 0.1, z, th, dz=2, dth=1)
+    z_ro = z.copy()
+    z_ro.flags.writeable = False
+    got = fast.derivative("f", 0.1, z_ro, np.broadcast_to(th[0], th.shape), dz=2, dth=1)
+    np.testing.assert_array_equal(got, want)
+    module = fast._compiled[("tensor", "f", 2, 1)].fn
+    assert len(module.kernel.signatures) == 1
+    assert not any(getattr(a, "readonly", False) for a in module.kernel.signatures[0])
+    assert not module.point.signatures
+
+
 _CACHE_SCRIPT = """
 import sys
 import numpy as np

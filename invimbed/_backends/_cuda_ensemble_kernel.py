@@ -69,15 +69,27 @@ def generated(provider: Any, key: tuple[str, int, int]) -> tuple[Any, np.ndarray
     size = int(gather.max()) + 2 if gather.size else 1
     if point is None:
         return device_noop(), gather, size
-    return (_compiled_on_cpu(point) if simulated() else device(point)), gather, size
+    if simulated():
+        return _compiled_on_cpu(fn, gather, key[0] == "T"), gather, size
+    return device(point), gather, size
 
 
-def _compiled_on_cpu(point: Any) -> Any:
-    """In the simulator: ``point`` as numba compiled it for the CPU. The simulator runs
-    device functions as Python, whose ``x ** 4`` is libm's ``pow`` where compiled code
-    (a GPU's too) multiplies; the compiled twin keeps the arithmetic of both."""
+def _compiled_on_cpu(fn: Any, gather: np.ndarray, terminal: bool) -> Any:
+    """In the simulator: ``point`` by the request's per-sample function ``fn`` (``sample``,
+    ``sample_T(z)``) as numba compiled it for the CPU, its tensor written into ``point``'s
+    buffer through ``gather`` (entry ``k`` into slot ``gather[k]``: the same values, the
+    zero slot zero). The simulator runs device functions as Python, whose ``x ** 4`` is
+    libm's ``pow`` where compiled code (a GPU's too) multiplies; the compiled twin keeps
+    the arithmetic of both. ``fn`` rather than the module's ``point``: the same printed
+    expressions, and the function ``backend="numba"`` calls, so one compilation serves
+    both (a simulated solve beside a numba one compiles nothing more)."""
+    slots = [int(g) for g in gather]
+
     def call(t, z, th, out):
-        point(t, z, getattr(th, "_ary", th), out)     # the simulator's array: its numpy
+        value = fn(z) if terminal else fn(t, z, getattr(th, "_ary", th))  # the simulator's
+        flat = np.ravel(value)                                            # array: its numpy
+        for k, g in enumerate(slots):
+            out[g] = flat[k]
     return cuda.jit(device=True)(call)
 
 

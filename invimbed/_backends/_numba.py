@@ -37,7 +37,7 @@ How it works
 from __future__ import annotations
 
 import warnings
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Callable
 
 import numpy as np
@@ -373,12 +373,14 @@ def sweep_numba(setup: Setup, *, closure: str, order: int, method: str, step: fl
             Request("f", 1, W if nw else 0), Request("R", 1, W if nw else 0),
             Request("T", 0, F)]
     plan = build_plan(prov, reqs)
-    # every function compiled and checked, even where the jet code leaves f's and R's
-    # uncalled (it calls T's plan only, for the initial state)
-    fns = function_tuple(setup, plan.used)
     code = jet_code(setup, orders)
-    from ._numba_kernels import jet_rhs
     coded = code is not None
+    # every user function compiled and checked, even where the jet code leaves f's and
+    # R's uncalled (it calls T's plan only, for the initial state); the provider's
+    # generated code only where it is called (each is a compilation of its own)
+    fns = function_tuple(setup, plan.used,
+                         generated=build_plan(prov, reqs[4:]).used if coded else None)
+    from ._numba_kernels import jet_rhs
     if not coded:
         from ._numba_kernels import no_code as code     # the stand-in: never called
 
@@ -417,7 +419,14 @@ class CompiledValues(DerivativeProvider):
         self.n_state, self.n_theta = provider.n_state, provider.n_theta
         self.name = provider.name
         self.plan = build_plan(provider, [Request("f", 0, 0), Request("R", 0, 0)])
-        self.fns = function_tuple(setup, self.plan.used)
+        self.setup = setup
+
+    @cached_property
+    def fns(self) -> tuple:
+        """The loop's function tuple, compiled at its first use (fewer rows than
+        `COMPILED_ROWS` never use it: a traced problem's generated ``f`` and ``R`` are then
+        not compiled for it)."""
+        return function_tuple(self.setup, self.plan.used)
 
     def order_limit(self, which: str) -> int | None:
         return self.base.order_limit(which)

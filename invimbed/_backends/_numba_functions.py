@@ -20,6 +20,7 @@ import warnings
 import weakref
 from typing import Any, Callable
 
+from .._core.derivatives._codegen import is_generated
 from .._core.setup.arguments import Setup
 from ._plans import BASE_KEYS, key_name
 
@@ -138,9 +139,13 @@ def _on_copies(disp: Any, key: tuple[str, int, int]) -> Any:
     ``key``): ``disp`` itself where it also compiles with read-only ``z`` and ``theta``
     (numba then proves that it writes into neither), else a compiled wrapper that calls
     it on copies of them. The kernels pass their stage buffers and difference points,
-    which a function writing into its arguments would change (`invimbed._core.inputs.probe`);
-    the wrapper's two copies cost an allocation each per call, the proof one more
-    compilation of ``disp`` (bench_argument_copy.py)."""
+    which a function writing into its arguments would change
+    (`invimbed._core.inputs.probe`); the wrapper's two copies cost an allocation each per
+    call, the proof one more compilation of ``disp`` (bench_argument_copy.py). A
+    provider's generated per-sample code given as a user function (`_codegen.is_generated`)
+    is passed as it is, unproved: it writes into nothing."""
+    if is_generated(disp):       # the provider's generated code: writes into nothing
+        return disp
     st = _types()
     from numba import types
 
@@ -183,8 +188,11 @@ def _fn_name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
-def function_tuple(setup: Setup, used: frozenset) -> tuple:
-    """The function tuple of the kernels: user functions where used, stand-ins elsewhere."""
+def function_tuple(setup: Setup, used: frozenset, generated: frozenset | None = None) -> tuple:
+    """The function tuple of the kernels: user functions where used, stand-ins elsewhere;
+    the provider's generated code (from_sympy and traced problems) only for the keys in
+    ``generated`` (default: every key used), a stand-in for the other keys, which the
+    kernel does not call (the fixed-step sweep on the problem's generated jet code)."""
     st = _types()
     prob = setup.problem
     user = prob.derivative_provider
@@ -219,7 +227,8 @@ def function_tuple(setup: Setup, used: frozenset) -> tuple:
         fn = source.get(key)
         if key in used and fn is not None:
             if isinstance(fn, _SymbolicSource):     # generated code: writes into nothing
-                out.append(_compile_user(fn.compile(), key))
+                out.append(_compile_user(fn.compile(), key) if generated is None
+                           or key in generated else st["dummies"][key])
             else:
                 out.append(_on_copies(_compile_user(fn, key), key))
         else:

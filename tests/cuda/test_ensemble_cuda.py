@@ -56,6 +56,14 @@ def test_breakpoints_of_a_piecewise_control_bit_for_bit(pendulum, method):
     assert_identical(res, ref)
     # the pieces before a depth do not act on it: exact zeros
     assert np.all(res.param_grad[0] != 0) and np.all(res.param_grad[1, :, :2] == 0)
+    # the simulated kernel ran the per-sample functions numba compiled for the reference,
+    # not each request's `point` compiled once more for the CPU
+    from invimbed._backends._cuda_ensemble_kernel import KEYS
+
+    prov = pendulum.derivative_provider
+    for key in KEYS:
+        point = prov.sample_function(*key).py_func.__globals__.get("point")
+        assert point is None or not point.signatures, key
 
 
 def test_a_row_that_outgrows_its_dense_buffer_is_rerun(pendulum, monkeypatch):

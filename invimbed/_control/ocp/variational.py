@@ -214,7 +214,8 @@ def _row_module(t_arg: Any, y_args: list, u_args: list, exprs: list) -> Any:
 
     y_args = [a if a is not None else sp.Symbol(f"_unused{i}") for i, a in enumerate(y_args)]
     repl, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("_c"))
-    body = _codegen.point_source(t_arg, tuple(y_args), tuple(u_args), repl, reduced)
+    body = _codegen.point_source(t_arg, tuple(y_args), tuple(u_args), repl, reduced,
+                                 loops=False)       # the rows call point only
     return _codegen.load(body, options=", error_model='numpy'")
 
 

@@ -5,14 +5,14 @@ One module of Python source per request of `SympyProvider`, holding
 * ``point(t, z (N,), th (M,), out)``: the cse'd expressions at one sample, written into
   ``out[j]`` (``out`` has one more slot than there are values: the zero that entries
   known to vanish are gathered from);
-* ``kernel(t, z (B, N), th (B, M), out (B, n + 1))``: ``point`` row by row, what
-  ``compile="numba"`` calls for a batch; ``kernel_rows`` the same with a time per row
-  (``t`` of shape (B,));
+* ``kernel(t, z (B, N), th (B, M), out (B, n + 1))``: ``point``'s lines row by row,
+  what ``compile="numba"`` calls for a batch; ``kernel_rows`` the same with a time per
+  row (``t`` of shape (B,));
 * for a per-sample derivative (`SympyProvider.sample_function`, what ``backend="numba"``
-  calls), also one function ``sample(t, z, th)`` (``sample_T(z)`` for the terminal
-  loss) computing the same expressions and returning the full tensor, and the map
-  ``GATHER`` from the tensor's entries to ``point``'s values (what the CUDA kernel
-  reads). numba compiles a function when it is first called, so each process compiles
+  calls), instead of the loops one function ``sample(t, z, th)`` (``sample_T(z)`` for
+  the terminal loss) computing the same expressions and returning the full tensor, and
+  the map ``GATHER`` from the tensor's entries to ``point``'s values (what the CUDA
+  kernel reads). numba compiles a function when it is first called, so each process compiles
   only what it runs.
 
 The source is written to ``$INVIMBED_CACHE`` (default ``~/.cache/invimbed/codegen``)
@@ -82,16 +82,25 @@ def assignment_lines(t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
 
 
 def point_source(t_arg: Any, z_args: tuple, th_args: tuple, repl: list,
-                 reduced: list, text: tuple[list[str], list[str]] | None = None) -> list[str]:
-    """Lines of ``point`` and ``kernel`` for the cse'd ``repl`` / ``reduced`` (``text``:
-    their `printed` form, where the caller has it)."""
+                 reduced: list, text: tuple[list[str], list[str]] | None = None,
+                 loops: bool = True) -> list[str]:
+    """Lines of ``point`` and (with ``loops``) ``kernel`` and ``kernel_rows`` for the
+    cse'd ``repl`` / ``reduced`` (``text``: their `printed` form, where the caller has
+    it)."""
     head, values = text or printed(t_arg, z_args, th_args, repl, reduced)
-    lines = ["@_jit", "def point(t, z, th, out):"] + head
-    lines += [f"    out[{j}] = {v}" for j, v in enumerate(values)]
-    lines += ["", "", "@_jit", "def kernel(t, z, th, out):", "    for b in range(z.shape[0]):",
-              "        point(t, z[b], th[b], out[b])"]
-    lines += ["", "", "@_jit", "def kernel_rows(t, z, th, out):",
-              "    for b in range(z.shape[0]):", "        point(t[b], z[b], th[b], out[b])"]
+    body = head + [f"    out[{j}] = {v}" for j, v in enumerate(values)]
+    lines = ["@_jit", "def point(t, z, th, out):"] + body
+    if not loops:
+        return lines
+    # the loops hold point's lines themselves: numba compiles a callee as a function of
+    # its own, and LLVM then optimises its code once more inlined into the caller
+    row = ["        z = Z[_b]", "        th = TH[_b]", "        out = OUT[_b]"]
+    row += ["    " + line for line in body]
+    lines += ["", "", "@_jit", "def kernel(t, Z, TH, OUT):", "    for _b in range(Z.shape[0]):"]
+    lines += row
+    lines += ["", "", "@_jit", "def kernel_rows(T, Z, TH, OUT):",
+              "    for _b in range(Z.shape[0]):", "        t = T[_b]"]
+    lines += row
     return lines
 
 
@@ -134,11 +143,23 @@ def sample_source(text: tuple[list[str], list[str]], reduced: list, gather: np.n
     return lines
 
 
+#: The prefix of the generated modules' names (then the source's SHA-256).
+PREFIX = "invimbed_codegen_"
+
+
+def is_generated(fn: Any) -> bool:
+    """Whether ``fn`` (a function or numba dispatcher) is one of a generated module's
+    functions, which write into nothing but their own ``out`` (``point``, ``kernel``:
+    the one they are given)."""
+    module = getattr(getattr(fn, "py_func", fn), "__module__", None) or ""
+    return module.startswith(PREFIX) and sys.modules.get(module) is not None
+
+
 def load(body: list[str], options: str = "") -> types.ModuleType:
     """The generated module of ``body`` (see the module docstring); ``options`` are more
     keywords of its ``njit``, as source (``", error_model='numpy'"``)."""
     source = HEADER.format(cache=True, options=options) + "\n\n" + "\n".join(body) + "\n"
-    name = "invimbed_codegen_" + hashlib.sha256(source.encode()).hexdigest()[:32]
+    name = PREFIX + hashlib.sha256(source.encode()).hexdigest()[:32]
     if name in sys.modules:
         return sys.modules[name]
     folder = cache_dir()

@@ -352,15 +352,17 @@ class SympyProvider(DerivativeProvider):
     def _numba_module(self, repl: list, reduced: list, sample: tuple | None = None) -> Any:
         """The generated numba code of one request (`invimbed._core.derivatives._codegen`):
         ``point(t, z (N,), theta (M,), out)`` computing the cse'd expressions at one
-        sample and the batch loop ``kernel`` over it that ``compile="numba"`` calls; with
-        ``sample = (gather, shape, terminal)`` also the per-sample function ``sample``
-        (``sample_T``) that ``backend="numba"`` calls, and the ``GATHER`` map through which
-        the CUDA kernel reads ``point``'s values. One code printer for all; numba compiles
-        only the functions called; cached on disk."""
+        sample and the batch loops ``kernel`` and ``kernel_rows`` over its lines that
+        ``compile="numba"`` calls; with ``sample = (gather, shape, terminal)`` instead of
+        the loops the per-sample function ``sample`` (``sample_T``) that
+        ``backend="numba"`` calls, and the ``GATHER`` map through which the CUDA kernel
+        reads ``point``'s values. One code printer for all; numba compiles only the
+        functions called; cached on disk."""
         try:
             text = _codegen.printed(self._t_arg, self._z_args, self._th_args, repl, reduced)
             body = (_codegen.point_source(self._t_arg, self._z_args, self._th_args, repl,
-                                          reduced, text) if reduced else [])
+                                          reduced, text, loops=sample is None)
+                    if reduced else [])   # a per-sample request's loops are never called
             if sample is not None:
                 gather, shape, terminal = sample
                 body += [""] * 2 + _codegen.sample_source(text, reduced, gather, shape,
@@ -424,14 +426,17 @@ class _Compiled:
         if self.gather.size == 0:
             return np.zeros((B,) + self.shape)
         rows = type(t) is not float and np.ndim(t) != 0   # per-row times (an array (B,))
-        # a numpy scalar: 1 / (t - t0) at t0 is inf, not a Python ZeroDivisionError
-        t = np.ascontiguousarray(t, dtype=float) if rows else np.float64(t)
+        # a numpy scalar: 1 / (t - t0) at t0 is inf, not a Python ZeroDivisionError; the
+        # arrays writeable and C-contiguous whatever comes (`derivative` hands theta
+        # read-only, `taylor` the caller's): numba compiles a kernel once per argument
+        # type, and read-only is another
+        t = np.require(t, float, ["C", "W"]) if rows else np.float64(t)
         if self.numba:
             buf = np.zeros((B, n + 1))
             if n:
                 kernel = self.fn.kernel_rows if rows else self.fn.kernel
-                kernel(t, np.ascontiguousarray(z, dtype=float),
-                       np.ascontiguousarray(theta, dtype=float), buf)
+                kernel(t, np.require(z, float, ["C", "W"]), np.require(theta, float, ["C", "W"]),
+                       buf)
             return buf[:, self.gather].reshape((B,) + self.shape)
         buf = np.empty((n + 1, B))
         buf[n] = 0.0
