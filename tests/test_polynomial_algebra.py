@@ -516,7 +516,7 @@ def test_scatter_sum_is_the_running_sum_bit_for_bit(n_out, lead, data):
        B=st.sampled_from([1, 2]), data=st.data())
 def test_jet_transport_is_the_derivative_then_the_ordered_contraction(n, degree, out, B, data):
     """The jet closure's ``grad U . Phi`` (`transport`, `contract_product`: einsum's
-    products summed by `ordered.einsum_sum`) gives the bits of the plain route:
+    products summed by `ordered.scatter_sum`) gives the bits of the plain route:
     `mi.poly_derivatives`, einsum over the shared axis (on operands of the same memory
     layout: einsum's rounding follows it), then the running sums in the product
     table's order. Several ``(n, degree)`` in one process: the plans kept per

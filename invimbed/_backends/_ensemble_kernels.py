@@ -31,11 +31,10 @@ from ._ensemble_parts import (_dense_z, _finite, _fmax, _fmin, _next_stop, _piec
                               initial_step_h0, scaled_error, shrink_factor, stage_state,
                               stiff_run, stiff_stops, weighted_step)
 from ._numba_calls import _plan_scratch
+from ._numba_calls import _inner_numpy as _inner   # only compiled code calls them
 
 _jit = njit(cache=True, error_model="numpy")
 
-#: Functions that only compiled code calls: no CPython wrapper (`_numba_calls._inner`).
-_inner = njit(cache=True, error_model="numpy", no_cpython_wrapper=True)
 
 #: Row codes of the kernel: `invimbed._core.results.status.RowCode`, as plain integers.
 K_DONE, K_UNDERFLOW, K_NONFINITE, K_MAX_STEPS, K_RUNNING = (

@@ -27,6 +27,9 @@ _central_quotient = njit(cache=True)(central_quotient)
 #: LLVM optimises and compiles like the rest: seconds for a function of many
 #: arguments, measured by numba's compile events).
 _inner = njit(cache=True, no_cpython_wrapper=True)
+#: The same for the kernels compiled with numpy's error model (a division by zero gives
+#: inf or nan, as numpy's does: the ensemble and the adaptive sweep).
+_inner_numpy = njit(cache=True, error_model="numpy", no_cpython_wrapper=True)
 
 #: Small integers as run-time values: numba specialises a callee on literal arguments, and
 #: each specialisation of these deep call trees costs seconds of compilation.

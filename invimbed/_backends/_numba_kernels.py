@@ -22,11 +22,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._numba_calls import _IDS, _plan_scratch
+from ._numba_calls import _IDS, _inner, _plan_scratch
 from ._packed import order_tables
-
-#: Functions that only compiled code calls: no CPython wrapper (`_numba_calls._inner`).
-_inner = njit(cache=True, no_cpython_wrapper=True)
 
 
 @_inner

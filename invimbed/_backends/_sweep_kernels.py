@@ -47,13 +47,12 @@ from ._ensemble_parts import (_finite, _fmin, _rms, dense_coefficient, grow_fact
                               initial_step, initial_step_h0, scaled_error, shrink_factor,
                               stage_state, weighted_step)
 from ._numba_calls import _IDS, _plan_scratch
+from ._numba_calls import _inner_numpy as _inner   # only compiled code calls them
 from ._numba_kernels import _jet_coefficients, jet_scratch, operator_size
 from ._packed import order_tables, tape_arrays, tape_plan
 
 _jit = njit(cache=True, error_model="numpy")
 
-#: Functions that only compiled code calls: no CPython wrapper (`_numba_calls._inner`).
-_inner = njit(cache=True, error_model="numpy", no_cpython_wrapper=True)
 
 #: Codes of an input's sweep (`invimbed._backends.sweep_adaptive` words them): those of
 #: `invimbed._core.results.status.RowCode`, as plain integers.

@@ -54,7 +54,7 @@ def _rebind(fn: Any, cache: bool = False, **replace: Any) -> Any:
     new.__doc__ = py.__doc__
     new.__qualname__ = py.__qualname__
     # the copies that are not cached are called by compiled code only: no CPython wrapper
-    # (`invimbed._backends._ensemble_kernels._inner`)
+    # (`invimbed._backends._numba_calls._inner_numpy`)
     return njit(cache=cache, error_model="numpy", no_cpython_wrapper=not cache)(new)
 
 

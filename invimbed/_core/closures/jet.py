@@ -54,7 +54,7 @@ from ..derivatives.multiindex import (degree_slices, n_coefficients, poly_deriva
                                        product_table)
 from ..runtime import compile_cost
 from ..runtime.namespace import array_namespace, on_device
-from ..runtime.ordered import SumPlan, einsum_sum, scatter_sum, sum_plan
+from ..runtime.ordered import SumPlan, scatter_sum, sum_plan
 from .base import Closure, Layout
 
 
@@ -93,8 +93,6 @@ def contract_product(a: np.ndarray, b: np.ndarray, n: int, order_a: int, order_b
         return out.reshape((B,) + P + Q + (out.shape[-1],))
     a2 = a.reshape(B, -1, I, a.shape[-1])[..., on_device(ia, xp)]   # (B, p, I, pairs)
     b2 = b.reshape(B, I, -1, b.shape[-1])[..., on_device(ib, xp)]   # (B, I, q, pairs)
-    if xp is np and isinstance(scatter, SumPlan):
-        return einsum_sum(a2, b2, scatter).reshape((B,) + P + Q + (scatter.n_out,))
     prod = xp.einsum("bpin,biqn->bpqn", a2, b2)                      # (B, p, q, pairs)
     flat = prod.reshape(-1, ia.size)
     if isinstance(scatter, SumPlan):

@@ -152,16 +152,3 @@ def scatter_sum(values: np.ndarray, table: np.ndarray | SumPlan, xp: Any = np) -
         return sum_padded(ext, table)
     return add_in_plan_order(values[..., on_device(table.order, xp)], table, xp)
 
-
-def einsum_sum(a2: np.ndarray, b2: np.ndarray, plan: SumPlan) -> np.ndarray:
-    """``scatter_sum(einsum("bpin,biqn->bpqn", a2, b2), plan)`` (numpy: the jet closure's
-    `contract_product`): the products as einsum gives them (its loops, hence its
-    rounding, follow the memory layout of its operands and output: it allocates the
-    output itself), copied into the terms that `sum_padded` sums."""
-    prod = np.einsum("bpin,biqn->bpqn", a2, b2)
-    pairs = prod.shape[-1]
-    ext = np.empty((prod.size // max(pairs, 1), pairs + 2),
-                   dtype=sum_dtype(plan, prod.dtype))
-    ext[:, :pairs] = prod.reshape(-1, pairs)
-    ext[:, pairs:] = PADS
-    return sum_padded(ext, plan)
