@@ -39,8 +39,8 @@ def test_chunks_are_the_static_prange_schedule():
 @pytest.mark.parametrize("threads", [1, 2, 3, 4])
 @pytest.mark.parametrize("rows", [1, 3, 4, 37])
 def test_every_row_runs_once_in_its_chunk(threads, rows):
-    """Each row is visited once, by the chunk `chunks` gives it; the calling thread
-    takes the first chunk, and one chunk runs without the pool."""
+    """Each row is visited once, by the chunk `chunks` gives it; one chunk runs in the
+    calling thread, without the pool."""
     seen = np.zeros(rows, np.int64)
     where = np.full(rows, -1)
     caller = threading.get_ident()
@@ -61,8 +61,8 @@ def test_every_row_runs_once_in_its_chunk(threads, rows):
     assert sorted(idents) == list(range(len(parts)))
     for c, (lo, hi) in enumerate(parts):
         assert (where[lo:hi] == c).all()
-    assert idents[0] == caller
-    assert (len(parts) == 1) == all(v == caller for v in idents.values())
+    if len(parts) == 1:
+        assert idents[0] == caller
 
 
 def test_a_chunks_exception_reaches_the_caller_after_every_chunk_ended():

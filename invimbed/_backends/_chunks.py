@@ -7,14 +7,15 @@ of one chunk ``span = (lo, hi, c)``, rows ``lo`` to ``hi - 1``, ``c`` the chunk'
 (the adaptive sweep's scratch, one per chunk), compiled with ``nogil=True``
 (`invimbed._backends._numba.compile_loop`). `run_rows` splits the rows into contiguous
 chunks as numba's static ``prange`` schedule does (`chunks`) and runs them on
-``numba.get_num_threads()`` threads: the calling thread takes one, a persistent pool of
-threads the others, each calling the compiled loop, which releases the GIL. One chunk
-(one thread, or one row) runs in the calling thread, without the pool.
+``numba.get_num_threads()`` threads: the calling thread and a persistent pool of threads
+each take the next chunk not yet taken, calling the compiled loop, which releases the
+GIL. Which thread runs a chunk does not change its numbers. One chunk (one thread, or
+one row) runs in the calling thread, without the pool.
 
 Why not ``prange``: the loops only call the per-row function, and numba's parallel
 compilation of them (the loop outlined into a gufunc, its arguments flattened) cost
-about 19 s of CPU on every clean machine where the serial loops cost under 2
-(docs/performance.md, "Compiled kernels and the first run on a machine").
+15.7 s of CPU on every clean machine where the serial loops cost 4.3 s
+(docs/performance.md, "The row loops: chunks on a pool of threads, not `prange`").
 """
 
 from __future__ import annotations
@@ -60,13 +61,15 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def run_rows(loop: Callable, head: tuple, rows: int, threads: int | None = None) -> None:
-    """Call the compiled row loop ``loop(*head, (lo, hi, c))`` on every chunk of ``rows``
-    rows (`chunks`) on ``threads`` threads (None: ``numba.get_num_threads()``, so that
-    ``NUMBA_NUM_THREADS`` and ``numba.set_num_threads`` decide), the calling thread
-    taking the first chunk. Returns when every chunk has ended; an exception of a chunk
-    is raised then (the calling thread's first). numba's warning that first-class
-    function types are experimental is silenced meanwhile (the loops take their callees
-    as function values)."""
+    """Call the compiled row loop ``loop(*head, (lo, hi, c))`` once on every chunk ``c``
+    of ``rows`` rows (`chunks`) for ``threads`` threads (None: ``numba.get_num_threads()``,
+    so that ``NUMBA_NUM_THREADS`` and ``numba.set_num_threads`` decide): the calling
+    thread and ``threads - 1`` tasks of the pool each take the next chunk not yet taken
+    until none is left, so a pool thread that starts late (a busy machine) leaves its
+    chunk to the others instead of holding up the call. Returns when every chunk has
+    ended; an exception of a chunk is raised then (the calling thread's first). numba's
+    warning that first-class function types are experimental is silenced meanwhile (the
+    loops take their callees as function values)."""
     if rows <= 0:
         return
     if threads is None:
@@ -79,11 +82,21 @@ def run_rows(loop: Callable, head: tuple, rows: int, threads: int | None = None)
         if len(parts) == 1:
             loop(*head, (0, int(rows), 0))
             return
+        order = iter(range(len(parts)))
+        lock = threading.Lock()
+
+        def take() -> None:
+            while True:
+                with lock:
+                    c = next(order, None)
+                if c is None:
+                    return
+                loop(*head, (*parts[c], c))
+
         pool = _pool()
-        futures = [pool.submit(loop, *head, (lo, hi, c))
-                   for c, (lo, hi) in enumerate(parts) if c]
+        futures = [pool.submit(take) for _ in parts[1:]]
         try:
-            loop(*head, (*parts[0], 0))
+            take()
         finally:
             wait(futures)
         for f in futures:
