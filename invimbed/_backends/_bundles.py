@@ -6,8 +6,9 @@ take, beyond the item they work on, the derivative evaluator and the user functi
 (first-class function values), a derivative plan, and these bundles: flat named tuples
 of arrays and scalars, which numba passes as they are (``NamedTuple`` types, fixed per
 kernel, so that the kernels stay compiled once per machine) and numba-cuda can pass to
-device functions too. Flat: numba's ``prange`` loops cannot take a tuple nested in an
-argument (a tuple of arrays inside a bundle fails to compile), so tuples of tables travel
+device functions too. Flat: numba's ``prange`` loops, which ran the rows before they ran
+in chunks on threads (`invimbed._backends._chunks`), could not take a tuple nested in an
+argument (a tuple of arrays inside a bundle failed to compile), so tuples of tables travel
 as arguments of their own. What each field holds is said where the bundle is defined.
 """
 
@@ -94,7 +95,7 @@ def pack(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     four arrays where it took the many (`invimbed._backends._packed.order_tables`
     and `invimbed._backends._packed.tape_arrays` return views of them, the same
     arrays): numba passes every array of a tuple argument as seven to nine scalars
-    through each call and ``prange`` loop, whose code LLVM then optimises, and a kernel
+    through each call and loop, whose code LLVM then optimises, and a kernel
     taking 124 arrays compiled for minutes (docs/performance.md, "Compiled kernels and
     the first run on a machine")."""
     bufs: dict[Any, list] = {np.dtype(np.int64): [], np.dtype(np.float64): [],

@@ -4,8 +4,8 @@ One row (a depth ``p`` and an input ``x``) is integrated by `_row` from start to
 the forward pass of ``y = [z, int R]`` from ``p`` to ``q`` with its dense output, the
 terminal conditions and the backward pass of ``[lambda, mu]`` from ``q`` down to ``p`` on
 that dense output (`invimbed._backends.ensemble_numba` adds the depth gradient with the
-core's `depth_gradient`). `ensemble_rows` runs the rows in a ``prange``
-loop. `_integrate` is `invimbed._core.integrators.ensemble.integrate_rows` for one row: the
+core's `depth_gradient`). `ensemble_rows` runs the rows of one chunk
+(the chunks on threads: `invimbed._backends._chunks.run_rows`). `_integrate` is `invimbed._core.integrators.ensemble.integrate_rows` for one row: the
 same decisions in the same order (scipy's first-step rule, step control, ``hit`` of a
 stop and the re-evaluation there, non-finite stages as rejections, the underflow rule,
 the step budget, Shampine's ``h |lambda|`` and the early stop of a stiff row), and
@@ -23,7 +23,7 @@ stale cached kernel behind.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .._core.results.status import RowCode
 from ._ensemble_parts import (_dense_z, _finite, _fmax, _fmin, _next_stop, _piece, _rms,
@@ -323,10 +323,11 @@ def row_out(r, zq, yb, value, N, nw, out_z, out_a, out_w, out_v):
     out_v[r] = value
 
 
-def ensemble_rows(one, ev, fns, plan, how, perm, rows, step, res):
-    """Every row in a ``prange`` loop (``perm``: the order that spreads long and short
-    rows over the threads' chunks); compiled by `invimbed._backends.ensemble_numba`."""
-    for j in prange(perm.shape[0]):
+def ensemble_rows(one, ev, fns, plan, how, perm, rows, step, res, span):
+    """The rows ``perm[lo]`` to ``perm[hi - 1]`` of the chunk ``span = (lo, hi, c)``
+    (``perm``: the order that spreads long and short rows over the chunks); compiled by
+    `invimbed._backends.ensemble_numba`, run by `invimbed._backends._chunks.run_rows`."""
+    for j in range(span[0], span[1]):
         one(perm[j], ev, fns, plan, how, rows, step, res)
 
 

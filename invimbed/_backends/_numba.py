@@ -26,7 +26,8 @@ How it works
   once per problem and cached on disk; the generic kernel (`_numba_kernels.jet_rhs` on
   index tables) serves the others. ``JET_CODE = False`` runs the generic one for all.
 * The kernels (`invimbed._backends._numba_kernels`) run every sample's sweep in a
-  ``prange`` loop, write into preallocated outputs and are cached on disk
+  serial loop over a chunk of the samples, the chunks on numba's number of threads
+  (`invimbed._backends._chunks.run_rows`), write into preallocated outputs and are cached on disk
   (``cache=True``): the first call on a machine compiles them (about 40 s of CPU),
   saying so on stderr first (`compile_loop`, `invimbed._core.runtime.compile_cost.compiling`);
   later processes load them. ``python -m invimbed compile`` compiles them ahead of time.
@@ -58,6 +59,7 @@ from ._schedule import build_schedule, check_scope
 
 
 from . import _bundles as bundles
+from ._chunks import run_rows
 from ._numba_functions import _types, function_tuple, import_numba
 
 
@@ -128,8 +130,8 @@ def _dense_pairs(table: tuple, N: int) -> tuple[tuple, np.ndarray]:
 
 def _kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]:
     """The compiled kernel ``name`` (``"jet_sweep"``, ``"request_rows"``) for the types of
-    ``args`` (cached on disk), the per-sample sweep it runs in its ``prange`` loop, and
-    the derivative evaluator.
+    ``args`` (cached on disk), the per-sample sweep it runs in its loop, and the
+    derivative evaluator.
 
     The per-sample sweep and the derivative evaluator reach their callers as function
     pointers (first-class function values): numba then does not link and optimise their
@@ -207,30 +209,39 @@ def _build_kernel(name: str, args: tuple) -> tuple[Callable, Callable, Callable]
     return entry, _jet_sweep_one, eval_request
 
 
+#: The row loops `compile_loop` compiled in this process, by kernel name (their numba
+#: dispatchers: serial, ``nogil``).
+LOOPS: dict[str, Any] = {}
+
+
 def compile_loop(name: str, py_loop: Callable, one: Any, one_sig: Any, ev_sig: Any,
                  argtypes: tuple, first: Any = ()) -> Callable:
-    """The compiled entry point of the ``prange`` loop ``py_loop`` (cached on disk), which
+    """The compiled entry point of the row loop ``py_loop`` (cached on disk), which
     takes the per-item function ``one`` (signature ``one_sig``; None: none) and
     `eval_request` (``ev_sig``, `eval_signature`) as function values, then arguments of
-    the types ``argtypes``; compiled with ``one`` and `eval_request`, announced as the
-    kernel ``name`` (`invimbed._core.runtime.compile_cost.compiling`), after the
-    ``(dispatcher, signature)`` pairs of ``first`` (callees passed to it as function
-    values). Calling the entry point skips the dispatcher's typing of the arguments
-    (milliseconds for the tuple of function values)."""
+    the types ``argtypes`` and last its chunk ``span = (lo, hi, c)``
+    (`invimbed._backends._chunks.run_rows` runs the chunks on threads: compiled
+    ``nogil``); compiled with ``one`` and `eval_request`, announced as the kernel ``name``
+    (`invimbed._core.runtime.compile_cost.compiling`), after the ``(dispatcher,
+    signature)`` pairs of ``first`` (callees passed to it as function values). Calling
+    the entry point skips the dispatcher's typing of the arguments (milliseconds for the
+    tuple of function values)."""
     numba = _types()["numba"]
     from numba import types
 
     from ._numba_calls import eval_request
 
     head = () if one is None else (types.FunctionType(one_sig),)
-    loop = numba.njit(cache=True, parallel=True)(py_loop)
+    loop = numba.njit(cache=True, nogil=True)(py_loop)
+    span = types.UniTuple(types.int64, 3)
     pending = ([(d, sig.args) for d, sig in first] + [(eval_request, ev_sig.args)]
                + ([] if one is None else [(one, one_sig.args)])
-               + [(loop, types.void(*head, types.FunctionType(ev_sig), *argtypes))])
+               + [(loop, types.void(*head, types.FunctionType(ev_sig), *argtypes, span))])
     with compiling(name, pending):
         for dispatcher, sig in pending:
             dispatcher.compile(sig)
     loop.disable_compile()
+    LOOPS[name] = loop
     return loop.overloads[loop.signatures[0]].entry_point
 
 
@@ -302,22 +313,19 @@ def _fingerprint(args: Any) -> tuple:
 
 
 def _threads() -> int:
-    """numba's threads, each with its own scratch in the kernels' ``prange`` loops."""
+    """numba's threads, each running a chunk of the kernels' rows with its own scratch
+    (`invimbed._backends._chunks.run_rows`)."""
     return int(_types()["numba"].get_num_threads())
 
 
 def _run(name: str, args: tuple) -> None:
     loop, one, ev = _kernel(name, args)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
-        loop(one, ev, *args)
+    run_rows(loop, (one, ev, *args), args[2].x.shape[0])
 
 
 def _run_rows(args: tuple) -> None:
     loop, _, ev = _kernel("request_rows", args)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
-        loop(ev, *args)
+    run_rows(loop, (ev, *args), args[4].shape[0])
 
 
 #: What ``backend="numba"`` runs of `solve_imbedding`, and why not more: measured on two

@@ -14,7 +14,7 @@ compiled here).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .._core.derivatives.finite_difference import central_quotient, step_size
 
@@ -173,11 +173,12 @@ def _plan_scratch(plan, N, M):
 # -- one request at many rows ---------------------------------------------------------
 
 
-def request_rows(ev, fns, plan, r, ts, Z, TH, out):
-    """Request ``r`` of the plan at every row ``(ts[i], Z[i], TH[i])`` into ``out[i]``:
-    the values of ``f`` and ``R`` that `invimbed._core.sweep.assembly.depth_gradient` needs,
-    without a Python call per row."""
-    for i in prange(Z.shape[0]):
+def request_rows(ev, fns, plan, r, ts, Z, TH, out, span):
+    """Request ``r`` of the plan at every row ``(ts[i], Z[i], TH[i])`` of the chunk
+    ``span = (lo, hi, c)`` (rows ``lo`` to ``hi - 1``; `invimbed._backends._chunks.run_rows`)
+    into ``out[i]``: the values of ``f`` and ``R`` that
+    `invimbed._core.sweep.assembly.depth_gradient` needs, without a Python call per row."""
+    for i in range(span[0], span[1]):
         pz, pt, hs, vals = _plan_scratch(plan, Z.shape[1], TH.shape[1])
         ev(fns, plan, r, ts[i], Z[i], TH[i], pz, pt, hs, vals, out[i])
 

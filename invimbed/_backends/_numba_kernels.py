@@ -12,15 +12,15 @@ a problem with exact expressions passes its generated jet right-hand side instea
 Everything here is compiled once per machine (``cache=True``): user functions reach the
 kernels as first-class function values of fixed signatures (``numba.types.FunctionType``),
 so the kernels' types, and their cache entries, do not depend on which functions they
-are given. Each kernel loops over the batch with ``prange`` and sweeps one sample at a
-time through every step, writing into preallocated outputs; derivatives follow a
+are given. The loop `jet_sweep` runs one chunk of the batch (the chunks on threads:
+`invimbed._backends._chunks.run_rows`) and sweeps one sample at a time through every step, writing into preallocated outputs; derivatives follow a
 `invimbed._backends._plans.Plan`.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ._numba_calls import _IDS, _inner, _plan_scratch
 from ._packed import order_tables
@@ -291,9 +291,10 @@ def _jet_coefficients(ev, fns, plan, N, M, nw, CF, CW, t, x, th, J, pz, pt, hs, 
                 Rw[w, c] = s
 
 
-def jet_sweep(one, ev, fns, plan, jet, ti, tf, tm, fixed, res, code, coded, jr):
-    """Jet sweep of every sample (see the module docstring and JetClosure)."""
-    for b in prange(jet.x.shape[0]):
+def jet_sweep(one, ev, fns, plan, jet, ti, tf, tm, fixed, res, code, coded, jr, span):
+    """Jet sweep of the samples ``lo`` to ``hi - 1`` of the chunk ``span = (lo, hi, c)``
+    (see the module docstring and JetClosure; `invimbed._backends._chunks.run_rows`)."""
+    for b in range(span[0], span[1]):
         one(np.int64(b), ev, fns, plan, jet, ti, tf, tm, fixed, res, code, coded, jr)
 
 

@@ -39,7 +39,7 @@ output: ``t_old``, ``h``, the state at the step's start and ``Q`` (see
 from __future__ import annotations
 
 import numpy as np
-from numba import get_thread_id, njit, prange
+from numba import njit
 
 from .._core.derivatives._taylor_numba import lengths, uses_time
 from .._core.results.status import RowCode
@@ -181,18 +181,19 @@ def _record_dense(Qr, y_old, idx, t_old, h, p, out, d, b):
         out[d, b, k // width, k % width] = h * acc + y_old[idx[k]]
 
 
-def sweep_rows(one, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res, ws):
-    """Every input's sweep in a ``prange`` loop (compiled by
-    `invimbed._backends.sweep_adaptive`); each thread's inputs share its slice of the
+def sweep_rows(one, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res, ws, span):
+    """The sweeps of the inputs ``lo`` to ``hi - 1`` of the chunk ``span = (lo, hi, c)``
+    (compiled by `invimbed._backends.sweep_adaptive`, run by
+    `invimbed._backends._chunks.run_rows`); the chunk's inputs share its slice ``c`` of the
     tapes' node storage ``ws = (ws_f, ws_r, ws_t)``."""
-    for b in prange(jet.x.shape[0]):
-        one(np.int64(b), np.int64(get_thread_id()), ev, fns, plan, cf, tape, jet, ti, tf,
-            tm, grid, step, res, ws)
+    for b in range(span[0], span[1]):
+        one(np.int64(b), np.int64(span[2]), ev, fns, plan, cf, tape, jet, ti, tf, tm, grid,
+            step, res, ws)
 
 
 @_inner
 def sweep_one(b, tid, ev, fns, plan, cf, tape, jet, ti, tf, tm, grid, step, res, ws):
-    """The sweep of input ``b`` on thread ``tid`` (see the module docstring), with the
+    """The sweep of input ``b`` in the chunk ``tid`` (see the module docstring), with the
     bundles of `invimbed._backends._bundles`: ``tape`` (`Tapes`: the tapes of ``f``,
     ``R``, ``T``), ``jet`` (`Jet`), ``grid`` (`Grid`), ``step`` (`Stepper`), ``res``
     (`SweepOut`); ``ti``, ``tf``, ``tm`` hold the tables of the carried orders

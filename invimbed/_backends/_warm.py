@@ -175,7 +175,7 @@ def representative(name: str) -> Any:
 
         from ._numba_calls import request_rows
 
-        d = _njit(cache=True, parallel=True)(request_rows)
+        d = _njit(cache=True, nogil=True)(request_rows)
     elif name == "sweep_adaptive":
         from ._sweep_kernels import sweep_one as d
     elif name == "ensemble":

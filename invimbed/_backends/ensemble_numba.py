@@ -16,7 +16,8 @@ failed row stopped may differ in the tenth digit.
 
 How it runs
 -----------
-* One ``prange`` loop over the rows (`invimbed._backends._ensemble_kernels`); a row is
+* One loop over the rows (`invimbed._backends._ensemble_kernels`), in contiguous chunks on
+  numba's number of threads (`invimbed._backends._chunks.run_rows`); a row is
   one thread's work from start to end: forward pass of ``[z, int R]`` from ``p_i`` to
   ``q`` with dense output, ``J = y_N + T(z(q))``, ``lambda(q) = T_z``, backward pass of
   ``[lambda, mu]`` from ``q`` down to ``p_i`` on that dense output; then
@@ -64,6 +65,7 @@ from .._core.problem.open_loop import Constant, NoControl, PiecewiseConstant
 from .._core.integrators.ensemble import DONE, TABLEAUX
 from .._core.setup.arguments import Setup
 from .._core.sweep.assembly import depth_gradient
+from ._chunks import run_rows
 from ._numba import (CompiledValues, _fingerprint, compile_loop, eval_signature,
                      function_tuple, import_numba)
 from . import _bundles as bundles
@@ -158,7 +160,7 @@ def ensemble_numba(setup: Setup, method: str, rtol: float, atol: float,
     out_status = np.zeros((rows, 2), dtype=np.int64)
     out_t = np.zeros(rows)
     out_hl = np.zeros(rows)
-    # a low-discrepancy order of the rows: every contiguous chunk of the prange loop gets
+    # a low-discrepancy order of the rows: every contiguous chunk of the loop (`run_rows`) gets
     # rows of every depth (the deep rows are the long ones)
     perm = np.argsort((np.arange(rows) * 0.6180339887498949) % 1.0, kind="stable")
     c = np.ascontiguousarray
@@ -196,9 +198,7 @@ def row_cost(setup: Setup) -> RowCost:
 
 def _run(args: tuple) -> None:
     loop, one, ev = _kernel(args)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
-        loop(one, ev, *args)
+    run_rows(loop, (one, ev, *args), args[3].shape[0])
 
 
 def _kernel(args: tuple) -> tuple[Any, Any, Any]:

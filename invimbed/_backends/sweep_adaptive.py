@@ -9,11 +9,12 @@ result assembled by the core (`invimbed._core.sweep.assembly.collect_results`: d
 gradient, error estimate, ratio test, ``tol``). So ``tol``, ``fallback`` and the order
 loop work as with ``backend="numpy"``.
 
-One difference, on purpose: each input is stepped on its own (a ``prange`` over the
-batch), where the numpy sweep steps the whole batch as one system. Input ``b``'s fields
-are those of the numpy sweep of ``x[b]`` alone (``tests/test_sweep_numba.py``: 1e-10), and
-a failing input (a non-finite value, the step budget) leaves the others untouched: its
-fields are NaN from where it stopped, ``success`` is False and the message names it.
+One difference, on purpose: each input is stepped on its own (a loop over the batch,
+in chunks on numba's number of threads: `invimbed._backends._chunks.run_rows`), where the
+numpy sweep steps the whole batch as one system. Input ``b``'s fields are those of the
+numpy sweep of ``x[b]`` alone (``tests/test_sweep_numba.py``: 1e-10), and a failing input
+(a non-finite value, the step budget) leaves the others untouched: its fields are NaN
+from where it stopped, ``success`` is False and the message names it.
 
 Derivatives: a ``from_sympy`` problem, and one whose functions were traced into sympy
 (derivatives given or not), runs on its Taylor-mode tapes
@@ -47,6 +48,7 @@ from .._core.integrators.ensemble import ENSEMBLE_METHODS, MAX_FACTOR, MIN_FACTO
 from .._core.sweep.memory import check_compiled
 from ._function_values import (_Address, _addressed, _callees, _calls, check_returns,
                                rhs_signature)
+from ._chunks import run_rows
 from ._numba import _typeof, compile_loop, eval_signature, packed_tables
 from ._numba_functions import _types, function_tuple, import_numba
 from ._plans import Request, build_plan
@@ -209,7 +211,8 @@ def _workspace(tapes: tuple, F: int, Df: int, CF: int) -> tuple:
 
 
 def _kernel(args: tuple) -> Any:
-    """The compiled ``prange`` loop for the types of ``args`` (cached on disk)."""
+    """The compiled loop over a chunk of the inputs for the types of ``args`` (cached on
+    disk; `invimbed._backends._chunks.run_rows` runs the chunks)."""
     # every argument has the same type on every call (C-contiguous float64/int64/int8
     # arrays of fixed ranks, the same tuples): one kernel, looked up by its name
     key = ("sweep_rows",)
@@ -311,7 +314,7 @@ def sweep_numba_adaptive(setup: Setup, *, order: int, method: str, rtol: float, 
                 bundles.SweepOut(out, fr, info, where, d_t, d_h, d_y, d_Q),
                 _workspace(tapes, F, Df, CF))
         loop, one, ev, cf = _kernel(args)
-        _run_loop(loop, one, ev, args[:2] + (cf,) + args[3:], B)
+        run_rows(loop, (one, ev, *args[:2], cf, *args[3:]), B)
         if not cap or int(info[:, 2].max()) <= cap:
             break
         cap = int(info[:, 2].max())
@@ -343,24 +346,6 @@ def memory_bytes(n: int, B: int, N: int, n_orders: int, width: int, size: int, c
     nodes = sum(t[0].shape[0] for t in tapes[:2]) * Df + tapes[2][0].shape[0]
     work = 8 * threads * (nodes * CF + size * (stages + kq + 6) + (N + 1) * (Df + 5) * (CF + 2))
     return held, work
-
-
-def _run_loop(loop: Any, one: Any, ev: Any, args: tuple, B: int) -> None:
-    """The ``prange`` loop over ``B`` inputs on at most ``B`` of numba's threads: a
-    parallel region of more threads than inputs costs their start (milliseconds on a
-    busy machine) for nothing."""
-    numba = _types()["numba"]
-    threads = numba.get_num_threads()
-    use = max(1, min(threads, B))
-    if use != threads:
-        numba.set_num_threads(use)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*[Ff]irst-class function type")
-            loop(one, ev, *args)
-    finally:
-        if use != threads:
-            numba.set_num_threads(threads)
 
 
 def attach_steps(res: Any, setup: Setup, steps: SweepSteps, clo: Any, method: str,

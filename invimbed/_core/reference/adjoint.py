@@ -81,8 +81,8 @@ def solve_adjoint(problem: BolzaProblem, x: Any, depths: Any, *, control: Any = 
         ``k + 1 = 4`` for RK45). ``"per_depth"``: one forward and one backward scipy solve
         per depth; the simplest reference.
     backend : {"numpy", "numba", "cuda"}, default "numpy"
-        ``"numba"`` runs the ensemble as one compiled kernel, a ``prange`` loop over rows
-        (``pip install invimbed[numba]``): the problem's functions must compile with numba
+        ``"numba"`` runs the ensemble as one compiled kernel, a loop over the rows in
+        chunks on numba's threads (``pip install invimbed[numba]``): the problem's functions must compile with numba
         (per-sample ``@njit`` functions or a `from_sympy` problem). ``"cuda"`` runs it on
         an NVIDIA GPU, one thread per row (``pip install invimbed[cuda]``), for problems
         built with `from_sympy` or ``derivatives="trace"``; ``memory_budget`` then bounds

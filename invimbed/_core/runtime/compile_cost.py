@@ -74,16 +74,20 @@ def compiled_here(kernel: Any) -> bool:
 #: of two runs at a load average of 7 to 9: ``sweep_fixed``, ``values``,
 #: ``sweep_adaptive``, ``ensemble`` and ``ocp_rows``; the Taylor-mode kernel alone, the
 #: contraction and the generated jet code as measured before: docs/performance.md,
-#: "Compiled kernels and the first run on a machine").
+#: "Compiled kernels and the first run on a machine"). ``sweep_fixed``, ``values``,
+#: ``sweep_adaptive`` and ``ensemble`` since their row loops are no ``prange`` loops: those
+#: times scaled by the ratio of the new code's CPU time to the old code's, three runs of
+#: each alternated from empty caches, load 4 to 6 (docs/performance.md, "The row loops:
+#: chunks on a pool of threads, not `prange`").
 #: `expected_seconds` scales them to the machine it runs on.
 KERNELS: dict[str, tuple[str, float]] = {
     "sweep_fixed": ("the fixed-step numba sweep (backend='numba', method='euler', "
-                    "'midpoint', 'rk4' or 'disc')", 30.0),
+                    "'midpoint', 'rk4' or 'disc')", 26.8),
     "values": ("the numba loop of f and R over many rows (the depth gradient of "
-               "backend='numba')", 2.2),
+               "backend='numba')", 0.8),
     "sweep_adaptive": ("the compiled adaptive sweep (backend='numba', method='RK45' or "
-                       "'RK23')", 32.0),
-    "ensemble": ("the numba ensemble of solve_adjoint(backend='numba')", 19.0),
+                       "'RK23')", 30.5),
+    "ensemble": ("the numba ensemble of solve_adjoint(backend='numba')", 18.0),
     "taylor": ("the Taylor-mode tape kernel (from_sympy problems, jets of degree 4 and "
                "more)", 42.0),
     "contract": ("the jet closure's compiled contraction (jets of high order)", 1.5),
