@@ -150,12 +150,44 @@ def _mul_plan(n: int, order: int) -> tuple[np.ndarray, np.ndarray, SumPlan]:
     return ia, ib, sum_plan(io, n_coefficients(n, order))
 
 
+@lru_cache(maxsize=None)
+def _padded_mul_plan(n: int, order: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """`_mul_plan`'s factors taken straight in `SumPlan.padded`'s order: the indices
+    into ``a`` and ``b`` extended by two entries each, ``(-0.0, 0.0)`` and ``(1.0,
+    1.0)``, whose products are the plan's two pads (`runtime.ordered.PADS`); and the
+    number of rows of the padded rectangle."""
+    ia, ib, plan = _mul_plan(n, order)
+    nc = n_coefficients(n, order)
+    pa = np.concatenate([ia, [nc, nc + 1]])[plan.padded]
+    pb = np.concatenate([ib, [nc, nc + 1]])[plan.padded]
+    return pa, pb, plan.padded.size // plan.n_out
+
+
 def poly_mul(a: np.ndarray, b: np.ndarray, n: int, order: int) -> np.ndarray:
     """Truncated product of polynomials with coefficients on the last axis (broadcast
     over the leading axes), both and the result of degree <= ``order``."""
     ia, ib, plan = _mul_plan(n, order)
+    nc = plan.n_out
+    if (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == np.float64
+            and b.dtype == np.float64 and nc > 1 and a.shape[-1] == b.shape[-1] == nc):
+        # `scatter_sum`'s sums (`sum_padded`) with the products gathered in its order at
+        # once: the same products, pads and additions, bit for bit, one copy less
+        pa, pb, rows = _padded_mul_plan(n, order)
+        ea = np.empty(a.shape[:-1] + (nc + 2,))
+        ea[..., :nc] = a
+        ea[..., nc:] = _PAD_FACTORS[0]
+        eb = np.empty(b.shape[:-1] + (nc + 2,))
+        eb[..., :nc] = b
+        eb[..., nc:] = _PAD_FACTORS[1]
+        terms = ea[..., pa] * eb[..., pb]
+        return np.add.reduce(terms.reshape(terms.shape[:-1] + (rows, nc)), axis=-2,
+                             initial=-0.0)
     xp = array_namespace(a, b)
     return scatter_sum(a[..., on_device(ia, xp)] * b[..., on_device(ib, xp)], plan, xp)
+
+
+#: the entries appended to ``a`` and ``b`` by `poly_mul`: their products are `PADS`
+_PAD_FACTORS = (np.array([-0.0, 0.0]), np.array([1.0, 1.0]))
 
 
 @lru_cache(maxsize=None)
@@ -182,9 +214,18 @@ def monomials(inner: np.ndarray, n: int, order: int) -> np.ndarray:
     parent, var = _monomial_plan(m, order)
     U = np.zeros((B, parent.size, nc))
     U[:, 0, 0] = 1.0
-    for i in range(1, parent.size):
-        U[:, i] = poly_mul(U[:, parent[i]], inner[:, var[i]], n, order)
+    # degree by degree (graded order: a degree is a slice, its parents of the degree
+    # before), each product the one `poly_mul` of the monomial alone gives
+    for lo, hi in _degree_slices(m, order):
+        U[:, lo:hi] = poly_mul(U[:, parent[lo:hi]], inner[:, var[lo:hi]], n, order)
     return U
+
+
+@lru_cache(maxsize=None)
+def _degree_slices(n: int, order: int) -> tuple[tuple[int, int], ...]:
+    """``(start, stop)`` of the multi-indices of each degree ``1..order`` in
+    `multi_indices` (graded order)."""
+    return tuple((n_coefficients(n, d - 1), n_coefficients(n, d)) for d in range(1, order + 1))
 
 
 @lru_cache(maxsize=None)
