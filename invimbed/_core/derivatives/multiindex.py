@@ -151,16 +151,20 @@ def _mul_plan(n: int, order: int) -> tuple[np.ndarray, np.ndarray, SumPlan]:
 
 
 @lru_cache(maxsize=None)
-def _padded_mul_plan(n: int, order: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """`_mul_plan`'s factors taken straight in `SumPlan.padded`'s order: the indices
-    into ``a`` and ``b`` extended by two entries each, ``(-0.0, 0.0)`` and ``(1.0,
-    1.0)``, whose products are the plan's two pads (`runtime.ordered.PADS`); and the
-    number of rows of the padded rectangle."""
+def _padded_mul_plan(n: int, order: int) -> tuple:
+    """`_mul_plan`'s factors taken straight in `SumPlan.padded`'s order, ``(ia, ib,
+    minus, plus, rows)``: at a pad the product of the first coefficients (a term of
+    every product, so its floating-point warnings are raised anyway), overwritten by
+    the pad itself, -0.0 at the positions ``minus`` and +0.0 at ``plus``
+    (`runtime.ordered.PADS`); ``rows`` of the padded rectangle."""
     ia, ib, plan = _mul_plan(n, order)
-    nc = n_coefficients(n, order)
-    pa = np.concatenate([ia, [nc, nc + 1]])[plan.padded]
-    pb = np.concatenate([ib, [nc, nc + 1]])[plan.padded]
-    return pa, pb, plan.padded.size // plan.n_out
+    n_terms = ia.size
+    pos = plan.padded
+    real = pos < n_terms
+    pa = np.where(real, np.concatenate([ia, [0, 0]])[pos], 0)
+    pb = np.where(real, np.concatenate([ib, [0, 0]])[pos], 0)
+    return (pa, pb, np.flatnonzero(pos == n_terms), np.flatnonzero(pos == n_terms + 1),
+            pos.size // plan.n_out)
 
 
 def poly_mul(a: np.ndarray, b: np.ndarray, n: int, order: int) -> np.ndarray:
@@ -171,23 +175,16 @@ def poly_mul(a: np.ndarray, b: np.ndarray, n: int, order: int) -> np.ndarray:
     if (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == np.float64
             and b.dtype == np.float64 and nc > 1 and a.shape[-1] == b.shape[-1] == nc):
         # `scatter_sum`'s sums (`sum_padded`) with the products gathered in its order at
-        # once: the same products, pads and additions, bit for bit, one copy less
-        pa, pb, rows = _padded_mul_plan(n, order)
-        ea = np.empty(a.shape[:-1] + (nc + 2,))
-        ea[..., :nc] = a
-        ea[..., nc:] = _PAD_FACTORS[0]
-        eb = np.empty(b.shape[:-1] + (nc + 2,))
-        eb[..., :nc] = b
-        eb[..., nc:] = _PAD_FACTORS[1]
-        terms = ea[..., pa] * eb[..., pb]
+        # once: the same products, pads and additions, bit for bit, two copies less
+        pa, pb, minus, plus, rows = _padded_mul_plan(n, order)
+        terms = a[..., pa] * b[..., pb]
+        terms[..., minus] = -0.0
+        if plus.size:
+            terms[..., plus] = 0.0
         return np.add.reduce(terms.reshape(terms.shape[:-1] + (rows, nc)), axis=-2,
                              initial=-0.0)
     xp = array_namespace(a, b)
     return scatter_sum(a[..., on_device(ia, xp)] * b[..., on_device(ib, xp)], plan, xp)
-
-
-#: the entries appended to ``a`` and ``b`` by `poly_mul`: their products are `PADS`
-_PAD_FACTORS = (np.array([-0.0, 0.0]), np.array([1.0, 1.0]))
 
 
 @lru_cache(maxsize=None)
