@@ -213,16 +213,9 @@ def monomials(inner: np.ndarray, n: int, order: int) -> np.ndarray:
     U[:, 0, 0] = 1.0
     # degree by degree (graded order: a degree is a slice, its parents of the degree
     # before), each product the one `poly_mul` of the monomial alone gives
-    for lo, hi in _degree_slices(m, order):
-        U[:, lo:hi] = poly_mul(U[:, parent[lo:hi]], inner[:, var[lo:hi]], n, order)
+    for sl in degree_slices(m, order)[1:]:
+        U[:, sl] = poly_mul(U[:, parent[sl]], inner[:, var[sl]], n, order)
     return U
-
-
-@lru_cache(maxsize=None)
-def _degree_slices(n: int, order: int) -> tuple[tuple[int, int], ...]:
-    """``(start, stop)`` of the multi-indices of each degree ``1..order`` in
-    `multi_indices` (graded order)."""
-    return tuple((n_coefficients(n, d - 1), n_coefficients(n, d)) for d in range(1, order + 1))
 
 
 @lru_cache(maxsize=None)
