@@ -214,7 +214,11 @@ def monomials(inner: np.ndarray, n: int, order: int) -> np.ndarray:
     # degree by degree (graded order: a degree is a slice, its parents of the degree
     # before), each product the one `poly_mul` of the monomial alone gives
     for sl in degree_slices(m, order)[1:]:
-        U[:, sl] = poly_mul(U[:, parent[sl]], inner[:, var[sl]], n, order)
+        if sl.stop - sl.start == 1:      # one monomial (m = 1): views, not gathered copies
+            i = sl.start
+            U[:, i] = poly_mul(U[:, parent[i]], inner[:, var[i]], n, order)
+        else:
+            U[:, sl] = poly_mul(U[:, parent[sl]], inner[:, var[sl]], n, order)
     return U
 
 
