@@ -151,15 +151,19 @@ def _mul_plan(n: int, order: int) -> tuple[np.ndarray, np.ndarray, SumPlan]:
 
 
 @lru_cache(maxsize=None)
-def _padded_mul_plan(n: int, order: int) -> tuple:
+def _padded_mul_plan(n: int, order: int) -> tuple | None:
     """`_mul_plan`'s factors taken straight in `SumPlan.padded`'s order, ``(ia, ib,
     minus, plus, rows)``: at a pad the product of the first coefficients (a term of
     every product, so its floating-point warnings are raised anyway), overwritten by
     the pad itself, -0.0 at the positions ``minus`` and +0.0 at ``plus``
-    (`runtime.ordered.PADS`); ``rows`` of the padded rectangle."""
+    (`runtime.ordered.PADS`); ``rows`` of the padded rectangle. None where the rectangle
+    holds more than twice as many entries as there are products (many variables, high
+    degree: the products of the pads would cost more than the copy they save)."""
     ia, ib, plan = _mul_plan(n, order)
     n_terms = ia.size
     pos = plan.padded
+    if pos.size > 2 * n_terms:
+        return None
     real = pos < n_terms
     pa = np.where(real, np.concatenate([ia, [0, 0]])[pos], 0)
     pb = np.where(real, np.concatenate([ib, [0, 0]])[pos], 0)
@@ -172,11 +176,13 @@ def poly_mul(a: np.ndarray, b: np.ndarray, n: int, order: int) -> np.ndarray:
     over the leading axes), both and the result of degree <= ``order``."""
     ia, ib, plan = _mul_plan(n, order)
     nc = plan.n_out
-    if (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == np.float64
-            and b.dtype == np.float64 and nc > 1 and a.shape[-1] == b.shape[-1] == nc):
+    padded = (_padded_mul_plan(n, order) if type(a) is np.ndarray and type(b) is np.ndarray
+              and nc > 1 else None)
+    if (padded is not None and a.dtype == np.float64 and b.dtype == np.float64
+            and a.shape[-1] == b.shape[-1] == nc):
         # `scatter_sum`'s sums (`sum_padded`) with the products gathered in its order at
         # once: the same products, pads and additions, bit for bit, two copies less
-        pa, pb, minus, plus, rows = _padded_mul_plan(n, order)
+        pa, pb, minus, plus, rows = padded
         terms = a[..., pa] * b[..., pb]
         terms[..., minus] = -0.0
         if plus.size:
