@@ -512,6 +512,32 @@ def test_scatter_sum_is_the_running_sum_bit_for_bit(n_out, lead, data):
 
 
 @settings(max_examples=30)
+@given(n=st.integers(1, 3), order=st.integers(1, 3),
+       shapes=st.sampled_from([((1,), (1,)), ((2, 3), (1, 3)), ((2, 1), (4,)), ((), ())]),
+       data=st.data())
+def test_poly_mul_sums_the_products_in_the_plan_order_bit_for_bit(n, order, shapes, data):
+    """`poly_mul` on float64 numpy arrays (its products gathered in the padded order, the
+    pads written over them) is `scatter_sum` of the products of `product_table`'s pairs:
+    the same bits, the sign of a zero, infinities, NaN and broadcasting included; and
+    `monomials` (a degree at a time) is the product of each monomial alone."""
+    c = mi.n_coefficients(n, order)
+    a = data.draw(arrays(np.float64, shapes[0] + (c,), elements=SPECIAL))
+    b = data.draw(arrays(np.float64, shapes[1] + (c,), elements=SPECIAL))
+    ia, ib, io = mi.product_table(n, order, order, order)
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+        got = mi.poly_mul(a, b, n, order)
+        want = ordered.scatter_sum(a[..., ia] * b[..., ib], ordered.sum_plan(io, c))
+        assert got.shape == want.shape and _bits(got) == _bits(want)
+        m = data.draw(st.integers(1, 3))
+        inner = data.draw(arrays(np.float64, (2, m, c), elements=FINITE))
+        U = mi.monomials(inner, n, order)
+        parent, var = mi._monomial_plan(m, order)
+        for i in range(1, parent.size):
+            one = mi.poly_mul(U[:, parent[i]], inner[:, var[i]], n, order)
+            assert _bits(U[:, i]) == _bits(one), i
+
+
+@settings(max_examples=30)
 @given(n=st.integers(1, 4), degree=st.integers(1, 4), out=st.sampled_from([(), (1,), (3,)]),
        B=st.sampled_from([1, 2]), data=st.data())
 def test_jet_transport_is_the_derivative_then_the_ordered_contraction(n, degree, out, B, data):

@@ -150,10 +150,45 @@ def _mul_plan(n: int, order: int) -> tuple[np.ndarray, np.ndarray, SumPlan]:
     return ia, ib, sum_plan(io, n_coefficients(n, order))
 
 
+@lru_cache(maxsize=None)
+def _padded_mul_plan(n: int, order: int) -> tuple | None:
+    """`_mul_plan`'s factors taken straight in `SumPlan.padded`'s order, ``(ia, ib,
+    minus, plus, rows)``: at a pad the product of the first coefficients (a term of
+    every product, so its floating-point warnings are raised anyway), overwritten by
+    the pad itself, -0.0 at the positions ``minus`` and +0.0 at ``plus``
+    (`runtime.ordered.PADS`); ``rows`` of the padded rectangle. None where the rectangle
+    holds more than twice as many entries as there are products (many variables, high
+    degree: the products of the pads would cost more than the copy they save)."""
+    ia, ib, plan = _mul_plan(n, order)
+    n_terms = ia.size
+    pos = plan.padded
+    if pos.size > 2 * n_terms:
+        return None
+    real = pos < n_terms
+    pa = np.where(real, np.concatenate([ia, [0, 0]])[pos], 0)
+    pb = np.where(real, np.concatenate([ib, [0, 0]])[pos], 0)
+    return (pa, pb, np.flatnonzero(pos == n_terms), np.flatnonzero(pos == n_terms + 1),
+            pos.size // plan.n_out)
+
+
 def poly_mul(a: np.ndarray, b: np.ndarray, n: int, order: int) -> np.ndarray:
     """Truncated product of polynomials with coefficients on the last axis (broadcast
     over the leading axes), both and the result of degree <= ``order``."""
     ia, ib, plan = _mul_plan(n, order)
+    nc = plan.n_out
+    padded = (_padded_mul_plan(n, order) if type(a) is np.ndarray and type(b) is np.ndarray
+              and nc > 1 else None)
+    if (padded is not None and a.dtype == np.float64 and b.dtype == np.float64
+            and a.shape[-1] == b.shape[-1] == nc):
+        # `scatter_sum`'s sums (`sum_padded`) with the products gathered in its order at
+        # once: the same products, pads and additions, bit for bit, two copies less
+        pa, pb, minus, plus, rows = padded
+        terms = a[..., pa] * b[..., pb]
+        terms[..., minus] = -0.0
+        if plus.size:
+            terms[..., plus] = 0.0
+        return np.add.reduce(terms.reshape(terms.shape[:-1] + (rows, nc)), axis=-2,
+                             initial=-0.0)
     xp = array_namespace(a, b)
     return scatter_sum(a[..., on_device(ia, xp)] * b[..., on_device(ib, xp)], plan, xp)
 
@@ -182,8 +217,14 @@ def monomials(inner: np.ndarray, n: int, order: int) -> np.ndarray:
     parent, var = _monomial_plan(m, order)
     U = np.zeros((B, parent.size, nc))
     U[:, 0, 0] = 1.0
-    for i in range(1, parent.size):
-        U[:, i] = poly_mul(U[:, parent[i]], inner[:, var[i]], n, order)
+    # degree by degree (graded order: a degree is a slice, its parents of the degree
+    # before), each product the one `poly_mul` of the monomial alone gives
+    for sl in degree_slices(m, order)[1:]:
+        if sl.stop - sl.start == 1:      # one monomial (m = 1): views, not gathered copies
+            i = sl.start
+            U[:, i] = poly_mul(U[:, parent[i]], inner[:, var[i]], n, order)
+        else:
+            U[:, sl] = poly_mul(U[:, parent[sl]], inner[:, var[sl]], n, order)
     return U
 
 
